@@ -1,0 +1,280 @@
+//! The op set. Two layers share this one enum, as tinygrad keeps one node type:
+//! - *import-level* ops mirror ONNX (parameters such as axes or shapes may still be inputs);
+//! - *resolved* ops ([`Op::Alias`], [`Op::StridedCopy`], [`Op::Reduce`] with resolved axes, …) are what shape
+//!   inference rewrites them into once every parameter is a compile-time constant. Passes after inference and the
+//!   emitter see only resolved ops; [`Op::is_resolved`] says which is which.
+
+use crate::{DType, Tensor};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Sqrt,
+    Reciprocal,
+    Exp,
+    Log,
+    Erf,
+    Tanh,
+    Sigmoid,
+    Relu,
+    /// GELU with the exact (erf) form.
+    Gelu,
+    /// GELU with the tanh approximation (`approximate="tanh"`).
+    GeluTanh,
+    LeakyRelu(f32),
+    HardSigmoid(f32, f32),
+    HardSwish,
+    Clip(f32, f32),
+    Not,
+    IsNaN,
+    Identity,
+    Floor,
+    Ceil,
+    Sin,
+    Cos,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+    Equal,
+    Less,
+    LessOrEqual,
+    Greater,
+    GreaterOrEqual,
+    And,
+    Or,
+}
+
+impl BinaryOp {
+    /// Comparisons and logic ops produce bool.
+    pub fn returns_bool(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Equal
+                | BinaryOp::Less
+                | BinaryOp::LessOrEqual
+                | BinaryOp::Greater
+                | BinaryOp::GreaterOrEqual
+                | BinaryOp::And
+                | BinaryOp::Or
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    Max,
+    Avg,
+}
+
+/// ONNX's auto_pad.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutoPad {
+    NotSet,
+    SameUpper,
+    SameLower,
+    Valid,
+}
+
+/// Attributes shared by Conv and the pooling ops, over the spatial dimensions. Empty vectors mean "the default"
+/// until shape inference fills them in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Window {
+    pub kernel: Vec<usize>,
+    pub strides: Vec<usize>,
+    /// Begin pads of every spatial axis, then end pads (ONNX order).
+    pub pads: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub auto_pad: AutoPad,
+    pub ceil_mode: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    // ---- elementwise ----
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    /// `Where(cond, x, y)`.
+    Where,
+    Cast(DType),
+    /// Import-level Clip with optional `min`, `max` inputs; resolved into `Unary(Clip)`.
+    Clip,
+
+    // ---- contractions and windows ----
+    /// Batched, broadcasting matrix product (numpy semantics).
+    MatMul,
+    /// `alpha * op(A) @ op(B) + beta * C`.
+    Gemm { alpha: f32, beta: f32, trans_a: bool, trans_b: bool },
+    Conv { window: Window, group: usize },
+    Pool { kind: PoolKind, window: Window, count_include_pad: bool },
+    /// GlobalAveragePool / GlobalMaxPool.
+    GlobalPool(PoolKind),
+    /// Inference-mode BatchNormalization; lowered into a per-channel scale and shift.
+    BatchNorm { epsilon: f32 },
+
+    // ---- reductions ----
+    /// Softmax over `axis`. `legacy` is the opset < 13 form that flattens to 2-D at `axis`.
+    Softmax { axis: i64, legacy: bool },
+    /// LayerNormalization over the trailing dimensions from `axis`; inputs X, Scale, optional B.
+    LayerNorm { axis: i64, epsilon: f32 },
+    /// A reduction; `axes` is `None` at import when axes come as an input, and resolved (sorted, non-negative)
+    /// by shape inference. An empty resolved list reduces nothing (ONNX's `noop_with_empty_axes`).
+    Reduce { op: ReduceOp, axes: Option<Vec<i64>>, keepdims: bool, noop_with_empty_axes: bool },
+
+    // ---- layout (import-level) ----
+    Reshape { allowzero: bool },
+    Flatten { axis: i64 },
+    Transpose { perm: Option<Vec<usize>> },
+    Concat { axis: i64 },
+    /// Split along `axis`; sizes from the `split` input, or `num_outputs` equal parts.
+    Split { axis: i64 },
+    /// Slice(data, starts, ends, axes?, steps?).
+    Slice,
+    Gather { axis: i64 },
+    Unsqueeze,
+    Squeeze,
+    Expand,
+    Identity,
+    Dropout,
+    Shape { start: i64, end: Option<i64> },
+    ConstantOfShape(Tensor),
+    Range,
+
+    // ---- resolved layout ----
+    /// The output is the input reinterpreted with another shape (same elements, same order): no kernel, the
+    /// memory planner gives both the same storage.
+    Alias,
+    /// `out[i] = in[offset + Σ coord_d(i) * strides[d]]` over the output's coordinates: Transpose, Slice
+    /// (negative steps give negative strides), Expand (stride 0) and Split parts.
+    StridedCopy { offset: i64, strides: Vec<i64> },
+}
+
+impl Op {
+    /// The ONNX-style op name, for reports and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Unary(u) => match u {
+                UnaryOp::Neg => "Neg",
+                UnaryOp::Abs => "Abs",
+                UnaryOp::Sqrt => "Sqrt",
+                UnaryOp::Reciprocal => "Reciprocal",
+                UnaryOp::Exp => "Exp",
+                UnaryOp::Log => "Log",
+                UnaryOp::Erf => "Erf",
+                UnaryOp::Tanh => "Tanh",
+                UnaryOp::Sigmoid => "Sigmoid",
+                UnaryOp::Relu => "Relu",
+                UnaryOp::Gelu | UnaryOp::GeluTanh => "Gelu",
+                UnaryOp::LeakyRelu(_) => "LeakyRelu",
+                UnaryOp::HardSigmoid(..) => "HardSigmoid",
+                UnaryOp::HardSwish => "HardSwish",
+                UnaryOp::Clip(..) => "Clip",
+                UnaryOp::Not => "Not",
+                UnaryOp::IsNaN => "IsNaN",
+                UnaryOp::Identity => "Identity",
+                UnaryOp::Floor => "Floor",
+                UnaryOp::Ceil => "Ceil",
+                UnaryOp::Sin => "Sin",
+                UnaryOp::Cos => "Cos",
+            },
+            Op::Binary(b) => match b {
+                BinaryOp::Add => "Add",
+                BinaryOp::Sub => "Sub",
+                BinaryOp::Mul => "Mul",
+                BinaryOp::Div => "Div",
+                BinaryOp::Pow => "Pow",
+                BinaryOp::Max => "Max",
+                BinaryOp::Min => "Min",
+                BinaryOp::Equal => "Equal",
+                BinaryOp::Less => "Less",
+                BinaryOp::LessOrEqual => "LessOrEqual",
+                BinaryOp::Greater => "Greater",
+                BinaryOp::GreaterOrEqual => "GreaterOrEqual",
+                BinaryOp::And => "And",
+                BinaryOp::Or => "Or",
+            },
+            Op::Where => "Where",
+            Op::Cast(_) => "Cast",
+            Op::Clip => "Clip",
+            Op::MatMul => "MatMul",
+            Op::Gemm { .. } => "Gemm",
+            Op::Conv { .. } => "Conv",
+            Op::Pool { kind: PoolKind::Max, .. } => "MaxPool",
+            Op::Pool { kind: PoolKind::Avg, .. } => "AveragePool",
+            Op::GlobalPool(PoolKind::Max) => "GlobalMaxPool",
+            Op::GlobalPool(PoolKind::Avg) => "GlobalAveragePool",
+            Op::BatchNorm { .. } => "BatchNormalization",
+            Op::Softmax { .. } => "Softmax",
+            Op::LayerNorm { .. } => "LayerNormalization",
+            Op::Reduce { op, .. } => match op {
+                ReduceOp::Sum => "ReduceSum",
+                ReduceOp::Mean => "ReduceMean",
+                ReduceOp::Max => "ReduceMax",
+                ReduceOp::Min => "ReduceMin",
+                ReduceOp::Prod => "ReduceProd",
+            },
+            Op::Reshape { .. } => "Reshape",
+            Op::Flatten { .. } => "Flatten",
+            Op::Transpose { .. } => "Transpose",
+            Op::Concat { .. } => "Concat",
+            Op::Split { .. } => "Split",
+            Op::Slice => "Slice",
+            Op::Gather { .. } => "Gather",
+            Op::Unsqueeze => "Unsqueeze",
+            Op::Squeeze => "Squeeze",
+            Op::Expand => "Expand",
+            Op::Identity => "Identity",
+            Op::Dropout => "Dropout",
+            Op::Shape { .. } => "Shape",
+            Op::ConstantOfShape(_) => "ConstantOfShape",
+            Op::Range => "Range",
+            Op::Alias => "Alias",
+            Op::StridedCopy { .. } => "StridedCopy",
+        }
+    }
+
+    /// Whether this op may reach the emitter (see the module doc).
+    pub fn is_resolved(&self) -> bool {
+        match self {
+            Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Where
+            | Op::Cast(_)
+            | Op::MatMul
+            | Op::Gemm { .. }
+            | Op::Conv { .. }
+            | Op::Pool { .. }
+            | Op::GlobalPool(_)
+            | Op::Softmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::Concat { .. }
+            | Op::Gather { .. }
+            | Op::Alias
+            | Op::StridedCopy { .. } => true,
+            Op::Reduce { axes, .. } => axes.is_some(),
+            _ => false,
+        }
+    }
+
+    /// Elementwise ops map output element i to input elements at the same (broadcast) coordinates.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_))
+    }
+}

@@ -1,0 +1,543 @@
+//! ONNX frontend: decodes a ModelProto and imports its main graph into the IR.
+//!
+//! **Architecture Invariant:** the frontend only translates. It resolves names, binds symbolic input dims,
+//! decodes tensors and normalises every attribute-vs-input variant (opsets 11–22) into the input form, so each
+//! IR op has one form. It infers no shapes beyond the graph inputs: that is `wgslc-passes`' job.
+
+pub mod proto;
+mod tensor;
+
+use proto::{AttributeProto, ModelProto, NodeProto};
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use wgslc_ir::{
+    AutoPad, BinaryOp, DType, Graph, Op, PoolKind, ReduceOp, Tensor, TensorType, UnaryOp, ValueId, Window,
+};
+
+pub use tensor::dtype_from_onnx;
+
+/// Why a model could not be imported. Every variant names what it is about (node, tensor or input).
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("cannot read '{path}': {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("not a valid ONNX model: {0}")]
+    Decode(String),
+    #[error("the model has no graph")]
+    NoGraph,
+    #[error("node '{node}' ({op}): {reason}")]
+    Node { node: String, op: String, reason: String },
+    #[error("node '{node}' uses op '{op}' of domain '{domain}', which wgslc does not support")]
+    UnknownDomain { node: String, op: String, domain: String },
+    #[error("node '{node}': unsupported op '{op}'")]
+    UnsupportedOp { node: String, op: String },
+    #[error("tensor '{name}': {reason}")]
+    Tensor { name: String, reason: String },
+    #[error("input '{name}': {reason}")]
+    Input { name: String, reason: String },
+    #[error("unbound symbolic dimensions: {0}; bind them with --dim NAME=VALUE or --shape INPUT=AxBxC")]
+    UnboundDims(String),
+    #[error("node '{node}' reads '{value}', which no node, input or initializer defines")]
+    UndefinedValue { node: String, value: String },
+    #[error("graph output '{0}' is not produced by any node, input or initializer")]
+    UndefinedOutput(String),
+    #[error("value '{0}' is defined more than once")]
+    Duplicate(String),
+    #[error("binding '{0}' does not match any symbolic dimension or input of the model")]
+    UnusedBinding(String),
+}
+
+/// User bindings for what the model leaves open.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// `--dim NAME=VALUE`: values for named symbolic dims.
+    pub dims: HashMap<String, usize>,
+    /// `--shape INPUT=AxBxC`: overrides of whole input shapes.
+    pub shapes: HashMap<String, Vec<usize>>,
+}
+
+/// Reads and imports a model file; external data is resolved relative to the file's directory.
+pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io { path: path.to_owned(), source })?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    import_bytes(&bytes, Some(&dir), opts)
+}
+
+/// Imports a serialized ModelProto. `model_dir` is where external data may live (`None` refuses external data).
+pub fn import_bytes(bytes: &[u8], model_dir: Option<&Path>, opts: &ImportOptions) -> Result<Graph, ImportError> {
+    let model = <ModelProto as prost::Message>::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    import_model(&model, model_dir, opts)
+}
+
+/// The opset of the default domain.
+fn default_opset(model: &ModelProto) -> i64 {
+    model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .unwrap_or(1)
+}
+
+pub fn import_model(model: &ModelProto, model_dir: Option<&Path>, opts: &ImportOptions) -> Result<Graph, ImportError> {
+    let graph = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
+    if !graph.sparse_initializer.is_empty() {
+        return Err(ImportError::Tensor {
+            name: "sparse_initializer".into(),
+            reason: "sparse initializers are not supported".into(),
+        });
+    }
+    let mut imp = Importer { g: Graph::new(), names: HashMap::new(), opset: default_opset(model), model_dir };
+
+    for init in &graph.initializer {
+        let t = tensor::decode(init, imp.model_dir)?;
+        if imp.names.contains_key(&init.name) {
+            return Err(ImportError::Duplicate(init.name.clone()));
+        }
+        let v = imp.g.add_const(init.name.clone(), t);
+        imp.names.insert(init.name.clone(), v);
+    }
+
+    // Graph inputs; those that are also initializers are weights.
+    let mut unbound = BTreeSet::new();
+    let mut used_bindings = BTreeSet::new();
+    for inp in &graph.input {
+        if imp.names.contains_key(&inp.name) {
+            continue;
+        }
+        let tt = inp
+            .r#type
+            .as_ref()
+            .and_then(|t| {
+                if t.sequence_type.is_some() || t.map_type.is_some() || t.optional_type.is_some() {
+                    None
+                } else {
+                    t.tensor_type.as_ref()
+                }
+            })
+            .ok_or_else(|| ImportError::Input {
+                name: inp.name.clone(),
+                reason: "only tensor inputs are supported (sequence, map, optional and sparse inputs are not)".into(),
+            })?;
+        let dtype = dtype_from_onnx(tt.elem_type)
+            .map_err(|reason| ImportError::Input { name: inp.name.clone(), reason })?;
+        let shape = if let Some(s) = opts.shapes.get(&inp.name) {
+            used_bindings.insert(inp.name.clone());
+            Some(s.clone())
+        } else {
+            let mut shape = Vec::new();
+            let mut ok = true;
+            for (i, d) in tt.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or(&[]).iter().enumerate() {
+                match (d.dim_value, &d.dim_param) {
+                    (Some(v), _) if v >= 0 => shape.push(v as usize),
+                    (Some(v), _) => {
+                        return Err(ImportError::Input {
+                            name: inp.name.clone(),
+                            reason: format!("dimension {i} is negative ({v})"),
+                        })
+                    }
+                    (None, Some(p)) if opts.dims.contains_key(p) => {
+                        used_bindings.insert(p.clone());
+                        shape.push(opts.dims[p]);
+                    }
+                    (None, Some(p)) if !p.is_empty() => {
+                        unbound.insert(format!("'{p}' (input '{}', dim {i})", inp.name));
+                        ok = false;
+                    }
+                    _ => {
+                        unbound.insert(format!("unnamed dim {i} of input '{}' (use --shape)", inp.name));
+                        ok = false;
+                    }
+                }
+            }
+            if tt.shape.is_none() {
+                unbound.insert(format!("the whole shape of input '{}' (use --shape)", inp.name));
+                ok = false;
+            }
+            ok.then_some(shape)
+        };
+        if shape.as_ref().is_some_and(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none()) {
+            return Err(ImportError::Input { name: inp.name.clone(), reason: "shape overflows".into() });
+        }
+        let v = imp.g.add_value(inp.name.clone(), shape.map(|s| TensorType::new(dtype, s)));
+        if imp.names.insert(inp.name.clone(), v).is_some() {
+            return Err(ImportError::Duplicate(inp.name.clone()));
+        }
+        imp.g.inputs.push(v);
+    }
+    if !unbound.is_empty() {
+        return Err(ImportError::UnboundDims(unbound.into_iter().collect::<Vec<_>>().join(", ")));
+    }
+    for k in opts.dims.keys().chain(opts.shapes.keys()) {
+        if !used_bindings.contains(k) {
+            return Err(ImportError::UnusedBinding(k.clone()));
+        }
+    }
+
+    for (i, node) in graph.node.iter().enumerate() {
+        imp.node(i, node)?;
+    }
+
+    for out in &graph.output {
+        let v = *imp.names.get(&out.name).ok_or_else(|| ImportError::UndefinedOutput(out.name.clone()))?;
+        imp.g.outputs.push(v);
+    }
+    Ok(imp.g)
+}
+
+struct Importer<'a> {
+    g: Graph,
+    names: HashMap<String, ValueId>,
+    opset: i64,
+    model_dir: Option<&'a Path>,
+}
+
+/// Attribute lookup for one node, with errors that name it.
+struct Attrs<'n> {
+    node: &'n NodeProto,
+    name: &'n str,
+}
+
+impl<'n> Attrs<'n> {
+    fn get(&self, key: &str) -> Option<&'n AttributeProto> {
+        self.node.attribute.iter().find(|a| a.name == key)
+    }
+    fn err(&self, reason: impl Into<String>) -> ImportError {
+        ImportError::Node { node: self.name.to_string(), op: self.node.op_type.clone(), reason: reason.into() }
+    }
+    fn int(&self, key: &str, default: i64) -> i64 {
+        self.get(key).map(|a| a.i).unwrap_or(default)
+    }
+    fn float(&self, key: &str, default: f32) -> f32 {
+        self.get(key).map(|a| a.f).unwrap_or(default)
+    }
+    fn ints(&self, key: &str) -> Option<Vec<i64>> {
+        self.get(key).map(|a| a.ints.clone())
+    }
+    fn string(&self, key: &str) -> Option<String> {
+        self.get(key).map(|a| String::from_utf8_lossy(&a.s).into_owned())
+    }
+    fn usizes(&self, key: &str) -> Result<Vec<usize>, ImportError> {
+        self.ints(key)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|x| usize::try_from(x).map_err(|_| self.err(format!("attribute '{key}' has a negative value {x}"))))
+            .collect()
+    }
+}
+
+impl Importer<'_> {
+    fn node(&mut self, index: usize, node: &NodeProto) -> Result<(), ImportError> {
+        let name = if node.name.is_empty() { format!("{}_{index}", node.op_type) } else { node.name.clone() };
+        let a = Attrs { node, name: &name };
+        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+            return Err(ImportError::UnknownDomain {
+                node: name.clone(),
+                op: node.op_type.clone(),
+                domain: node.domain.clone(),
+            });
+        }
+        if node.attribute.iter().any(|at| !at.ref_attr_name.is_empty() || at.g.is_some() || !at.graphs.is_empty()) {
+            return Err(a.err("subgraph and reference attributes (If, Loop, Scan, functions) are not supported"));
+        }
+        let mut inputs = Vec::with_capacity(node.input.len());
+        for n in &node.input {
+            if n.is_empty() {
+                inputs.push(None);
+            } else {
+                let v = *self
+                    .names
+                    .get(n)
+                    .ok_or_else(|| ImportError::UndefinedValue { node: name.clone(), value: n.clone() })?;
+                inputs.push(Some(v));
+            }
+        }
+        let opset = self.opset;
+        let op = match node.op_type.as_str() {
+            "Constant" => return self.constant(&a, node),
+            "Add" => Op::Binary(BinaryOp::Add),
+            "Sub" => Op::Binary(BinaryOp::Sub),
+            "Mul" => Op::Binary(BinaryOp::Mul),
+            "Div" => Op::Binary(BinaryOp::Div),
+            "Pow" => Op::Binary(BinaryOp::Pow),
+            "Equal" => Op::Binary(BinaryOp::Equal),
+            "Less" => Op::Binary(BinaryOp::Less),
+            "LessOrEqual" => Op::Binary(BinaryOp::LessOrEqual),
+            "Greater" => Op::Binary(BinaryOp::Greater),
+            "GreaterOrEqual" => Op::Binary(BinaryOp::GreaterOrEqual),
+            "And" => Op::Binary(BinaryOp::And),
+            "Or" => Op::Binary(BinaryOp::Or),
+            "Max" | "Min" if inputs.len() == 2 => {
+                Op::Binary(if node.op_type == "Max" { BinaryOp::Max } else { BinaryOp::Min })
+            }
+            "Neg" => Op::Unary(UnaryOp::Neg),
+            "Abs" => Op::Unary(UnaryOp::Abs),
+            "Sqrt" => Op::Unary(UnaryOp::Sqrt),
+            "Reciprocal" => Op::Unary(UnaryOp::Reciprocal),
+            "Exp" => Op::Unary(UnaryOp::Exp),
+            "Log" => Op::Unary(UnaryOp::Log),
+            "Erf" => Op::Unary(UnaryOp::Erf),
+            "Tanh" => Op::Unary(UnaryOp::Tanh),
+            "Sigmoid" => Op::Unary(UnaryOp::Sigmoid),
+            "Relu" => Op::Unary(UnaryOp::Relu),
+            "Floor" => Op::Unary(UnaryOp::Floor),
+            "Ceil" => Op::Unary(UnaryOp::Ceil),
+            "Sin" => Op::Unary(UnaryOp::Sin),
+            "Cos" => Op::Unary(UnaryOp::Cos),
+            "Not" => Op::Unary(UnaryOp::Not),
+            "IsNaN" => Op::Unary(UnaryOp::IsNaN),
+            "Gelu" => match a.string("approximate").as_deref().unwrap_or("none") {
+                "none" => Op::Unary(UnaryOp::Gelu),
+                "tanh" => Op::Unary(UnaryOp::GeluTanh),
+                other => return Err(a.err(format!("unknown approximate='{other}'"))),
+            },
+            "LeakyRelu" => Op::Unary(UnaryOp::LeakyRelu(a.float("alpha", 0.01))),
+            "HardSigmoid" => Op::Unary(UnaryOp::HardSigmoid(a.float("alpha", 0.2), a.float("beta", 0.5))),
+            "HardSwish" => Op::Unary(UnaryOp::HardSwish),
+            "Clip" => {
+                if opset < 11 {
+                    let lo = self.scalar_const(&name, "min", a.float("min", f32::NEG_INFINITY));
+                    let hi = self.scalar_const(&name, "max", a.float("max", f32::INFINITY));
+                    inputs.truncate(1);
+                    inputs.extend([Some(lo), Some(hi)]);
+                }
+                Op::Clip
+            }
+            "Where" => Op::Where,
+            "Cast" => {
+                let to = a.get("to").ok_or_else(|| a.err("missing attribute 'to'"))?.i as i32;
+                Op::Cast(dtype_from_onnx(to).map_err(|r| a.err(r))?)
+            }
+            "MatMul" => Op::MatMul,
+            "Gemm" => Op::Gemm {
+                alpha: a.float("alpha", 1.0),
+                beta: a.float("beta", 1.0),
+                trans_a: a.int("transA", 0) != 0,
+                trans_b: a.int("transB", 0) != 0,
+            },
+            "Softmax" => {
+                let legacy = opset < 13;
+                Op::Softmax { axis: a.int("axis", if legacy { 1 } else { -1 }), legacy }
+            }
+            "LayerNormalization" => {
+                if node.output.iter().skip(1).any(|o| !o.is_empty()) {
+                    return Err(a.err("the Mean and InvStdDev outputs (training) are not supported"));
+                }
+                Op::LayerNorm { axis: a.int("axis", -1), epsilon: a.float("epsilon", 1e-5) }
+            }
+            "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" => {
+                let op = match node.op_type.as_str() {
+                    "ReduceSum" => ReduceOp::Sum,
+                    "ReduceMean" => ReduceOp::Mean,
+                    "ReduceMax" => ReduceOp::Max,
+                    "ReduceMin" => ReduceOp::Min,
+                    _ => ReduceOp::Prod,
+                };
+                let axes_as_input = if op == ReduceOp::Sum { opset >= 13 } else { opset >= 18 };
+                if !axes_as_input {
+                    inputs.truncate(1);
+                    if let Some(axes) = a.ints("axes") {
+                        inputs.push(Some(self.ints_const(&name, "axes", axes)));
+                    }
+                }
+                Op::Reduce {
+                    op,
+                    axes: None,
+                    keepdims: a.int("keepdims", 1) != 0,
+                    noop_with_empty_axes: a.int("noop_with_empty_axes", 0) != 0,
+                }
+            }
+            "Conv" => {
+                if inputs.len() < 2 {
+                    return Err(a.err("Conv needs X and W"));
+                }
+                Op::Conv { window: self.window(&a, false)?, group: a.int("group", 1).max(1) as usize }
+            }
+            "MaxPool" | "AveragePool" => {
+                if node.output.iter().skip(1).any(|o| !o.is_empty()) {
+                    return Err(a.err("the Indices output of MaxPool is not supported"));
+                }
+                if a.int("storage_order", 0) != 0 {
+                    return Err(a.err("storage_order=1 is not supported"));
+                }
+                let kind = if node.op_type == "MaxPool" { PoolKind::Max } else { PoolKind::Avg };
+                Op::Pool {
+                    kind,
+                    window: self.window(&a, true)?,
+                    count_include_pad: a.int("count_include_pad", 0) != 0,
+                }
+            }
+            "GlobalAveragePool" => Op::GlobalPool(PoolKind::Avg),
+            "GlobalMaxPool" => Op::GlobalPool(PoolKind::Max),
+            "BatchNormalization" => {
+                if a.int("training_mode", 0) != 0 || node.output.iter().skip(1).any(|o| !o.is_empty()) {
+                    return Err(a.err("training mode (extra outputs) is not supported; export in eval mode"));
+                }
+                Op::BatchNorm { epsilon: a.float("epsilon", 1e-5) }
+            }
+            "Reshape" => {
+                if opset < 5 {
+                    return Err(a.err("Reshape-1 (shape as attribute) is not supported"));
+                }
+                Op::Reshape { allowzero: a.int("allowzero", 0) != 0 }
+            }
+            "Flatten" => Op::Flatten { axis: a.int("axis", 1) },
+            "Transpose" => Op::Transpose { perm: a.usizes("perm").ok().filter(|p| !p.is_empty()) },
+            "Concat" => Op::Concat { axis: a.get("axis").ok_or_else(|| a.err("missing attribute 'axis'"))?.i },
+            "Split" => {
+                if opset < 13 {
+                    inputs.truncate(1);
+                    if let Some(split) = a.ints("split") {
+                        inputs.push(Some(self.ints_const(&name, "split", split)));
+                    }
+                }
+                if let Some(n) = a.get("num_outputs") {
+                    if n.i as usize != node.output.len() {
+                        return Err(a.err("num_outputs differs from the number of outputs"));
+                    }
+                }
+                Op::Split { axis: a.int("axis", 0) }
+            }
+            "Slice" => {
+                if opset < 10 {
+                    let starts = a.ints("starts").ok_or_else(|| a.err("missing 'starts'"))?;
+                    let ends = a.ints("ends").ok_or_else(|| a.err("missing 'ends'"))?;
+                    let s = self.ints_const(&name, "starts", starts);
+                    let e = self.ints_const(&name, "ends", ends);
+                    inputs.truncate(1);
+                    inputs.extend([Some(s), Some(e)]);
+                    if let Some(axes) = a.ints("axes") {
+                        inputs.push(Some(self.ints_const(&name, "axes", axes)));
+                    }
+                }
+                Op::Slice
+            }
+            "Gather" => Op::Gather { axis: a.int("axis", 0) },
+            "Unsqueeze" | "Squeeze" => {
+                if opset < 13 {
+                    inputs.truncate(1);
+                    if let Some(axes) = a.ints("axes") {
+                        inputs.push(Some(self.ints_const(&name, "axes", axes)));
+                    }
+                }
+                if node.op_type == "Unsqueeze" {
+                    Op::Unsqueeze
+                } else {
+                    Op::Squeeze
+                }
+            }
+            "Expand" => Op::Expand,
+            "Identity" => Op::Identity,
+            "Dropout" => {
+                if node.output.iter().skip(1).any(|o| !o.is_empty()) {
+                    return Err(a.err("the mask output of Dropout is not supported"));
+                }
+                inputs.truncate(1);
+                Op::Dropout
+            }
+            "Shape" => Op::Shape { start: a.int("start", 0), end: a.get("end").map(|x| x.i) },
+            "ConstantOfShape" => {
+                let value = match a.get("value").and_then(|v| v.t.as_ref()) {
+                    Some(t) => tensor::decode(t, self.model_dir)?,
+                    None => Tensor::f32(vec![1], vec![0.0]),
+                };
+                if value.numel() != 1 {
+                    return Err(a.err("'value' must hold one element"));
+                }
+                Op::ConstantOfShape(value)
+            }
+            "Range" => Op::Range,
+            _ => return Err(ImportError::UnsupportedOp { node: name, op: node.op_type.clone() }),
+        };
+        // Drop trailing absent inputs so ops see only what is there.
+        while inputs.last() == Some(&None) {
+            inputs.pop();
+        }
+        let outputs = self.define_outputs(&name, &node.output, &op)?;
+        self.g.add_node(name.clone(), op, inputs, outputs).map_err(|e| a.err(e.to_string()))?;
+        Ok(())
+    }
+
+    fn define_outputs(&mut self, node: &str, outs: &[String], op: &Op) -> Result<Vec<ValueId>, ImportError> {
+        // Single-output ops whose optional extra outputs were refused above keep only the first.
+        let keep = match op {
+            Op::Split { .. } => outs.len(),
+            _ => 1.min(outs.len()),
+        };
+        if keep == 0 {
+            return Err(ImportError::Node {
+                node: node.into(),
+                op: op.name().into(),
+                reason: "the node has no outputs".into(),
+            });
+        }
+        let mut ids = Vec::new();
+        for o in &outs[..keep] {
+            if o.is_empty() || self.names.contains_key(o) {
+                return Err(ImportError::Duplicate(if o.is_empty() { format!("(empty output of '{node}')") } else { o.clone() }));
+            }
+            let v = self.g.add_value(o.clone(), None);
+            self.names.insert(o.clone(), v);
+            ids.push(v);
+        }
+        Ok(ids)
+    }
+
+    fn constant(&mut self, a: &Attrs, node: &NodeProto) -> Result<(), ImportError> {
+        let t = if let Some(t) = a.get("value").and_then(|x| x.t.as_ref()) {
+            tensor::decode(t, self.model_dir)?
+        } else if let Some(x) = a.get("value_float") {
+            Tensor::f32(vec![], vec![x.f])
+        } else if let Some(x) = a.get("value_floats") {
+            Tensor::f32(vec![x.floats.len()], x.floats.clone())
+        } else if let Some(x) = a.get("value_int") {
+            Tensor::i64(vec![], vec![x.i])
+        } else if let Some(x) = a.get("value_ints") {
+            Tensor::i64(vec![x.ints.len()], x.ints.clone())
+        } else {
+            return Err(a.err("only tensor, float(s) and int(s) constants are supported"));
+        };
+        let out = node.output.first().ok_or_else(|| a.err("Constant has no output"))?;
+        if self.names.contains_key(out) {
+            return Err(ImportError::Duplicate(out.clone()));
+        }
+        let v = self.g.add_const(out.clone(), t);
+        self.names.insert(out.clone(), v);
+        Ok(())
+    }
+
+    fn ints_const(&mut self, node: &str, what: &str, v: Vec<i64>) -> ValueId {
+        let name = self.g.fresh_name(&format!("{node}.{what}"));
+        self.g.add_const(name, Tensor::i64(vec![v.len()], v))
+    }
+
+    fn scalar_const(&mut self, node: &str, what: &str, v: f32) -> ValueId {
+        let name = self.g.fresh_name(&format!("{node}.{what}"));
+        self.g.add_const(name, Tensor::f32(vec![], vec![v]))
+    }
+
+    fn window(&self, a: &Attrs, pool: bool) -> Result<Window, ImportError> {
+        let auto_pad = match a.string("auto_pad").as_deref().unwrap_or("NOTSET") {
+            "NOTSET" | "" => AutoPad::NotSet,
+            "SAME_UPPER" => AutoPad::SameUpper,
+            "SAME_LOWER" => AutoPad::SameLower,
+            "VALID" => AutoPad::Valid,
+            other => return Err(a.err(format!("unknown auto_pad '{other}'"))),
+        };
+        let kernel = a.usizes("kernel_shape")?;
+        if pool && kernel.is_empty() {
+            return Err(a.err("missing attribute 'kernel_shape'"));
+        }
+        Ok(Window {
+            kernel,
+            strides: a.usizes("strides")?,
+            pads: a.usizes("pads")?,
+            dilations: a.usizes("dilations")?,
+            auto_pad,
+            ceil_mode: a.int("ceil_mode", 0) != 0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+//! The host evaluator used by constant folding: resolved elementwise and layout ops on host tensors.
+//! Floats compute in f64 and round to the declared dtype; integers compute in i64 with wrapping arithmetic.
+
+use wgslc_ir::{
+    broadcast_shapes, broadcast_strides, strided_indices, BinaryOp, DType, Data, Op, Tensor, UnaryOp,
+};
+
+/// Evaluates a resolved op on constant inputs; `None` if the op is not host-evaluable.
+pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorType]) -> Option<Vec<Tensor>> {
+    let out = &out_types[0];
+    let t = match op {
+        Op::Unary(u) => unary(*u, inputs[0], out.dtype),
+        Op::Binary(b) => binary(*b, inputs[0], inputs[1], &out.shape, out.dtype),
+        Op::Where => {
+            let (c, x, y) = (inputs[0], inputs[1], inputs[2]);
+            let ci = strided_indices(&out.shape, 0, &broadcast_strides(&c.shape, &out.shape));
+            let xi = strided_indices(&out.shape, 0, &broadcast_strides(&x.shape, &out.shape));
+            let yi = strided_indices(&out.shape, 0, &broadcast_strides(&y.shape, &out.shape));
+            let cv = c.to_f64();
+            let idx: Vec<(bool, usize, usize)> =
+                ci.iter().zip(&xi).zip(&yi).map(|((&c, &x), &y)| (cv[c] != 0.0, x, y)).collect();
+            let data = match (&x.data, &y.data) {
+                (Data::F32(a), Data::F32(b)) => Data::F32(idx.iter().map(|&(c, i, j)| if c { a[i] } else { b[j] }).collect()),
+                (Data::I64(a), Data::I64(b)) => Data::I64(idx.iter().map(|&(c, i, j)| if c { a[i] } else { b[j] }).collect()),
+                (Data::Bool(a), Data::Bool(b)) => Data::Bool(idx.iter().map(|&(c, i, j)| if c { a[i] } else { b[j] }).collect()),
+                _ => return None,
+            };
+            Tensor { dtype: out.dtype, shape: out.shape.clone(), data }
+        }
+        Op::Cast(to) => cast(inputs[0], *to),
+        Op::Alias => inputs[0].reshaped(out.shape.clone()),
+        Op::StridedCopy { offset, strides } => Tensor {
+            dtype: out.dtype,
+            shape: out.shape.clone(),
+            data: inputs[0].data.gather(&strided_indices(&out.shape, *offset, strides)),
+        },
+        Op::Concat { axis } => {
+            let axis = *axis as usize;
+            let outer: usize = out.shape[..axis].iter().product();
+            let mut idx_parts: Vec<Data> = Vec::new();
+            for o in 0..outer {
+                for t in inputs {
+                    let inner: usize = t.shape[axis..].iter().product();
+                    idx_parts.push(t.data.gather(&(o * inner..(o + 1) * inner).collect::<Vec<_>>()));
+                }
+            }
+            let parts: Vec<&Data> = idx_parts.iter().collect();
+            let data = if parts.is_empty() { empty_like(&inputs[0].data) } else { Data::concat(&parts) };
+            Tensor { dtype: out.dtype, shape: out.shape.clone(), data }
+        }
+        Op::Gather { axis } => {
+            let axis = *axis as usize;
+            let (d, ind) = (inputs[0], inputs[1]);
+            let outer: usize = d.shape[..axis].iter().product();
+            let inner: usize = d.shape[axis + 1..].iter().product();
+            let n = d.shape[axis] as i64;
+            let mut idx = Vec::new();
+            for o in 0..outer {
+                for &i in &ind.to_i64() {
+                    let i = if i < 0 { i + n } else { i };
+                    if !(0..n).contains(&i) {
+                        return None;
+                    }
+                    let base = (o * d.shape[axis] + i as usize) * inner;
+                    idx.extend(base..base + inner);
+                }
+            }
+            Tensor { dtype: out.dtype, shape: out.shape.clone(), data: d.data.gather(&idx) }
+        }
+        _ => return None,
+    };
+    Some(vec![t])
+}
+
+fn empty_like(d: &Data) -> Data {
+    match d {
+        Data::F32(_) => Data::F32(vec![]),
+        Data::I64(_) => Data::I64(vec![]),
+        Data::Bool(_) => Data::Bool(vec![]),
+    }
+}
+
+pub(crate) fn cast(t: &Tensor, to: DType) -> Tensor {
+    let data = match (&t.data, to) {
+        (Data::F32(v), d) if d.is_float() => Data::F32(v.clone()),
+        (Data::F32(v), DType::Bool) => Data::Bool(v.iter().map(|&x| x != 0.0).collect()),
+        (Data::F32(v), _) => Data::I64(v.iter().map(|&x| x as i64).collect()),
+        (Data::I64(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| x as f32).collect()),
+        (Data::I64(v), DType::Bool) => Data::Bool(v.iter().map(|&x| x != 0).collect()),
+        (Data::I64(v), _) => Data::I64(v.clone()),
+        (Data::Bool(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| x as u8 as f32).collect()),
+        (Data::Bool(v), DType::Bool) => Data::Bool(v.clone()),
+        (Data::Bool(v), _) => Data::I64(v.iter().map(|&x| x as i64).collect()),
+    };
+    Tensor { dtype: to, shape: t.shape.clone(), data }
+}
+
+/// erf with |error| < 1.2e-7 (Numerical Recipes' erfc Chebyshev fit), the same accuracy class as the shader's.
+pub(crate) fn erf(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t * (-z * z - 1.26551223
+        + t * (1.00002368
+            + t * (0.37409196
+                + t * (0.09678418
+                    + t * (-0.18628806
+                        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+        .exp();
+    if x >= 0.0 {
+        1.0 - r
+    } else {
+        r - 1.0
+    }
+}
+
+fn unary(u: UnaryOp, t: &Tensor, out: DType) -> Tensor {
+    if let (Data::I64(v), true) = (&t.data, out.is_int()) {
+        let f = |x: i64| -> i64 {
+            match u {
+                UnaryOp::Neg => x.wrapping_neg(),
+                UnaryOp::Abs => x.wrapping_abs(),
+                UnaryOp::Relu => x.max(0),
+                UnaryOp::Clip(lo, hi) => (x as f64).clamp(lo as f64, hi as f64) as i64,
+                _ => x,
+            }
+        };
+        return Tensor::i64(t.shape.clone(), v.iter().map(|&x| f(x)).collect()).retyped(out);
+    }
+    let v = t.to_f64();
+    let r: Vec<f64> = v
+        .iter()
+        .map(|&x| match u {
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Reciprocal => 1.0 / x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Erf => erf(x),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+            UnaryOp::GeluTanh => {
+                0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+            }
+            UnaryOp::LeakyRelu(a) => {
+                if x < 0.0 {
+                    a as f64 * x
+                } else {
+                    x
+                }
+            }
+            UnaryOp::HardSigmoid(a, b) => (a as f64 * x + b as f64).clamp(0.0, 1.0),
+            UnaryOp::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+            UnaryOp::Clip(lo, hi) => x.max(lo as f64).min(hi as f64),
+            UnaryOp::Not => (x == 0.0) as u8 as f64,
+            UnaryOp::IsNaN => x.is_nan() as u8 as f64,
+            UnaryOp::Identity => x,
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+        })
+        .collect();
+    Tensor::from_f64(out, t.shape.clone(), r)
+}
+
+fn binary(b: BinaryOp, x: &Tensor, y: &Tensor, shape: &[usize], out: DType) -> Tensor {
+    debug_assert_eq!(broadcast_shapes(&x.shape, &y.shape).as_deref(), Some(shape));
+    let xi = strided_indices(shape, 0, &broadcast_strides(&x.shape, shape));
+    let yi = strided_indices(shape, 0, &broadcast_strides(&y.shape, shape));
+    let ints = x.dtype.is_int() && y.dtype.is_int();
+    if ints && !b.returns_bool() {
+        let (xv, yv) = (x.to_i64(), y.to_i64());
+        let r = xi
+            .iter()
+            .zip(&yi)
+            .map(|(&i, &j)| {
+                let (a, c) = (xv[i], yv[j]);
+                match b {
+                    BinaryOp::Add => a.wrapping_add(c),
+                    BinaryOp::Sub => a.wrapping_sub(c),
+                    BinaryOp::Mul => a.wrapping_mul(c),
+                    BinaryOp::Div => {
+                        if c == 0 {
+                            0
+                        } else {
+                            a.wrapping_div(c)
+                        }
+                    }
+                    BinaryOp::Pow => (a as f64).powf(c as f64) as i64,
+                    BinaryOp::Max => a.max(c),
+                    BinaryOp::Min => a.min(c),
+                    _ => unreachable!("bool-returning ops are handled below"),
+                }
+            })
+            .collect();
+        return Tensor::i64(shape.to_vec(), r).retyped(out);
+    }
+    let (xv, yv) = (x.to_f64(), y.to_f64());
+    let r = xi
+        .iter()
+        .zip(&yi)
+        .map(|(&i, &j)| {
+            let (a, c) = (xv[i], yv[j]);
+            match b {
+                BinaryOp::Add => a + c,
+                BinaryOp::Sub => a - c,
+                BinaryOp::Mul => a * c,
+                BinaryOp::Div => a / c,
+                BinaryOp::Pow => a.powf(c),
+                BinaryOp::Max => a.max(c),
+                BinaryOp::Min => a.min(c),
+                BinaryOp::Equal => (a == c) as u8 as f64,
+                BinaryOp::Less => (a < c) as u8 as f64,
+                BinaryOp::LessOrEqual => (a <= c) as u8 as f64,
+                BinaryOp::Greater => (a > c) as u8 as f64,
+                BinaryOp::GreaterOrEqual => (a >= c) as u8 as f64,
+                BinaryOp::And => (a != 0.0 && c != 0.0) as u8 as f64,
+                BinaryOp::Or => (a != 0.0 || c != 0.0) as u8 as f64,
+            }
+        })
+        .collect();
+    Tensor::from_f64(out, shape.to_vec(), r)
+}
+
+trait Retype {
+    fn retyped(self, d: DType) -> Tensor;
+}
+
+impl Retype for Tensor {
+    fn retyped(mut self, d: DType) -> Tensor {
+        self.dtype = d;
+        self
+    }
+}

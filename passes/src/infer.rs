@@ -1,0 +1,705 @@
+//! Shape inference, op resolution and constant folding, in one walk over the graph in topological order.
+
+use crate::eval;
+use crate::PassError;
+use wgslc_ir::{
+    broadcast_shapes, broadcast_strides, contiguous_strides, AutoPad, DType, Graph, NodeId, Op, Tensor,
+    TensorType, UnaryOp, ValueId, Window,
+};
+
+/// Folding stops at this many output elements: larger all-constant results are computed on the GPU instead of
+/// being written into the artifact (ops that can only run on the host fold at any size).
+const FOLD_LIMIT: usize = 1 << 24;
+
+/// Infers every value's type, resolves import-level ops and folds constants.
+///
+/// Requires: graph inputs and weights are typed; the graph is acyclic.
+/// Establishes: every live value has a type; every remaining node holds a resolved op ([`Op::is_resolved`])
+/// whose inputs are only tensors it reads at run time (parameter inputs were absorbed); no remaining node
+/// has only constant inputs unless its op is GPU-only or its result exceeds the fold limit.
+pub fn infer_shapes(g: &mut Graph) -> Result<(), PassError> {
+    for n in g.topo_order()? {
+        infer_node(g, n)?;
+    }
+    Ok(())
+}
+
+struct Ctx<'g> {
+    g: &'g Graph,
+    n: NodeId,
+}
+
+impl Ctx<'_> {
+    fn err(&self, reason: impl Into<String>) -> PassError {
+        let node = self.g.node(self.n);
+        PassError::Node { node: node.name.clone(), op: node.op.name().into(), reason: reason.into() }
+    }
+    fn input(&self, i: usize) -> Result<ValueId, PassError> {
+        self.g
+            .node(self.n)
+            .inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| self.err(format!("missing input {i}")))
+    }
+    fn opt_input(&self, i: usize) -> Option<ValueId> {
+        self.g.node(self.n).inputs.get(i).copied().flatten()
+    }
+    fn ty(&self, i: usize) -> Result<&TensorType, PassError> {
+        let v = self.input(i)?;
+        self.g.value(v).ty.as_ref().ok_or_else(|| self.err(format!("input '{}' has no known type", self.g.value(v).name)))
+    }
+    /// A parameter input that must be known at compile time.
+    fn const_input(&self, i: usize, what: &str) -> Result<Option<&Tensor>, PassError> {
+        match self.opt_input(i) {
+            None => Ok(None),
+            Some(v) => self.g.const_data(v).map(Some).ok_or_else(|| {
+                self.err(format!(
+                    "the {what} input '{}' must be known at compile time (it is computed at run time)",
+                    self.g.value(v).name
+                ))
+            }),
+        }
+    }
+    fn axis(&self, axis: i64, rank: usize) -> Result<usize, PassError> {
+        let r = rank as i64;
+        let a = if axis < 0 { axis + r } else { axis };
+        if (0..r).contains(&a) {
+            Ok(a as usize)
+        } else {
+            Err(self.err(format!("axis {axis} is out of range for rank {rank}")))
+        }
+    }
+    fn check_same_dtype(&self, a: &TensorType, b: &TensorType) -> Result<(), PassError> {
+        if a.dtype != b.dtype {
+            return Err(self.err(format!("input dtypes differ: {} and {}", a.dtype, b.dtype)));
+        }
+        Ok(())
+    }
+}
+
+/// What inference decided for one node.
+struct Resolved {
+    op: Op,
+    /// Inputs after absorbing parameters.
+    inputs: Vec<Option<ValueId>>,
+    outputs: Vec<TensorType>,
+    /// Host-only ops (Shape, Range, …) give their value directly.
+    folded: Option<Vec<Tensor>>,
+}
+
+fn infer_node(g: &mut Graph, n: NodeId) -> Result<(), PassError> {
+    let cx = Ctx { g, n };
+    let node = g.node(n);
+    if node.outputs.is_empty() {
+        return Err(cx.err("no outputs"));
+    }
+    let mut r = resolve(&cx)?;
+    for t in &r.outputs {
+        if t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > (1usize << 40)) {
+            return Err(cx.err(format!("output shape {:?} is too large", t.shape)));
+        }
+    }
+
+    let node_outputs = g.node(n).outputs.clone();
+    // Split is the one op that becomes several nodes: one strided copy per output, each then inferred (and
+    // folded) like any other node.
+    if let Op::Split { axis } = r.op {
+        for (&v, t) in node_outputs.iter().zip(r.outputs) {
+            g.value_mut(v).ty = Some(t);
+        }
+        for part in expand_split(g, n, axis as usize)? {
+            infer_node(g, part)?;
+        }
+        return Ok(());
+    }
+
+    if r.folded.is_none() {
+        let all_const = r.inputs.iter().flatten().all(|&v| g.const_data(v).is_some());
+        let small = r.outputs.iter().all(|t| t.numel() <= FOLD_LIMIT);
+        if all_const && small && !r.inputs.is_empty() {
+            let ins: Vec<&Tensor> = r.inputs.iter().flatten().map(|&v| g.const_data(v).unwrap()).collect();
+            r.folded = eval::eval(&r.op, &ins, &r.outputs);
+        }
+    }
+    if let Some(ts) = r.folded {
+        g.fold_node(n, ts);
+        return Ok(());
+    }
+    for (&v, t) in node_outputs.iter().zip(r.outputs) {
+        g.value_mut(v).ty = Some(t);
+    }
+    g.node_mut(n).op = r.op;
+    g.set_inputs(n, r.inputs);
+    Ok(())
+}
+
+fn keep(cx: &Ctx, op: Op, outputs: Vec<TensorType>) -> Resolved {
+    Resolved { op, inputs: cx.g.node(cx.n).inputs.clone(), outputs, folded: None }
+}
+
+fn one_input(cx: &Ctx, op: Op, out: TensorType) -> Result<Resolved, PassError> {
+    Ok(Resolved { op, inputs: vec![Some(cx.input(0)?)], outputs: vec![out], folded: None })
+}
+
+fn alias(cx: &Ctx, shape: Vec<usize>) -> Result<Resolved, PassError> {
+    let t = cx.ty(0)?;
+    if shape.iter().product::<usize>() != t.numel() {
+        return Err(cx.err(format!("cannot reshape {:?} ({} elements) to {:?}", t.shape, t.numel(), shape)));
+    }
+    one_input(cx, Op::Alias, TensorType::new(t.dtype, shape))
+}
+
+fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
+    let node = cx.g.node(cx.n);
+    let op = node.op.clone();
+    match op {
+        Op::Unary(u) => {
+            let t = cx.ty(0)?.clone();
+            let dtype = match u {
+                UnaryOp::Not => {
+                    if t.dtype != DType::Bool {
+                        return Err(cx.err(format!("Not needs a bool input, got {}", t.dtype)));
+                    }
+                    DType::Bool
+                }
+                UnaryOp::IsNaN => DType::Bool,
+                _ => t.dtype,
+            };
+            Ok(keep(cx, op, vec![TensorType::new(dtype, t.shape)]))
+        }
+        Op::Binary(b) => {
+            let (x, y) = (cx.ty(0)?, cx.ty(1)?);
+            if b != wgslc_ir::BinaryOp::Pow {
+                cx.check_same_dtype(x, y)?;
+            }
+            let shape = broadcast_shapes(&x.shape, &y.shape)
+                .ok_or_else(|| cx.err(format!("shapes {:?} and {:?} do not broadcast", x.shape, y.shape)))?;
+            let dtype = if b.returns_bool() { DType::Bool } else { x.dtype };
+            Ok(keep(cx, op, vec![TensorType::new(dtype, shape)]))
+        }
+        Op::Where => {
+            let (c, x, y) = (cx.ty(0)?, cx.ty(1)?, cx.ty(2)?);
+            cx.check_same_dtype(x, y)?;
+            if c.dtype != DType::Bool {
+                return Err(cx.err(format!("the condition must be bool, got {}", c.dtype)));
+            }
+            let shape = broadcast_shapes(&c.shape, &x.shape)
+                .and_then(|s| broadcast_shapes(&s, &y.shape))
+                .ok_or_else(|| cx.err("the three shapes do not broadcast"))?;
+            Ok(keep(cx, op, vec![TensorType::new(x.dtype, shape)]))
+        }
+        Op::Cast(to) => {
+            let t = cx.ty(0)?;
+            if t.dtype == to {
+                return alias(cx, t.shape.clone());
+            }
+            Ok(keep(cx, op, vec![TensorType::new(to, t.shape.clone())]))
+        }
+        Op::Clip => {
+            let t = cx.ty(0)?.clone();
+            let bound = |i: usize, default: f32| -> Result<f32, PassError> {
+                Ok(match cx.const_input(i, "min/max")? {
+                    Some(c) if c.numel() == 1 => c.to_f64()[0] as f32,
+                    Some(_) => return Err(cx.err("min and max must be scalars")),
+                    None => default,
+                })
+            };
+            let (lo, hi) = (bound(1, f32::NEG_INFINITY)?, bound(2, f32::INFINITY)?);
+            one_input(cx, Op::Unary(UnaryOp::Clip(lo, hi)), t)
+        }
+        Op::MatMul => {
+            let (a, b) = (cx.ty(0)?, cx.ty(1)?);
+            cx.check_same_dtype(a, b)?;
+            if !a.dtype.is_float() {
+                return Err(cx.err(format!("integer MatMul ({}) is not supported", a.dtype)));
+            }
+            if a.rank() == 0 || b.rank() == 0 {
+                return Err(cx.err("MatMul inputs must have rank ≥ 1"));
+            }
+            let (m, k) = if a.rank() == 1 { (1, a.shape[0]) } else { (a.shape[a.rank() - 2], a.shape[a.rank() - 1]) };
+            let (k2, nn) = if b.rank() == 1 { (b.shape[0], 1) } else { (b.shape[b.rank() - 2], b.shape[b.rank() - 1]) };
+            if k != k2 {
+                return Err(cx.err(format!("inner dimensions differ: {:?} @ {:?}", a.shape, b.shape)));
+            }
+            let ab = &a.shape[..a.rank().saturating_sub(2)];
+            let bb = &b.shape[..b.rank().saturating_sub(2)];
+            let mut shape = broadcast_shapes(ab, bb)
+                .ok_or_else(|| cx.err(format!("batch dimensions do not broadcast: {:?} and {:?}", a.shape, b.shape)))?;
+            if a.rank() > 1 {
+                shape.push(m);
+            }
+            if b.rank() > 1 {
+                shape.push(nn);
+            }
+            Ok(keep(cx, op, vec![TensorType::new(a.dtype, shape)]))
+        }
+        Op::Gemm { trans_a, trans_b, .. } => {
+            let (a, b) = (cx.ty(0)?, cx.ty(1)?);
+            if a.rank() != 2 || b.rank() != 2 {
+                return Err(cx.err("Gemm inputs must be 2-D"));
+            }
+            let (m, k) = if trans_a { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
+            let (k2, nn) = if trans_b { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
+            if k != k2 {
+                return Err(cx.err(format!("inner dimensions differ: {:?} and {:?}", a.shape, b.shape)));
+            }
+            if cx.opt_input(2).is_some() {
+                let c = cx.ty(2)?;
+                if broadcast_shapes(&c.shape, &[m, nn]).as_deref() != Some(&[m, nn][..]) {
+                    return Err(cx.err(format!("C of shape {:?} does not broadcast to [{m}, {nn}]", c.shape)));
+                }
+            }
+            Ok(keep(cx, op, vec![TensorType::new(a.dtype, vec![m, nn])]))
+        }
+        Op::Conv { window, group } => {
+            let (x, w) = (cx.ty(0)?, cx.ty(1)?);
+            if x.rank() < 3 || w.rank() != x.rank() {
+                return Err(cx.err(format!("X {:?} and W {:?} must have the same rank ≥ 3", x.shape, w.shape)));
+            }
+            let c = x.shape[1];
+            if group == 0 || c % group != 0 || w.shape[0] % group != 0 || w.shape[1] * group != c {
+                return Err(cx.err(format!("channels {c} do not match W {:?} with group {group}", w.shape)));
+            }
+            if let Some(b) = cx.opt_input(2) {
+                let bt = cx.g.ty(b);
+                if bt.shape != [w.shape[0]] {
+                    return Err(cx.err(format!("bias shape {:?} must be [{}]", bt.shape, w.shape[0])));
+                }
+            }
+            let spatial = &x.shape[2..];
+            let window = resolve_window(cx, window, &w.shape[2..], spatial)?;
+            let mut shape = vec![x.shape[0], w.shape[0]];
+            shape.extend(window_out(cx, &window, spatial)?);
+            Ok(keep(cx, Op::Conv { window, group }, vec![TensorType::new(x.dtype, shape)]))
+        }
+        Op::Pool { kind, window, count_include_pad } => {
+            let x = cx.ty(0)?.clone();
+            if x.rank() < 3 {
+                return Err(cx.err("pooling needs rank ≥ 3"));
+            }
+            let k = window.kernel.clone();
+            if k.len() != x.rank() - 2 {
+                return Err(cx.err("kernel_shape rank does not match the input"));
+            }
+            let window = resolve_window(cx, window, &k, &x.shape[2..])?;
+            let mut shape = x.shape[..2].to_vec();
+            shape.extend(window_out(cx, &window, &x.shape[2..])?);
+            one_input(cx, Op::Pool { kind, window, count_include_pad }, TensorType::new(x.dtype, shape))
+        }
+        Op::GlobalPool(_) => {
+            let x = cx.ty(0)?.clone();
+            if x.rank() < 3 {
+                return Err(cx.err("global pooling needs rank ≥ 3"));
+            }
+            let mut shape = x.shape.clone();
+            shape[2..].iter_mut().for_each(|d| *d = 1);
+            Ok(keep(cx, op, vec![TensorType::new(x.dtype, shape)]))
+        }
+        Op::BatchNorm { .. } => {
+            let x = cx.ty(0)?.clone();
+            if x.rank() < 2 {
+                return Err(cx.err("BatchNormalization needs rank ≥ 2"));
+            }
+            for i in 1..5 {
+                let t = cx.ty(i)?;
+                if t.shape != [x.shape[1]] {
+                    return Err(cx.err(format!("parameter {i} has shape {:?}, expected [{}]", t.shape, x.shape[1])));
+                }
+            }
+            Ok(keep(cx, op, vec![x]))
+        }
+        Op::Softmax { axis, legacy } => {
+            let x = cx.ty(0)?.clone();
+            let axis = if x.rank() == 0 { 0 } else { cx.axis(axis, x.rank())? as i64 };
+            Ok(keep(cx, Op::Softmax { axis, legacy }, vec![x]))
+        }
+        Op::LayerNorm { axis, epsilon } => {
+            let x = cx.ty(0)?.clone();
+            let axis = cx.axis(axis, x.rank())?;
+            let norm = &x.shape[axis..];
+            for i in 1..3 {
+                if cx.opt_input(i).is_some() {
+                    let t = cx.ty(i)?;
+                    if broadcast_shapes(&t.shape, norm).as_deref() != Some(norm) {
+                        return Err(cx.err(format!("scale/bias {:?} do not broadcast to {:?}", t.shape, norm)));
+                    }
+                }
+            }
+            Ok(keep(cx, Op::LayerNorm { axis: axis as i64, epsilon }, vec![x]))
+        }
+        Op::Reduce { op: rop, axes, keepdims, noop_with_empty_axes } => {
+            let x = cx.ty(0)?.clone();
+            let given = match axes {
+                Some(a) => Some(a),
+                None => cx.const_input(1, "axes")?.map(|t| t.to_i64()),
+            };
+            let mut axes: Vec<usize> = match given {
+                Some(a) if !a.is_empty() => a.iter().map(|&a| cx.axis(a, x.rank())).collect::<Result<_, _>>()?,
+                _ if noop_with_empty_axes => return alias(cx, x.shape.clone()),
+                _ => (0..x.rank()).collect(),
+            };
+            axes.sort();
+            axes.dedup();
+            let mut shape = Vec::new();
+            for (d, &s) in x.shape.iter().enumerate() {
+                if !axes.contains(&d) {
+                    shape.push(s);
+                } else if keepdims {
+                    shape.push(1);
+                }
+            }
+            let op = Op::Reduce { op: rop, axes: Some(axes.iter().map(|&a| a as i64).collect()), keepdims, noop_with_empty_axes };
+            one_input(cx, op, TensorType::new(x.dtype, shape))
+        }
+        Op::Reshape { allowzero } => {
+            let x = cx.ty(0)?.clone();
+            let spec = cx.const_input(1, "shape")?.ok_or_else(|| cx.err("missing shape"))?.to_i64();
+            let mut shape = Vec::with_capacity(spec.len());
+            let mut infer_at = None;
+            for (i, &s) in spec.iter().enumerate() {
+                match s {
+                    -1 if infer_at.is_none() => {
+                        infer_at = Some(i);
+                        shape.push(1);
+                    }
+                    0 if !allowzero => shape.push(
+                        *x.shape.get(i).ok_or_else(|| cx.err(format!("shape[{i}] = 0 copies a dim the input lacks")))?,
+                    ),
+                    s if s >= 0 => shape.push(s as usize),
+                    _ => return Err(cx.err(format!("invalid shape {spec:?}"))),
+                }
+            }
+            if let Some(i) = infer_at {
+                let known: usize = shape.iter().product();
+                if known == 0 || x.numel() % known != 0 {
+                    return Err(cx.err(format!("cannot reshape {:?} to {spec:?}", x.shape)));
+                }
+                shape[i] = x.numel() / known;
+            }
+            alias(cx, shape)
+        }
+        Op::Flatten { axis } => {
+            let x = cx.ty(0)?.clone();
+            let a = if axis == x.rank() as i64 { x.rank() } else { cx.axis(axis, x.rank().max(1))? };
+            alias(cx, vec![x.shape[..a].iter().product(), x.shape[a..].iter().product()])
+        }
+        Op::Unsqueeze => {
+            let x = cx.ty(0)?.clone();
+            let axes = cx.const_input(1, "axes")?.ok_or_else(|| cx.err("missing axes"))?.to_i64();
+            let r = x.rank() + axes.len();
+            let mut axes: Vec<usize> = axes.iter().map(|&a| cx.axis(a, r)).collect::<Result<_, _>>()?;
+            axes.sort();
+            let mut shape = x.shape.clone();
+            for a in axes {
+                shape.insert(a, 1);
+            }
+            alias(cx, shape)
+        }
+        Op::Squeeze => {
+            let x = cx.ty(0)?.clone();
+            let axes: Vec<usize> = match cx.const_input(1, "axes")? {
+                Some(t) => t.to_i64().iter().map(|&a| cx.axis(a, x.rank())).collect::<Result<_, _>>()?,
+                None => (0..x.rank()).filter(|&d| x.shape[d] == 1).collect(),
+            };
+            if let Some(&a) = axes.iter().find(|&&a| x.shape[a] != 1) {
+                return Err(cx.err(format!("cannot squeeze axis {a} of size {}", x.shape[a])));
+            }
+            let shape = x.shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &s)| s).collect();
+            alias(cx, shape)
+        }
+        Op::Identity | Op::Dropout => alias(cx, cx.ty(0)?.shape.clone()),
+        Op::Transpose { perm } => {
+            let x = cx.ty(0)?.clone();
+            let perm = perm.unwrap_or_else(|| (0..x.rank()).rev().collect());
+            let mut seen = perm.clone();
+            seen.sort();
+            if seen != (0..x.rank()).collect::<Vec<_>>() {
+                return Err(cx.err(format!("perm {perm:?} is not a permutation of 0..{}", x.rank())));
+            }
+            let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
+            // Moving only size-1 axes keeps the element order: a reshape.
+            let moved: Vec<usize> = perm.iter().copied().filter(|&p| x.shape[p] != 1).collect();
+            if moved.windows(2).all(|w| w[0] < w[1]) {
+                return alias(cx, shape);
+            }
+            let cs = contiguous_strides(&x.shape);
+            let strides = perm.iter().map(|&p| cs[p] as i64).collect();
+            one_input(cx, Op::StridedCopy { offset: 0, strides }, TensorType::new(x.dtype, shape))
+        }
+        Op::Expand => {
+            let x = cx.ty(0)?.clone();
+            let spec: Vec<usize> = cx
+                .const_input(1, "shape")?
+                .ok_or_else(|| cx.err("missing shape"))?
+                .to_i64()
+                .iter()
+                .map(|&d| usize::try_from(d).map_err(|_| cx.err(format!("negative dim {d}"))))
+                .collect::<Result<_, _>>()?;
+            let shape = broadcast_shapes(&x.shape, &spec)
+                .ok_or_else(|| cx.err(format!("{:?} does not expand to {spec:?}", x.shape)))?;
+            if shape.iter().product::<usize>() == x.numel() {
+                return alias(cx, shape);
+            }
+            let strides = broadcast_strides(&x.shape, &shape);
+            one_input(cx, Op::StridedCopy { offset: 0, strides }, TensorType::new(x.dtype, shape))
+        }
+        Op::Concat { axis } => {
+            let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+            let first = cx.ty(0)?.clone();
+            let axis = cx.axis(axis, first.rank())?;
+            let mut shape = first.shape.clone();
+            shape[axis] = 0;
+            for &v in &inputs {
+                let t = cx.g.ty(v);
+                if t.rank() != first.rank()
+                    || t.dtype != first.dtype
+                    || t.shape.iter().enumerate().any(|(d, &s)| d != axis && s != first.shape[d])
+                {
+                    return Err(cx.err(format!("input {} does not match {}", t, first)));
+                }
+                shape[axis] += t.shape[axis];
+            }
+            // Empty parts contribute nothing.
+            let inputs: Vec<Option<ValueId>> =
+                inputs.into_iter().filter(|&v| cx.g.ty(v).shape[axis] > 0).map(Some).collect();
+            if inputs.len() == 1 {
+                return Ok(Resolved { op: Op::Alias, inputs, outputs: vec![TensorType::new(first.dtype, shape)], folded: None });
+            }
+            Ok(Resolved {
+                op: Op::Concat { axis: axis as i64 },
+                inputs,
+                outputs: vec![TensorType::new(first.dtype, shape)],
+                folded: None,
+            })
+        }
+        Op::Split { axis } => split(cx, axis),
+        Op::Slice => slice(cx),
+        Op::Gather { axis } => {
+            let (x, ind) = (cx.ty(0)?.clone(), cx.ty(1)?.clone());
+            if !ind.dtype.is_int() {
+                return Err(cx.err(format!("indices must be integers, got {}", ind.dtype)));
+            }
+            let axis = cx.axis(axis, x.rank())?;
+            let mut shape = x.shape[..axis].to_vec();
+            shape.extend(&ind.shape);
+            shape.extend(&x.shape[axis + 1..]);
+            let out = TensorType::new(x.dtype, shape);
+            // A constant scalar index on run-time data is a strided view: no index buffer, no gather kernel.
+            if let Some(c) = cx.g.const_data(cx.input(1)?) {
+                let n = x.shape[axis] as i64;
+                let idx: Vec<i64> = c.to_i64();
+                if let Some(&i) = idx.iter().find(|&&i| !(-n..n).contains(&i)) {
+                    return Err(cx.err(format!("index {i} is out of range for axis {axis} of size {n}")));
+                }
+                if ind.rank() == 0 && cx.g.const_data(cx.input(0)?).is_none() {
+                    let i = if idx[0] < 0 { idx[0] + n } else { idx[0] };
+                    let cs = contiguous_strides(&x.shape);
+                    let strides = (0..x.rank()).filter(|&d| d != axis).map(|d| cs[d] as i64).collect();
+                    return one_input(cx, Op::StridedCopy { offset: i * cs[axis] as i64, strides }, out);
+                }
+            }
+            Ok(keep(cx, Op::Gather { axis: axis as i64 }, vec![out]))
+        }
+        Op::Shape { start, end } => {
+            let x = cx.ty(0)?;
+            let r = x.rank() as i64;
+            let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+            let (s, e) = (clamp(start), clamp(end.unwrap_or(r)));
+            let dims: Vec<i64> = x.shape[s..e.max(s)].iter().map(|&d| d as i64).collect();
+            let t = Tensor::i64(vec![dims.len()], dims);
+            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
+        }
+        Op::ConstantOfShape(ref value) => {
+            let dims = cx.const_input(0, "shape")?.ok_or_else(|| cx.err("missing shape"))?.to_i64();
+            let shape: Vec<usize> = dims
+                .iter()
+                .map(|&d| usize::try_from(d).map_err(|_| cx.err(format!("negative dim {d}"))))
+                .collect::<Result<_, _>>()?;
+            let n: usize = shape.iter().product();
+            if n > FOLD_LIMIT * 4 {
+                return Err(cx.err(format!("a constant of {n} elements is too large to embed")));
+            }
+            let t = Tensor { dtype: value.dtype, shape: shape.clone(), data: value.data.gather(&vec![0; n]) };
+            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
+        }
+        Op::Range => {
+            let get = |i: usize, w: &str| -> Result<Tensor, PassError> {
+                cx.const_input(i, w)?.cloned().ok_or_else(|| cx.err(format!("missing {w}")))
+            };
+            let (s, l, d) = (get(0, "start")?, get(1, "limit")?, get(2, "delta")?);
+            let (sv, lv, dv) = (s.to_f64()[0], l.to_f64()[0], d.to_f64()[0]);
+            if dv == 0.0 {
+                return Err(cx.err("delta is zero"));
+            }
+            let n = ((lv - sv) / dv).ceil().max(0.0) as usize;
+            if n > FOLD_LIMIT * 4 {
+                return Err(cx.err(format!("a range of {n} elements is too large to embed")));
+            }
+            let t = if s.dtype.is_int() {
+                let (si, di) = (s.to_i64()[0], d.to_i64()[0]);
+                Tensor { dtype: s.dtype, shape: vec![n], data: wgslc_ir::Data::I64((0..n as i64).map(|i| si + i * di).collect()) }
+            } else {
+                Tensor::from_f64(s.dtype, vec![n], (0..n).map(|i| sv + i as f64 * dv).collect())
+            };
+            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
+        }
+        Op::Alias | Op::StridedCopy { .. } => {
+            // Already resolved (passes may run inference again); the output types stand.
+            let outs = node.outputs.iter().map(|&o| cx.g.ty(o).clone()).collect();
+            Ok(keep(cx, op, outs))
+        }
+    }
+}
+
+fn resolve_window(cx: &Ctx, mut w: Window, kernel: &[usize], spatial: &[usize]) -> Result<Window, PassError> {
+    let r = spatial.len();
+    if w.kernel.is_empty() {
+        w.kernel = kernel.to_vec();
+    } else if w.kernel != kernel {
+        return Err(cx.err(format!("kernel_shape {:?} does not match W {:?}", w.kernel, kernel)));
+    }
+    if w.strides.is_empty() {
+        w.strides = vec![1; r];
+    }
+    if w.dilations.is_empty() {
+        w.dilations = vec![1; r];
+    }
+    if w.strides.len() != r || w.dilations.len() != r || w.strides.contains(&0) || w.dilations.contains(&0) {
+        return Err(cx.err("strides and dilations must be positive and match the spatial rank"));
+    }
+    match w.auto_pad {
+        AutoPad::NotSet => {
+            if w.pads.is_empty() {
+                w.pads = vec![0; 2 * r];
+            }
+            if w.pads.len() != 2 * r {
+                return Err(cx.err(format!("pads {:?} must have {} entries", w.pads, 2 * r)));
+            }
+        }
+        AutoPad::Valid => w.pads = vec![0; 2 * r],
+        AutoPad::SameUpper | AutoPad::SameLower => {
+            let mut pads = vec![0; 2 * r];
+            for d in 0..r {
+                let out = spatial[d].div_ceil(w.strides[d]);
+                let span = (w.kernel[d] - 1) * w.dilations[d] + 1;
+                let total = ((out.max(1) - 1) * w.strides[d] + span).saturating_sub(spatial[d]);
+                let small = total / 2;
+                let (b, e) = if w.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
+                pads[d] = b;
+                pads[d + r] = e;
+            }
+            w.pads = pads;
+        }
+    }
+    w.auto_pad = AutoPad::NotSet;
+    Ok(w)
+}
+
+fn window_out(cx: &Ctx, w: &Window, spatial: &[usize]) -> Result<Vec<usize>, PassError> {
+    let r = spatial.len();
+    (0..r)
+        .map(|d| {
+            let padded = spatial[d] + w.pads[d] + w.pads[d + r];
+            let span = (w.kernel[d].max(1) - 1) * w.dilations[d] + 1;
+            if padded < span {
+                return Err(cx.err(format!("window {span} is larger than the padded input {padded}")));
+            }
+            let num = padded - span;
+            let mut out = if w.ceil_mode { num.div_ceil(w.strides[d]) + 1 } else { num / w.strides[d] + 1 };
+            // ONNX: the last window must start inside the input or the begin padding.
+            if w.ceil_mode && (out - 1) * w.strides[d] >= spatial[d] + w.pads[d] {
+                out -= 1;
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+fn slice(cx: &Ctx) -> Result<Resolved, PassError> {
+    let x = cx.ty(0)?.clone();
+    let starts = cx.const_input(1, "starts")?.ok_or_else(|| cx.err("missing starts"))?.to_i64();
+    let ends = cx.const_input(2, "ends")?.ok_or_else(|| cx.err("missing ends"))?.to_i64();
+    let axes: Vec<i64> = cx.const_input(3, "axes")?.map(|t| t.to_i64()).unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps: Vec<i64> = cx.const_input(4, "steps")?.map(|t| t.to_i64()).unwrap_or_else(|| vec![1; starts.len()]);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(cx.err("starts, ends, axes and steps differ in length"));
+    }
+    let cs = contiguous_strides(&x.shape);
+    let mut shape = x.shape.clone();
+    let mut strides: Vec<i64> = cs.iter().map(|&s| s as i64).collect();
+    let mut offset = 0i64;
+    let mut seen = vec![false; x.rank()];
+    for i in 0..starts.len() {
+        let a = cx.axis(axes[i], x.rank())?;
+        if std::mem::replace(&mut seen[a], true) {
+            return Err(cx.err(format!("axis {a} appears twice")));
+        }
+        let dim = x.shape[a] as i64;
+        let step = steps[i];
+        if step == 0 {
+            return Err(cx.err("step is zero"));
+        }
+        let norm = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
+        let (s, e) = if step > 0 {
+            (norm(starts[i]).clamp(0, dim), norm(ends[i]).clamp(0, dim))
+        } else {
+            (norm(starts[i]).clamp(0, dim - 1), norm(ends[i]).clamp(-1, dim - 1))
+        };
+        let len = if step > 0 { (e - s).max(0).div_euclid(1) } else { (s - e).max(0) };
+        let n = (len + step.abs() - 1) / step.abs();
+        shape[a] = n as usize;
+        if n > 0 {
+            offset += s * cs[a] as i64;
+        }
+        strides[a] = step * cs[a] as i64;
+    }
+    let out = TensorType::new(x.dtype, shape);
+    if out.numel() == x.numel() && offset == 0 && strides.iter().zip(&cs).all(|(&s, &c)| s == c as i64) {
+        return alias(cx, out.shape);
+    }
+    one_input(cx, Op::StridedCopy { offset, strides }, out)
+}
+
+/// Split becomes one StridedCopy node per output (they are independent kernels).
+fn split(cx: &Ctx, axis: i64) -> Result<Resolved, PassError> {
+    let x = cx.ty(0)?.clone();
+    let axis = cx.axis(axis, x.rank())?;
+    let nout = cx.g.node(cx.n).outputs.len();
+    let dim = x.shape[axis];
+    let sizes: Vec<usize> = match cx.const_input(1, "split")? {
+        Some(t) => t.to_i64().iter().map(|&s| s.max(0) as usize).collect(),
+        None => {
+            let part = dim.div_ceil(nout.max(1));
+            (0..nout).map(|i| part.min(dim.saturating_sub(i * part))).collect()
+        }
+    };
+    if sizes.len() != nout || sizes.iter().sum::<usize>() != dim {
+        return Err(cx.err(format!("split sizes {sizes:?} do not cover axis {axis} of size {dim} in {nout} parts")));
+    }
+    let outputs = sizes
+        .iter()
+        .map(|&s| {
+            let mut sh = x.shape.clone();
+            sh[axis] = s;
+            TensorType::new(x.dtype, sh)
+        })
+        .collect();
+    Ok(Resolved { op: Op::Split { axis: axis as i64 }, inputs: vec![Some(cx.input(0)?)], outputs, folded: None })
+}
+
+/// Replaces a typed Split node by one StridedCopy node per output.
+fn expand_split(g: &mut Graph, n: NodeId, axis: usize) -> Result<Vec<NodeId>, PassError> {
+    let node = g.remove_node(n);
+    let x = node.inputs[0].expect("split input");
+    let cs = contiguous_strides(&g.ty(x).shape);
+    let mut start = 0usize;
+    let mut parts = Vec::new();
+    for (i, &o) in node.outputs.iter().enumerate() {
+        let op = Op::StridedCopy { offset: (start * cs[axis]) as i64, strides: cs.iter().map(|&s| s as i64).collect() };
+        start += g.ty(o).shape[axis];
+        parts.push(g.add_node(format!("{}/{i}", node.name), op, vec![Some(x)], vec![o])?);
+    }
+    Ok(parts)
+}

@@ -1,0 +1,108 @@
+//! Graph passes. Each pass is a function over the IR whose doc comment states what it requires and what it
+//! establishes; [`verify`] checks the invariants of a [`Stage`] and runs after every pass in debug builds and
+//! tests. **Architecture Invariant:** passes do no I/O.
+//!
+//! The analyses at the end of the pipeline return side tables ([`Schedule`], [`MemoryPlan`]) that the emitter
+//! takes by type, so nothing can be emitted from an unscheduled or unplanned graph.
+
+mod eval;
+mod infer;
+mod lower;
+mod memory;
+pub use memory::ALIGN;
+mod schedule;
+
+pub use infer::infer_shapes;
+pub use lower::{eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, storage_of, Storage};
+pub use memory::{plan_memory, BufferKind, MemoryPlan, PlannedBuffer, Slot};
+pub use schedule::{schedule, KernelGroup, Schedule};
+
+use wgslc_ir::{Graph, GraphError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error("node '{node}' ({op}): {reason}")]
+    Node { node: String, op: String, reason: String },
+    #[error("value '{value}': {reason}")]
+    Value { value: String, reason: String },
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+}
+
+/// Where in the pipeline a graph is, for [`verify`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// Straight from a frontend: acyclic, inputs and weights typed.
+    Imported,
+    /// After [`infer_shapes`]: every live value typed, every node resolved.
+    Inferred,
+    /// After [`legalize`]: every runtime value has a storage type, outputs own their storage.
+    Legalized,
+}
+
+/// Checks the invariants a graph must hold at `stage`.
+pub fn verify(g: &Graph, stage: Stage) -> Result<(), PassError> {
+    let order = g.topo_order()?;
+    for &v in &g.inputs {
+        if g.value(v).ty.is_none() || g.value(v).data.is_some() {
+            return Err(PassError::Value { value: g.value(v).name.clone(), reason: "graph input without a type".into() });
+        }
+    }
+    for n in order {
+        let node = g.node(n);
+        let bad = |reason: &str| PassError::Node { node: node.name.clone(), op: node.op.name().into(), reason: reason.into() };
+        for &o in &node.outputs {
+            if g.value(o).producer != Some(n) {
+                return Err(bad("an output does not name this node as its producer"));
+            }
+        }
+        if stage >= Stage::Inferred {
+            if !node.op.is_resolved() {
+                return Err(bad("op is not resolved after inference"));
+            }
+            if node.inputs.iter().flatten().chain(&node.outputs).any(|&v| g.value(v).ty.is_none()) {
+                return Err(bad("a value has no type after inference"));
+            }
+        }
+        if stage >= Stage::Legalized {
+            for &v in node.inputs.iter().flatten().chain(&node.outputs) {
+                storage_of(g.ty(v).dtype).map_err(|r| bad(&r))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The passes from an imported graph to a legalized one, in order. Each has a name for `--dump-after`.
+pub const PASSES: &[&str] = &["infer", "lower", "dce", "legalize"];
+
+/// Runs the graph passes (up to and including `stop_after`, if given) and verifies after each.
+pub fn run_pipeline(g: &mut Graph, stop_after: Option<&str>) -> Result<(), PassError> {
+    verify(g, Stage::Imported)?;
+    // Types, resolved ops, folded constants (shape subgraphs disappear here).
+    infer_shapes(g)?;
+    verify(g, Stage::Inferred)?;
+    if stop_after == Some("infer") {
+        return Ok(());
+    }
+    // Compile-time rewrites into fewer kernel kinds: BatchNormalization → scale and shift.
+    lower_batchnorm(g)?;
+    verify(g, Stage::Inferred)?;
+    if stop_after == Some("lower") {
+        return Ok(());
+    }
+    // Nodes no output depends on.
+    eliminate_dead_code(g);
+    verify(g, Stage::Inferred)?;
+    if stop_after == Some("dce") {
+        return Ok(());
+    }
+    // Storage types (int64 → i32, bool → u32) and outputs that own their buffers.
+    legalize(g)?;
+    materialize_outputs(g)?;
+    verify(g, Stage::Legalized)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,168 @@
+//! Rewrites after inference: BatchNormalization lowering, dead-code removal, storage legalization and
+//! output materialization.
+
+use crate::PassError;
+use std::collections::HashSet;
+use wgslc_ir::{BinaryOp, DType, Graph, NodeId, Op, Tensor, ValueId};
+
+/// How a logical dtype is stored on the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Storage {
+    F32,
+    I32,
+    /// bool: WGSL has no bool storage.
+    U32,
+}
+
+impl Storage {
+    /// The WGSL scalar type.
+    pub fn wgsl(self) -> &'static str {
+        match self {
+            Storage::F32 => "f32",
+            Storage::I32 => "i32",
+            Storage::U32 => "u32",
+        }
+    }
+}
+
+/// The storage of a logical dtype, or why it has none. Every storage type is 4 bytes wide.
+///
+/// Integers are narrowed to i32: constant values are range-checked at compile time ([`legalize`]) and run-time
+/// inputs by the runtime at upload; arithmetic on them wraps at 32 bits (the documented overflow rule).
+/// float16 is accepted and computed in f32.
+pub fn storage_of(d: DType) -> Result<Storage, String> {
+    match d {
+        DType::F32 | DType::F16 => Ok(Storage::F32),
+        DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
+            Ok(Storage::I32)
+        }
+        DType::Bool => Ok(Storage::U32),
+        DType::F64 => Err("float64 is not supported on WebGPU (WGSL has no f64)".into()),
+    }
+}
+
+/// Lowers inference-mode BatchNormalization with constant statistics into `x * a + b`, where
+/// `a = scale / sqrt(var + eps)` and `b = bias - mean * a` are computed here, per channel.
+///
+/// Requires: [`crate::infer_shapes`] has run. Establishes: no BatchNorm node remains.
+pub fn lower_batchnorm(g: &mut Graph) -> Result<(), PassError> {
+    let bns: Vec<NodeId> = g.node_ids().filter(|&n| matches!(g.node(n).op, Op::BatchNorm { .. })).collect();
+    for n in bns {
+        let node = g.node(n).clone();
+        let Op::BatchNorm { epsilon } = node.op else { unreachable!() };
+        let p: Vec<Vec<f64>> = (1..5)
+            .map(|i| {
+                let v = node.inputs[i].expect("typed BatchNorm has 5 inputs");
+                g.const_data(v).map(|t| t.to_f64()).ok_or_else(|| PassError::Node {
+                    node: node.name.clone(),
+                    op: "BatchNormalization".into(),
+                    reason: format!("parameter '{}' must be a constant in inference mode", g.value(v).name),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let (scale, bias, mean, var) = (&p[0], &p[1], &p[2], &p[3]);
+        let a: Vec<f32> = (0..scale.len()).map(|c| (scale[c] / (var[c] + epsilon as f64).sqrt()) as f32).collect();
+        let b: Vec<f32> = (0..scale.len()).map(|c| (bias[c] - mean[c] * a[c] as f64) as f32).collect();
+        let x = node.inputs[0].expect("input");
+        let xt = g.ty(x).clone();
+        let mut shape = vec![xt.shape[1]];
+        shape.extend(std::iter::repeat_n(1, xt.rank() - 2));
+        let av = g.add_const(g.fresh_name(&format!("{}.scale", node.name)), Tensor::f32(shape.clone(), a));
+        let bv = g.add_const(g.fresh_name(&format!("{}.shift", node.name)), Tensor::f32(shape, b));
+        let out = node.outputs[0];
+        let mid = g.add_value(g.fresh_name(&format!("{}.scaled", node.name)), Some(xt.clone()));
+        g.remove_node(n);
+        g.add_node(format!("{}/mul", node.name), Op::Binary(BinaryOp::Mul), vec![Some(x), Some(av)], vec![mid])?;
+        g.add_node(format!("{}/add", node.name), Op::Binary(BinaryOp::Add), vec![Some(mid), Some(bv)], vec![out])?;
+    }
+    Ok(())
+}
+
+/// Removes every node that no graph output depends on.
+///
+/// Establishes: every remaining node has an output that reaches a graph output.
+pub fn eliminate_dead_code(g: &mut Graph) {
+    let mut live: HashSet<ValueId> = g.outputs.iter().copied().collect();
+    let order = g.topo_order().expect("acyclic graph");
+    let mut dead = Vec::new();
+    for &n in order.iter().rev() {
+        let node = g.node(n);
+        if node.outputs.iter().any(|o| live.contains(o)) {
+            live.extend(node.inputs.iter().flatten());
+        } else {
+            dead.push(n);
+        }
+    }
+    for n in dead {
+        g.remove_node(n);
+    }
+}
+
+/// Checks that every value a kernel touches has a storage type, and that every integer constant fits i32.
+///
+/// Establishes: [`storage_of`] succeeds for every live value; integer constants are exactly representable in
+/// their storage.
+pub fn legalize(g: &mut Graph) -> Result<(), PassError> {
+    let mut used: Vec<ValueId> = g.inputs.clone();
+    used.extend(&g.outputs);
+    for n in g.node_ids() {
+        used.extend(g.node(n).inputs.iter().flatten());
+        used.extend(&g.node(n).outputs);
+    }
+    for v in used {
+        let val = g.value(v);
+        let ty = val.ty.as_ref().expect("typed");
+        storage_of(ty.dtype).map_err(|reason| PassError::Value { value: val.name.clone(), reason })?;
+        if let Some(t) = &val.data {
+            if ty.dtype.is_int() {
+                if let Some(x) = t.to_i64().into_iter().find(|&x| i32::try_from(x).is_err()) {
+                    return Err(PassError::Value {
+                        value: val.name.clone(),
+                        reason: format!("integer constant {x} does not fit in i32, WebGPU's widest integer"),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Makes every graph output own its storage: an output that would share storage with a graph input, a weight
+/// or another output (through aliases, or by being the same value) gets a copy node.
+///
+/// Establishes: for each graph output, the chain of `Alias` producers ends at a kernel output that no other
+/// graph output reaches.
+pub fn materialize_outputs(g: &mut Graph) -> Result<(), PassError> {
+    let mut claimed = HashSet::new();
+    for i in 0..g.outputs.len() {
+        let v = g.outputs[i];
+        let root = storage_root(g, v);
+        let owned = g.value(root).producer.is_some() && claimed.insert(root);
+        if owned {
+            continue;
+        }
+        let ty = g.ty(v).clone();
+        let copy = g.add_value(g.fresh_name(&g.value(v).name), Some(ty.clone()));
+        let strides = wgslc_ir::contiguous_strides(&ty.shape).into_iter().map(|s| s as i64).collect();
+        g.add_node(format!("output_copy_{i}"), Op::StridedCopy { offset: 0, strides }, vec![Some(v)], vec![copy])?;
+        // The output keeps its name: swap names so plan.json reports the model's output name.
+        let name = g.value(v).name.clone();
+        g.value_mut(v).name = g.value(copy).name.clone();
+        g.value_mut(copy).name = name;
+        g.outputs[i] = copy;
+        claimed.insert(copy);
+    }
+    Ok(())
+}
+
+/// Follows `Alias` producers to the value that owns the storage.
+pub fn storage_root(g: &Graph, mut v: ValueId) -> ValueId {
+    while let Some(p) = g.value(v).producer {
+        let node = g.node(p);
+        if node.op != Op::Alias {
+            break;
+        }
+        v = node.inputs[0].expect("alias input");
+    }
+    v
+}
