@@ -1,1 +1,90 @@
+//! The wgslc library facade: what the `wgslc` binary and `build.rs` scripts call.
+//!
+//! ```no_run
+//! let opts = wgslc::CompileOptions::default();
+//! let summary = wgslc::compile(std::path::Path::new("model.onnx"), std::path::Path::new("out"), &opts)?;
+//! println!("{} kernels", summary.kernels);
+//! # Ok::<(), wgslc::CompileError>(())
+//! ```
 
+pub mod npy;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+pub use wgslc_artifact as artifact;
+pub use wgslc_emit::Limits;
+pub use wgslc_runtime as runtime;
+
+/// Everything that can stop a compile, by layer.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error(transparent)]
+    Import(#[from] wgslc_onnx::ImportError),
+    #[error(transparent)]
+    Pass(#[from] wgslc_passes::PassError),
+    #[error(transparent)]
+    Emit(#[from] wgslc_emit::EmitError),
+    #[error("'{0}': unknown model format (expected .onnx)")]
+    Format(String),
+    #[error("unknown pass '{0}' for --dump-after (passes: {1})")]
+    UnknownPass(String, String),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    /// Values for named symbolic dims (`--dim NAME=N`).
+    pub dims: HashMap<String, usize>,
+    /// Whole input shapes (`--shape INPUT=AxBxC`).
+    pub shapes: HashMap<String, Vec<usize>>,
+    /// The device limits to compile for; WebGPU's defaults unless set.
+    pub limits: Limits,
+}
+
+/// What a compile produced.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    /// ONNX nodes in the model file.
+    pub source_nodes: usize,
+    /// Kernels written (each dispatched once).
+    pub kernels: usize,
+    pub plan: artifact::Plan,
+}
+
+/// Imports a model file into the IR.
+pub fn import(model: &Path, opts: &CompileOptions) -> Result<wgslc_ir::Graph, CompileError> {
+    match model.extension().and_then(|e| e.to_str()) {
+        Some("onnx") => Ok(wgslc_onnx::import_file(
+            model,
+            &wgslc_onnx::ImportOptions { dims: opts.dims.clone(), shapes: opts.shapes.clone() },
+        )?),
+        _ => Err(CompileError::Format(model.display().to_string())),
+    }
+}
+
+/// Compiles a model into an artifact directory: import, graph passes, schedule, memory plan, emission (every
+/// kernel naga-validated and checked against the limits), then plan.json, kernels/ and weights.safetensors.
+pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
+    let mut g = import(model, opts)?;
+    let source_nodes = g.num_nodes();
+    wgslc_passes::run_pipeline(&mut g, None)?;
+    let sched = wgslc_passes::schedule(&g)?;
+    let mem = wgslc_passes::plan_memory(&g, &sched)?;
+    let kernels = wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?;
+    std::fs::create_dir_all(out_dir)
+        .map_err(|source| wgslc_emit::EmitError::Io { path: out_dir.display().to_string(), source })?;
+    let plan = wgslc_emit::write_artifact(out_dir, &g, &mem, &kernels)?;
+    Ok(Summary { source_nodes, kernels: kernels.len(), plan })
+}
+
+/// Runs the graph passes up to `pass` and returns the IR as text, for finding which pass broke a model.
+pub fn dump_after(model: &Path, opts: &CompileOptions, pass: &str) -> Result<String, CompileError> {
+    if !wgslc_passes::PASSES.contains(&pass) && pass != "import" {
+        return Err(CompileError::UnknownPass(pass.into(), wgslc_passes::PASSES.join(", ")));
+    }
+    let mut g = import(model, opts)?;
+    if pass != "import" {
+        wgslc_passes::run_pipeline(&mut g, Some(pass))?;
+    }
+    Ok(wgslc_ir::print(&g))
+}

@@ -1,1 +1,197 @@
-fn main(){}
+//! The `wgslc` command line. See README.md for the contract; other tools are built on it.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use wgslc::runtime::{Gpu, HostTensor, Session};
+
+#[derive(Parser)]
+#[command(name = "wgslc", version, about = "Compile ONNX models to fused WGSL and replay them on WebGPU")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Compile a model into an artifact directory (plan.json, kernels/*.wgsl, weights.safetensors).
+    Compile {
+        /// The model file (.onnx).
+        model: PathBuf,
+        /// Output directory.
+        #[arg(short = 'o', long = "out")]
+        out: PathBuf,
+        /// Bind a named symbolic dimension: NAME=VALUE (repeatable).
+        #[arg(long = "dim", value_name = "NAME=N")]
+        dims: Vec<String>,
+        /// Override an input's shape: INPUT=AxBxC (repeatable).
+        #[arg(long = "shape", value_name = "INPUT=AxBxC")]
+        shapes: Vec<String>,
+        /// Print the IR after a pass (import, infer, lower, dce, legalize) to stdout and stop.
+        #[arg(long = "dump-after", value_name = "PASS")]
+        dump_after: Option<String>,
+    },
+    /// Run a compiled artifact on the GPU.
+    Run {
+        /// The artifact directory.
+        dir: PathBuf,
+        /// Inputs: FILE.npy in graph-input order, or NAME=FILE.npy (repeatable).
+        #[arg(long = "input", value_name = "FILE.npy")]
+        inputs: Vec<String>,
+        /// Output directory: output_0.npy, output_1.npy, … and outputs.json.
+        #[arg(short = 'o', long = "out")]
+        out: PathBuf,
+    },
+    /// Time replays of a compiled artifact on the GPU (inputs are random unless given).
+    Bench {
+        /// The artifact directory.
+        dir: PathBuf,
+        /// Inputs as for `run`; missing ones are filled with deterministic pseudo-random values.
+        #[arg(long = "input", value_name = "FILE.npy")]
+        inputs: Vec<String>,
+        /// Timed replays.
+        #[arg(long, default_value_t = 50)]
+        iterations: usize,
+        /// Untimed replays first.
+        #[arg(long, default_value_t = 5)]
+        warmup: usize,
+    },
+}
+
+fn main() {
+    if let Err(e) = real_main() {
+        // One line on stderr: the chain of causes, joined.
+        let msg = format!("{e:#}").replace('\n', " ");
+        eprintln!("wgslc: error: {msg}");
+        std::process::exit(1);
+    }
+}
+
+fn parse_kv(s: &str, what: &str) -> Result<(String, String)> {
+    let (k, v) = s.split_once('=').with_context(|| format!("{what} '{s}' is not of the form NAME=VALUE"))?;
+    if k.is_empty() {
+        bail!("{what} '{s}' has an empty name");
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+fn real_main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Compile { model, out, dims, shapes, dump_after } => {
+            let mut opts = wgslc::CompileOptions::default();
+            for d in dims {
+                let (k, v) = parse_kv(&d, "--dim")?;
+                let n = v.parse::<usize>().with_context(|| format!("--dim {k}: '{v}' is not a non-negative integer"))?;
+                opts.dims.insert(k, n);
+            }
+            for s in shapes {
+                let (k, v) = parse_kv(&s, "--shape")?;
+                let dims = if v.is_empty() {
+                    vec![]
+                } else {
+                    v.split('x')
+                        .map(|d| d.parse::<usize>().with_context(|| format!("--shape {k}: '{d}' in '{v}' is not a dimension")))
+                        .collect::<Result<Vec<_>>>()?
+                };
+                opts.shapes.insert(k, dims);
+            }
+            if let Some(pass) = dump_after {
+                print!("{}", wgslc::dump_after(&model, &opts, &pass)?);
+                return Ok(());
+            }
+            let s = wgslc::compile(&model, &out, &opts).with_context(|| format!("compiling '{}'", model.display()))?;
+            eprintln!(
+                "wgslc: compiled {} ONNX nodes into {} kernels ({} dispatches) in {}",
+                s.source_nodes,
+                s.kernels,
+                s.plan.dispatches.len(),
+                out.display()
+            );
+        }
+        Cmd::Run { dir, inputs, out } => {
+            let session = Session::load(&dir).with_context(|| format!("loading '{}'", dir.display()))?;
+            eprintln!("wgslc: running on {}", session.gpu().describe());
+            let tensors = load_inputs(&session, &inputs, false)?;
+            let outputs = session.run(&tensors)?;
+            std::fs::create_dir_all(&out).with_context(|| format!("creating '{}'", out.display()))?;
+            let mut names = serde_json::Map::new();
+            for (i, (t, spec)) in outputs.iter().zip(session.outputs()).enumerate() {
+                wgslc::npy::write(&out.join(format!("output_{i}.npy")), t)?;
+                names.insert(i.to_string(), serde_json::Value::String(spec.name.clone()));
+            }
+            let json = serde_json::to_string_pretty(&serde_json::Value::Object(names))? + "\n";
+            std::fs::write(out.join("outputs.json"), json).with_context(|| format!("writing '{}'", out.display()))?;
+        }
+        Cmd::Bench { dir, inputs, iterations, warmup } => {
+            let gpu = Gpu::new()?;
+            let session = Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()))?;
+            let tensors = load_inputs(&session, &inputs, true)?;
+            session.run(&tensors)?;
+            session.time_replay(warmup)?;
+            let t = session.time_replay(iterations)?;
+            println!(
+                "{{\"adapter\": {:?}, \"dispatches\": {}, \"iterations\": {iterations}, \"ms_per_inference\": {:.4}}}",
+                session.gpu().describe(),
+                session.plan().dispatches.len(),
+                t * 1e3
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Matches `--input` arguments to graph inputs (positional, or NAME=FILE), reading each .npy.
+fn load_inputs(session: &Session, args: &[String], fill_missing: bool) -> Result<Vec<HostTensor>> {
+    let specs = session.inputs();
+    let mut by_name: HashMap<String, PathBuf> = HashMap::new();
+    let mut positional = Vec::new();
+    for a in args {
+        match a.split_once('=') {
+            Some((k, v)) if specs.iter().any(|s| s.name == k) => {
+                by_name.insert(k.to_string(), PathBuf::from(v));
+            }
+            Some((k, _)) if !Path::new(a).exists() => {
+                let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+                bail!("--input {a}: the model has no input '{k}' (inputs: {})", names.join(", "));
+            }
+            _ => positional.push(PathBuf::from(a)),
+        }
+    }
+    if positional.len() + by_name.len() > specs.len() {
+        bail!("{} inputs given, the model takes {}", positional.len() + by_name.len(), specs.len());
+    }
+    let mut pos = positional.into_iter();
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        let path = by_name.remove(&spec.name).or_else(|| pos.next());
+        let t = match path {
+            Some(p) => wgslc::npy::read(&p).with_context(|| format!("input {i} '{}'", spec.name))?,
+            None if fill_missing => pseudo_random(spec, i as u64),
+            None => bail!("missing input {i} '{}' ({} {:?})", spec.name, spec.dtype, spec.shape),
+        };
+        out.push(t);
+    }
+    Ok(out)
+}
+
+/// Deterministic inputs for benchmarks: floats in [-1, 1), integers in [0, 16), alternating bools.
+fn pseudo_random(spec: &wgslc::artifact::TensorSpec, seed: u64) -> HostTensor {
+    use wgslc::runtime::TensorData;
+    let n: usize = spec.shape.iter().product();
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let data = match spec.storage {
+        wgslc::artifact::StorageType::F32 => TensorData::F32((0..n).map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect()),
+        wgslc::artifact::StorageType::I32 if spec.dtype == "int64" => TensorData::I64((0..n).map(|_| (next() % 16) as i64).collect()),
+        wgslc::artifact::StorageType::I32 => TensorData::I32((0..n).map(|_| (next() % 16) as i32).collect()),
+        wgslc::artifact::StorageType::U32 => TensorData::Bool((0..n).map(|i| i % 2 == 0).collect()),
+    };
+    HostTensor { shape: spec.shape.clone(), data }
+}

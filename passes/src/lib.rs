@@ -65,6 +65,9 @@ pub fn verify(g: &Graph, stage: Stage) -> Result<(), PassError> {
             }
         }
         if stage >= Stage::Legalized {
+            if matches!(node.op, wgslc_ir::Op::BatchNorm { .. }) {
+                return Err(bad("BatchNormalization survived lowering"));
+            }
             for &v in node.inputs.iter().flatten().chain(&node.outputs) {
                 storage_of(g.ty(v).dtype).map_err(|r| bad(&r))?;
             }

@@ -1,1 +1,422 @@
+//! The wgslc runtime: loads an artifact directory and replays its plan on wgpu.
+//!
+//! **Architecture Invariant:** this crate depends on no compiler code; `wgslc-artifact` is its only contract.
+//! Everything is built once in [`Session::load`] (buffers, weights, shader modules, pipelines, bind groups and
+//! read-back buffers); [`Session::run`] only writes inputs, encodes one compute pass with every dispatch,
+//! submits once and reads the outputs back. It allocates no GPU memory.
+//!
+//! Threading: a [`Session`] is `Send + Sync`; runs on one session are serialized by a mutex (they share the
+//! plan's buffers), so concurrent callers get the same results as sequential ones. Sessions that share one
+//! [`Gpu`] run independently.
 
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use wgslc_artifact::{ArtifactError, BufferKind, Plan, StorageType, TensorSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Artifact(#[from] ArtifactError),
+    #[error("no GPU adapter found: {0} (on Linux without a GPU, install Mesa's lavapipe: mesa-vulkan-drivers)")]
+    NoAdapter(String),
+    #[error("the GPU refused the device: {0}")]
+    Device(String),
+    #[error("artifact: {0}")]
+    Invalid(String),
+    #[error("the device cannot run this artifact: {0}")]
+    Limits(String),
+    #[error("input '{name}': {reason}")]
+    Input { name: String, reason: String },
+    #[error("GPU error: {0}")]
+    Gpu(String),
+}
+
+/// A host tensor: the runtime's input and output type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub shape: Vec<usize>,
+    pub data: TensorData,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorData {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+    I32(Vec<i32>),
+    Bool(Vec<bool>),
+}
+
+impl TensorData {
+    pub fn len(&self) -> usize {
+        match self {
+            TensorData::F32(v) => v.len(),
+            TensorData::I64(v) => v.len(),
+            TensorData::I32(v) => v.len(),
+            TensorData::Bool(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A device and queue, shareable between sessions.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    lost: Arc<Mutex<Option<String>>>,
+    /// wgpu's error scopes are a per-device stack: scoped sections must not interleave across threads.
+    scope_lock: Mutex<()>,
+}
+
+impl Gpu {
+    /// Opens the first high-performance adapter (respecting `WGPU_BACKEND`), with the adapter's real limits.
+    pub fn new() -> Result<Arc<Gpu>, RuntimeError> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
+        let instance = wgpu::Instance::new(desc);
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            apply_limit_buckets: false,
+        }))
+        .map_err(|e| RuntimeError::NoAdapter(e.to_string()))?;
+        let info = adapter.get_info();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("wgslc"),
+            required_features: wgpu::Features::empty(),
+            required_limits: adapter.limits(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| RuntimeError::Device(e.to_string()))?;
+        let lost = Arc::new(Mutex::new(None));
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
+        });
+        Ok(Arc::new(Gpu { device, queue, info, lost, scope_lock: Mutex::new(()) }))
+    }
+
+    /// "name (backend, driver)": which adapter runs the kernels.
+    pub fn describe(&self) -> String {
+        format!("{} ({:?}, {} {})", self.info.name, self.info.backend, self.info.driver, self.info.driver_info)
+    }
+
+    fn check_lost(&self) -> Result<(), RuntimeError> {
+        match &*self.lost.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(m) => Err(RuntimeError::Gpu(format!("device lost: {m}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `f` inside validation and out-of-memory error scopes and reports what they caught.
+    fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T, RuntimeError> {
+        let _guard = self.scope_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let val = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let r = f();
+        let v = pollster::block_on(val.pop());
+        let o = pollster::block_on(oom.pop());
+        if let Some(e) = v.or(o) {
+            return Err(RuntimeError::Gpu(format!("{what}: {e}")));
+        }
+        Ok(r)
+    }
+}
+
+/// A loaded artifact, ready to run.
+pub struct Session {
+    gpu: Arc<Gpu>,
+    plan: Plan,
+    buffers: Vec<wgpu::Buffer>,
+    pipelines: Vec<wgpu::ComputePipeline>,
+    bind_groups: Vec<wgpu::BindGroup>,
+    readback: Vec<wgpu::Buffer>,
+    run_lock: Mutex<()>,
+}
+
+impl Session {
+    /// Loads an artifact on a new device.
+    pub fn load(dir: &Path) -> Result<Session, RuntimeError> {
+        Session::load_with(dir, Gpu::new()?)
+    }
+
+    /// Loads an artifact on an existing device. Every check happens before any GPU work.
+    pub fn load_with(dir: &Path, gpu: Arc<Gpu>) -> Result<Session, RuntimeError> {
+        let plan = Plan::read(dir)?;
+        let limits = gpu.device.limits();
+        for b in &plan.buffers {
+            if b.size > limits.max_buffer_size {
+                return Err(RuntimeError::Limits(format!(
+                    "buffer '{}' is {} bytes, the device allows {}",
+                    b.name, b.size, limits.max_buffer_size
+                )));
+            }
+        }
+        let mut sources = Vec::with_capacity(plan.kernels.len());
+        for k in &plan.kernels {
+            if k.bindings.len() as u32 > limits.max_storage_buffers_per_shader_stage {
+                return Err(RuntimeError::Limits(format!("kernel '{}' binds {} storage buffers", k.name, k.bindings.len())));
+            }
+            if let Some(b) = k.bindings.iter().find(|b| b.size > limits.max_storage_buffer_binding_size as u64) {
+                return Err(RuntimeError::Limits(format!("kernel '{}' binds {} bytes at binding {}", k.name, b.size, b.binding)));
+            }
+            if k.workgroups.iter().any(|&w| w > limits.max_compute_workgroups_per_dimension) {
+                return Err(RuntimeError::Limits(format!("kernel '{}' dispatches {:?} workgroups", k.name, k.workgroups)));
+            }
+            let path = dir.join(&k.wgsl);
+            let src = std::fs::read_to_string(&path)
+                .map_err(|e| RuntimeError::Invalid(format!("kernel '{}': cannot read '{}': {e}", k.name, k.wgsl)))?;
+            sources.push(src);
+        }
+
+        // Weights: memory-mapped, copied straight into buffers mapped at creation (one host copy: the map).
+        let wpath = dir.join("weights.safetensors");
+        let file = std::fs::File::open(&wpath).map_err(|e| RuntimeError::Invalid(format!("cannot open weights.safetensors: {e}")))?;
+        // SAFETY: the file is opened read-only and only read while mapped; a concurrent writer would be a misuse
+        // of the artifact directory that at worst yields wrong weights, which the size checks below bound.
+        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| RuntimeError::Invalid(format!("cannot map weights: {e}")))?;
+        let weights = safetensors::SafeTensors::deserialize(&mmap)
+            .map_err(|e| RuntimeError::Invalid(format!("weights.safetensors: {e}")))?;
+
+        let dev = &gpu.device;
+        let mut buffers = Vec::with_capacity(plan.buffers.len());
+        for b in &plan.buffers {
+            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+            let buf = if b.kind == BufferKind::Weight {
+                let t = weights
+                    .tensor(&b.name)
+                    .map_err(|e| RuntimeError::Invalid(format!("weight '{}': {e}", b.name)))?;
+                let data = t.data();
+                // Exactly the buffer, or nothing for an empty tensor (whose buffer is the 4-byte minimum).
+                if !(data.len() as u64 == b.size || data.is_empty()) {
+                    return Err(RuntimeError::Invalid(format!(
+                        "weight '{}' holds {} bytes, its buffer {}",
+                        b.name,
+                        data.len(),
+                        b.size
+                    )));
+                }
+                if !matches!(t.dtype(), safetensors::Dtype::F32 | safetensors::Dtype::I32 | safetensors::Dtype::U32) {
+                    return Err(RuntimeError::Invalid(format!("weight '{}' has dtype {:?}", b.name, t.dtype())));
+                }
+                gpu.scoped(&format!("creating weight buffer '{}'", b.name), || {
+                    let buf = dev.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some(&b.name),
+                        size: b.size,
+                        usage,
+                        mapped_at_creation: true,
+                    });
+                    let copied = buf.slice(..).get_mapped_range_mut().map(|mut m| m.slice(..data.len()).copy_from_slice(data));
+                    buf.unmap();
+                    copied.map(|_| buf)
+                })?
+                .map_err(|e| RuntimeError::Gpu(format!("mapping weight buffer '{}': {e}", b.name)))?
+            } else {
+                gpu.scoped(&format!("creating buffer '{}'", b.name), || {
+                    dev.create_buffer(&wgpu::BufferDescriptor { label: Some(&b.name), size: b.size, usage, mapped_at_creation: false })
+                })?
+            };
+            buffers.push(buf);
+        }
+        drop(weights);
+        drop(mmap);
+
+        let mut pipelines = Vec::with_capacity(plan.kernels.len());
+        let mut bind_groups = Vec::with_capacity(plan.kernels.len());
+        for (k, src) in plan.kernels.iter().zip(&sources) {
+            let (pipeline, bg) = gpu.scoped(&format!("kernel '{}'", k.name), || {
+                let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(&k.name),
+                    source: wgpu::ShaderSource::Wgsl(src.as_str().into()),
+                });
+                let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(&k.name),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some(&k.entry_point),
+                    compilation_options: Default::default(),
+                    cache: None,
+                });
+                let layout = pipeline.get_bind_group_layout(0);
+                let entries: Vec<wgpu::BindGroupEntry> = k
+                    .bindings
+                    .iter()
+                    .map(|b| wgpu::BindGroupEntry {
+                        binding: b.binding,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &buffers[b.buffer],
+                            offset: b.offset,
+                            size: std::num::NonZeroU64::new(b.size),
+                        }),
+                    })
+                    .collect();
+                let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&k.name), layout: &layout, entries: &entries });
+                (pipeline, bg)
+            })?;
+            pipelines.push(pipeline);
+            bind_groups.push(bg);
+        }
+
+        let readback = plan
+            .outputs
+            .iter()
+            .map(|o| {
+                gpu.scoped(&format!("creating read-back buffer for '{}'", o.name), || {
+                    dev.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some(&o.name),
+                        size: plan.buffers[o.buffer].size,
+                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    })
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        gpu.check_lost()?;
+        Ok(Session { gpu, plan, buffers, pipelines, bind_groups, readback, run_lock: Mutex::new(()) })
+    }
+
+    pub fn inputs(&self) -> &[TensorSpec] {
+        &self.plan.inputs
+    }
+
+    pub fn outputs(&self) -> &[TensorSpec] {
+        &self.plan.outputs
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Runs the plan once: inputs in graph-input order, outputs in graph-output order.
+    pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, RuntimeError> {
+        if inputs.len() != self.plan.inputs.len() {
+            return Err(RuntimeError::Invalid(format!(
+                "the model takes {} inputs, {} were given",
+                self.plan.inputs.len(),
+                inputs.len()
+            )));
+        }
+        let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let gpu = &self.gpu;
+        for (spec, t) in self.plan.inputs.iter().zip(inputs) {
+            let bytes = input_bytes(spec, t)?;
+            gpu.queue.write_buffer(&self.buffers[spec.buffer], 0, &bytes);
+        }
+        gpu.scoped("replay", || {
+            let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc replay") });
+            self.encode(&mut enc);
+            for (o, rb) in self.plan.outputs.iter().zip(&self.readback) {
+                enc.copy_buffer_to_buffer(&self.buffers[o.buffer], 0, rb, 0, rb.size());
+            }
+            gpu.queue.submit([enc.finish()]);
+        })?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (i, rb) in self.readback.iter().enumerate() {
+            let tx = tx.clone();
+            rb.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send((i, r));
+            });
+        }
+        gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+        gpu.check_lost()?;
+        for _ in 0..self.readback.len() {
+            let (_, r) = rx.recv().map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+            r.map_err(|e| RuntimeError::Gpu(format!("read-back failed: {e}")))?;
+        }
+        let mut outs = Vec::with_capacity(self.readback.len());
+        for (spec, rb) in self.plan.outputs.iter().zip(&self.readback) {
+            let n: usize = spec.shape.iter().product();
+            let t = rb
+                .slice(..)
+                .get_mapped_range()
+                .map(|view| output_tensor(spec, &view[..n * 4]))
+                .map_err(|e| RuntimeError::Gpu(format!("reading output '{}': {e}", spec.name)));
+            rb.unmap();
+            outs.push(t?);
+        }
+        Ok(outs)
+    }
+
+    /// Records every dispatch into one compute pass.
+    fn encode(&self, enc: &mut wgpu::CommandEncoder) {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
+        for &d in &self.plan.dispatches {
+            let k = &self.plan.kernels[d];
+            pass.set_pipeline(&self.pipelines[d]);
+            pass.set_bind_group(0, &self.bind_groups[d], &[]);
+            pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
+        }
+    }
+
+    /// Replays the plan `iterations` times without reading outputs back (inputs stay as last written) and
+    /// returns the wall time per iteration in seconds, measured to queue completion. For benchmarks.
+    pub fn time_replay(&self, iterations: usize) -> Result<f64, RuntimeError> {
+        let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let gpu = &self.gpu;
+        let start = std::time::Instant::now();
+        for _ in 0..iterations {
+            let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc bench") });
+            self.encode(&mut enc);
+            gpu.queue.submit([enc.finish()]);
+            gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+        }
+        gpu.check_lost()?;
+        Ok(start.elapsed().as_secs_f64() / iterations.max(1) as f64)
+    }
+}
+
+/// Converts one input to its storage bytes, checking shape, dtype and (for narrowed integers) range.
+fn input_bytes(spec: &TensorSpec, t: &HostTensor) -> Result<Vec<u8>, RuntimeError> {
+    let err = |reason: String| RuntimeError::Input { name: spec.name.clone(), reason };
+    if t.shape != spec.shape {
+        return Err(err(format!("expected shape {:?}, got {:?}", spec.shape, t.shape)));
+    }
+    let n: usize = spec.shape.iter().product();
+    if t.data.len() != n {
+        return Err(err(format!("expected {n} elements, got {}", t.data.len())));
+    }
+    Ok(match (spec.storage, &t.data) {
+        (StorageType::F32, TensorData::F32(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        (StorageType::I32, TensorData::I32(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        (StorageType::I32, TensorData::I64(v)) => {
+            let mut out = Vec::with_capacity(v.len() * 4);
+            for &x in v {
+                let y = i32::try_from(x)
+                    .map_err(|_| err(format!("value {x} does not fit in i32 (int64 inputs are narrowed on the GPU)")))?;
+                out.extend(y.to_le_bytes());
+            }
+            out
+        }
+        (StorageType::U32, TensorData::Bool(v)) => v.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect(),
+        (_, d) => {
+            let got = match d {
+                TensorData::F32(_) => "float32",
+                TensorData::I64(_) => "int64",
+                TensorData::I32(_) => "int32",
+                TensorData::Bool(_) => "bool",
+            };
+            return Err(err(format!("expected {} data, got {got}", spec.dtype)));
+        }
+    })
+}
+
+fn output_tensor(spec: &TensorSpec, bytes: &[u8]) -> HostTensor {
+    let words = bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+    let data = match spec.storage {
+        StorageType::F32 => TensorData::F32(words.map(f32::from_le_bytes).collect()),
+        StorageType::I32 if spec.dtype == "int64" => TensorData::I64(words.map(|w| i32::from_le_bytes(w) as i64).collect()),
+        StorageType::I32 => TensorData::I32(words.map(i32::from_le_bytes).collect()),
+        StorageType::U32 => TensorData::Bool(words.map(|w| u32::from_le_bytes(w) != 0).collect()),
+    };
+    HostTensor { shape: spec.shape.clone(), data }
+}

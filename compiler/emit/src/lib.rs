@@ -1,1 +1,259 @@
+//! WGSL emission and artifact writing.
+//!
+//! **Architecture Invariant:** nothing is written that naga has not parsed and validated, and nothing is written
+//! that breaks the [`Limits`] it was compiled for: [`emit`] returns [`Validated`] kernels only, and
+//! [`write_artifact`] takes nothing else. All WGSL comes from the askama templates in `templates/`; this crate
+//! decides every extent, stride and literal and the templates only substitute them.
 
+mod kernels;
+
+pub use kernels::EmittedKernel;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use wgslc_artifact as art;
+use wgslc_ir::{Data, Graph, ValueId};
+use wgslc_passes::{storage_of, BufferKind, MemoryPlan, Schedule, Storage};
+
+/// The device limits a compile targets. [`Limits::default`] is WebGPU's default limits, which every WebGPU
+/// device supports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_storage_buffers_per_shader_stage: u32,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_buffer_size: u64,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    pub max_workgroups_per_dimension: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_storage_buffers_per_shader_stage: 8,
+            max_storage_buffer_binding_size: 128 << 20,
+            max_buffer_size: 256 << 20,
+            max_compute_workgroup_storage_size: 16384,
+            max_compute_invocations_per_workgroup: 256,
+            max_workgroups_per_dimension: 65535,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmitError {
+    #[error("node '{node}' ({op}): {reason}")]
+    Node { node: String, op: String, reason: String },
+    #[error("kernel '{kernel}' is not valid WGSL (a wgslc bug):\n{message}")]
+    InvalidWgsl { kernel: String, message: String },
+    #[error("kernel '{kernel}' exceeds a device limit: {reason}")]
+    Limit { kernel: String, reason: String },
+    #[error("buffer '{buffer}' needs {size} bytes, more than the device's maximum buffer size {max}")]
+    BufferTooLarge { buffer: String, size: u64, max: u64 },
+    #[error("cannot write '{path}': {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("cannot write weights: {0}")]
+    Weights(String),
+}
+
+/// A kernel whose WGSL naga has validated and whose resources fit the limits.
+#[derive(Clone, Debug)]
+pub struct Validated {
+    pub kernel: EmittedKernel,
+    /// Invocations per workgroup.
+    pub workgroup_size: [u32; 3],
+    /// Bytes of workgroup memory.
+    pub workgroup_memory: u32,
+}
+
+/// Parses and validates one WGSL module with naga, and checks it against the limits.
+pub fn validate(kernel: EmittedKernel, limits: &Limits) -> Result<Validated, EmitError> {
+    let module = naga::front::wgsl::parse_str(&kernel.wgsl).map_err(|e| EmitError::InvalidWgsl {
+        kernel: kernel.name.clone(),
+        message: e.emit_to_string(&kernel.wgsl),
+    })?;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty())
+        .validate(&module)
+        .map_err(|e| EmitError::InvalidWgsl { kernel: kernel.name.clone(), message: e.emit_to_string(&kernel.wgsl) })?;
+    let limit = |reason: String| EmitError::Limit { kernel: kernel.name.clone(), reason };
+    let ep = module.entry_points.iter().find(|e| e.name == "main").ok_or_else(|| limit("no entry point 'main'".into()))?;
+    let workgroup_size = ep.workgroup_size;
+    let invocations: u32 = workgroup_size.iter().product();
+    if invocations > limits.max_compute_invocations_per_workgroup {
+        return Err(limit(format!("{invocations} invocations per workgroup")));
+    }
+    let workgroup_memory: u32 = module
+        .global_variables
+        .iter()
+        .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+        .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
+        .sum();
+    if workgroup_memory > limits.max_compute_workgroup_storage_size {
+        return Err(limit(format!("{workgroup_memory} bytes of workgroup memory")));
+    }
+    let storage = module.global_variables.iter().filter(|(_, v)| matches!(v.space, naga::AddressSpace::Storage { .. })).count();
+    if storage as u32 > limits.max_storage_buffers_per_shader_stage || kernel.bindings.len() != storage {
+        return Err(limit(format!("{storage} storage buffers (at most {})", limits.max_storage_buffers_per_shader_stage)));
+    }
+    if let Some(w) = kernel.workgroups.iter().find(|&&w| w > limits.max_workgroups_per_dimension) {
+        return Err(limit(format!("{w} workgroups in one dimension")));
+    }
+    Ok(Validated { kernel, workgroup_size, workgroup_memory })
+}
+
+/// Emits and validates every kernel of a scheduled, planned graph, in dispatch order.
+pub fn emit(g: &Graph, sched: &Schedule, plan: &MemoryPlan, limits: &Limits) -> Result<Vec<Validated>, EmitError> {
+    for b in &plan.buffers {
+        if b.size > limits.max_buffer_size {
+            return Err(EmitError::BufferTooLarge { buffer: b.name.clone(), size: b.size, max: limits.max_buffer_size });
+        }
+    }
+    let em = kernels::Emitter { g, limits };
+    let mut out = Vec::new();
+    for group in &sched.kernels {
+        // One node per group until fusion forms larger ones.
+        for &n in &group.nodes {
+            for k in em.emit_node(n)? {
+                for &(v, _) in &k.bindings {
+                    let size = plan.slots[&v].size;
+                    if size > limits.max_storage_buffer_binding_size {
+                        return Err(EmitError::Limit {
+                            kernel: k.name.clone(),
+                            reason: format!(
+                                "binds '{}' of {size} bytes, more than the {} bytes one binding may hold",
+                                g.value(v).name,
+                                limits.max_storage_buffer_binding_size
+                            ),
+                        });
+                    }
+                }
+                out.push(validate(k, limits)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn storage_type(s: Storage) -> art::StorageType {
+    match s {
+        Storage::F32 => art::StorageType::F32,
+        Storage::I32 => art::StorageType::I32,
+        Storage::U32 => art::StorageType::U32,
+    }
+}
+
+/// Builds the plan.json content.
+pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::Plan {
+    let spec = |v: ValueId| {
+        let ty = g.ty(v);
+        art::TensorSpec {
+            name: g.value(v).name.clone(),
+            dtype: ty.dtype.name().into(),
+            shape: ty.shape.clone(),
+            storage: storage_type(storage_of(ty.dtype).expect("legalized")),
+            buffer: plan.slots[&v].buffer,
+        }
+    };
+    let buffers = plan
+        .buffers
+        .iter()
+        .map(|b| art::Buffer {
+            name: b.name.clone(),
+            size: b.size,
+            kind: match b.kind {
+                BufferKind::Input(_) => art::BufferKind::Input,
+                BufferKind::Output(_) => art::BufferKind::Output,
+                BufferKind::Weight(_) => art::BufferKind::Weight,
+                BufferKind::Intermediate => art::BufferKind::Intermediate,
+            },
+        })
+        .collect();
+    let kernels: Vec<art::Kernel> = kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| art::Kernel {
+            name: k.kernel.name.clone(),
+            wgsl: kernel_path(i, &k.kernel),
+            entry_point: "main".into(),
+            bindings: k
+                .kernel
+                .bindings
+                .iter()
+                .enumerate()
+                .map(|(b, &(v, write))| {
+                    let s = plan.slots[&v];
+                    art::Binding {
+                        binding: b as u32,
+                        buffer: s.buffer,
+                        offset: s.offset,
+                        size: s.size,
+                        access: if write { art::Access::ReadWrite } else { art::Access::Read },
+                    }
+                })
+                .collect(),
+            workgroups: k.kernel.workgroups,
+        })
+        .collect();
+    art::Plan {
+        format: art::FORMAT.into(),
+        version: art::VERSION,
+        inputs: g.inputs.iter().map(|&v| spec(v)).collect(),
+        outputs: g.outputs.iter().map(|&v| spec(v)).collect(),
+        buffers,
+        dispatches: (0..kernels.len()).collect(),
+        kernels,
+    }
+}
+
+fn kernel_path(i: usize, k: &EmittedKernel) -> String {
+    format!("kernels/k{i:03}_{}.wgsl", k.kind)
+}
+
+/// Writes DIR/plan.json, DIR/kernels/*.wgsl and DIR/weights.safetensors. Output is byte-identical for the same
+/// inputs (deterministic order everywhere).
+pub fn write_artifact(dir: &Path, g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> Result<art::Plan, EmitError> {
+    let io = |p: &Path| {
+        let path = p.display().to_string();
+        move |source| EmitError::Io { path: path.clone(), source }
+    };
+    let kdir = dir.join("kernels");
+    if kdir.exists() {
+        // Stale kernels of an earlier compile would otherwise linger next to the new plan.
+        std::fs::remove_dir_all(&kdir).map_err(io(&kdir))?;
+    }
+    std::fs::create_dir_all(&kdir).map_err(io(&kdir))?;
+    let p = build_plan(g, plan, kernels);
+    for (k, pk) in kernels.iter().zip(&p.kernels) {
+        let path = dir.join(&pk.wgsl);
+        std::fs::write(&path, &k.kernel.wgsl).map_err(io(&path))?;
+    }
+
+    // Weights, in storage type, one tensor per weight buffer.
+    let mut bytes: BTreeMap<String, (safetensors::Dtype, Vec<usize>, Vec<u8>)> = BTreeMap::new();
+    for b in &plan.buffers {
+        if let BufferKind::Weight(v) = b.kind {
+            let t = g.const_data(v).expect("weight buffers hold constants");
+            let (dtype, data): (safetensors::Dtype, Vec<u8>) = match &t.data {
+                Data::F32(x) => (safetensors::Dtype::F32, x.iter().flat_map(|f| f.to_le_bytes()).collect()),
+                // Range-checked by legalization.
+                Data::I64(x) => (safetensors::Dtype::I32, x.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect()),
+                Data::Bool(x) => (safetensors::Dtype::U32, x.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect()),
+            };
+            bytes.insert(b.name.clone(), (dtype, t.shape.clone(), data));
+        }
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
+        .iter()
+        .map(|(name, (dt, shape, data))| {
+            safetensors::tensor::TensorView::new(*dt, shape.clone(), data)
+                .map(|v| (name.clone(), v))
+                .map_err(|e| EmitError::Weights(e.to_string()))
+        })
+        .collect::<Result<_, _>>()?;
+    let wpath = dir.join("weights.safetensors");
+    safetensors::tensor::serialize_to_file(views, None, &wpath).map_err(|e| EmitError::Weights(e.to_string()))?;
+
+    let ppath = dir.join("plan.json");
+    std::fs::write(&ppath, p.to_json() + "\n").map_err(io(&ppath))?;
+    Ok(p)
+}

@@ -19,9 +19,11 @@
 //! constants and resolves them.
 
 mod ops;
+mod print;
 mod tensor;
 
 pub use ops::*;
+pub use print::print;
 pub use tensor::*;
 
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
@@ -206,14 +208,24 @@ impl Graph {
             }
         }
         let idx = self.nodes.add_node(Node { name: name.into(), op, inputs: inputs.clone(), outputs: outputs.clone() });
+        let outputs = &self.nodes[idx].outputs.clone();
         let id = NodeId(idx);
-        for &o in &outputs {
+        for &o in outputs {
             self.values[o.index()].producer = Some(id);
         }
         for i in inputs.into_iter().flatten() {
             if let Some(p) = self.values[i.index()].producer {
                 self.nodes.update_edge(p.0, idx, ());
             }
+        }
+        // Rewrites may give an existing value a new producer: its readers now depend on this node.
+        let readers: Vec<NodeIndex<u32>> = self
+            .nodes
+            .node_indices()
+            .filter(|&n| n != idx && self.nodes[n].inputs.iter().flatten().any(|v| outputs.contains(v)))
+            .collect();
+        for r in readers {
+            self.nodes.update_edge(idx, r, ());
         }
         Ok(id)
     }

@@ -262,6 +262,7 @@ impl Op {
             | Op::Conv { .. }
             | Op::Pool { .. }
             | Op::GlobalPool(_)
+            | Op::BatchNorm { .. }
             | Op::Softmax { .. }
             | Op::LayerNorm { .. }
             | Op::Concat { .. }

@@ -11,7 +11,7 @@ use proto::{AttributeProto, ModelProto, NodeProto};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use wgslc_ir::{
-    AutoPad, BinaryOp, DType, Graph, Op, PoolKind, ReduceOp, Tensor, TensorType, UnaryOp, ValueId, Window,
+    AutoPad, BinaryOp, Graph, Op, PoolKind, ReduceOp, Tensor, TensorType, UnaryOp, ValueId, Window,
 };
 
 pub use tensor::dtype_from_onnx;

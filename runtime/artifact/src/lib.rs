@@ -1,1 +1,248 @@
+//! The wgslc artifact schema: `plan.json` and the layout of an artifact directory. This crate is the only
+//! boundary between the compiler and the runtime; the compiler writes these types and the runtime reads them.
+//!
+//! An artifact directory holds:
+//! - `plan.json` — a [`Plan`];
+//! - `kernels/*.wgsl` — one WGSL module per kernel, each validated by naga at compile time;
+//! - `weights.safetensors` — one tensor per weight buffer, named as the buffer, already in storage type.
+//!
+//! The format is versioned by [`Plan::version`]; a runtime refuses versions it does not know.
 
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The format identifier in every plan.json.
+pub const FORMAT: &str = "wgslc-plan";
+/// The schema version this crate reads and writes.
+pub const VERSION: u32 = 1;
+
+/// The whole replay plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Schema version, [`VERSION`] for this crate.
+    pub version: u32,
+    /// Graph inputs in model order (weights excluded).
+    pub inputs: Vec<TensorSpec>,
+    /// Graph outputs in model order.
+    pub outputs: Vec<TensorSpec>,
+    /// Every GPU buffer the plan needs, created once at load.
+    pub buffers: Vec<Buffer>,
+    /// Every kernel: a WGSL module with its bindings and workgroup counts.
+    pub kernels: Vec<Kernel>,
+    /// The replay order: indices into `kernels`.
+    pub dispatches: Vec<usize>,
+}
+
+/// A graph input or output.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorSpec {
+    pub name: String,
+    /// Logical dtype as the model declares it: "float32", "int64", "bool", ….
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    /// How it is stored on the GPU.
+    pub storage: StorageType,
+    /// The buffer holding it (the whole buffer, from offset 0).
+    pub buffer: usize,
+}
+
+/// GPU element types; every one is 4 bytes wide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StorageType {
+    F32,
+    I32,
+    U32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BufferKind {
+    Input,
+    Output,
+    Weight,
+    Intermediate,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Buffer {
+    /// For weights, the tensor name in weights.safetensors; otherwise informative.
+    pub name: String,
+    /// Size in bytes, a multiple of 4.
+    pub size: u64,
+    pub kind: BufferKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Kernel {
+    pub name: String,
+    /// Path of the WGSL module relative to the artifact directory (under `kernels/`).
+    pub wgsl: String,
+    pub entry_point: String,
+    /// Bindings of group 0, in binding-number order.
+    pub bindings: Vec<Binding>,
+    /// Workgroup counts (x, y, z) of its dispatch.
+    pub workgroups: [u32; 3],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    Read,
+    ReadWrite,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Binding {
+    pub binding: u32,
+    pub buffer: usize,
+    /// Byte offset into the buffer, a multiple of 256.
+    pub offset: u64,
+    /// Bytes bound.
+    pub size: u64,
+    pub access: Access,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    #[error("cannot read '{path}': {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("plan.json is not a valid plan: {0}")]
+    Parse(String),
+    #[error("plan.json: {0}")]
+    Invalid(String),
+}
+
+impl Plan {
+    /// Reads and checks `DIR/plan.json` (structure only; the runtime checks device limits).
+    pub fn read(dir: &Path) -> Result<Plan, ArtifactError> {
+        let path = dir.join("plan.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|source| ArtifactError::Io { path: path.display().to_string(), source })?;
+        let plan: Plan = serde_json::from_str(&text).map_err(|e| ArtifactError::Parse(e.to_string()))?;
+        plan.check()?;
+        Ok(plan)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("plan serializes")
+    }
+
+    /// Structural checks: version, every index in range, every binding inside its buffer and aligned, kernel
+    /// paths inside the artifact directory.
+    pub fn check(&self) -> Result<(), ArtifactError> {
+        let bad = |m: String| Err(ArtifactError::Invalid(m));
+        if self.format != FORMAT {
+            return bad(format!("format is '{}', expected '{FORMAT}'", self.format));
+        }
+        if self.version != VERSION {
+            return bad(format!("schema version {} is not supported (this runtime reads {VERSION})", self.version));
+        }
+        for b in &self.buffers {
+            if b.size == 0 || b.size % 4 != 0 {
+                return bad(format!("buffer '{}' has size {}, not a positive multiple of 4", b.name, b.size));
+            }
+        }
+        for (what, specs, kind) in [("input", &self.inputs, BufferKind::Input), ("output", &self.outputs, BufferKind::Output)] {
+            for t in specs {
+                let Some(b) = self.buffers.get(t.buffer) else {
+                    return bad(format!("{what} '{}' names buffer {} of {}", t.name, t.buffer, self.buffers.len()));
+                };
+                let bytes = t.shape.iter().try_fold(4u64, |a, &d| a.checked_mul(d as u64));
+                if b.kind != kind || bytes.is_none_or(|n| n > b.size) {
+                    return bad(format!("{what} '{}' does not fit its buffer '{}'", t.name, b.name));
+                }
+            }
+        }
+        for k in &self.kernels {
+            let p = Path::new(&k.wgsl);
+            if p.is_absolute() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+                return bad(format!("kernel '{}' has a path outside the artifact: '{}'", k.name, k.wgsl));
+            }
+            if k.workgroups.iter().any(|&w| w > 65535) {
+                return bad(format!("kernel '{}' dispatches {:?} workgroups", k.name, k.workgroups));
+            }
+            for (i, b) in k.bindings.iter().enumerate() {
+                let Some(buf) = self.buffers.get(b.buffer) else {
+                    return bad(format!("kernel '{}' binds buffer {} of {}", k.name, b.buffer, self.buffers.len()));
+                };
+                if b.binding as usize != i {
+                    return bad(format!("kernel '{}': bindings must be numbered 0..n in order", k.name));
+                }
+                if b.offset % 256 != 0 || b.size == 0 || b.size % 4 != 0 || b.offset.checked_add(b.size).is_none_or(|e| e > buf.size) {
+                    return bad(format!(
+                        "kernel '{}' binding {} ({}+{}) is outside buffer '{}' ({} bytes) or misaligned",
+                        k.name, b.binding, b.offset, b.size, buf.name, buf.size
+                    ));
+                }
+                if b.access == Access::ReadWrite && matches!(buf.kind, BufferKind::Weight | BufferKind::Input) {
+                    return bad(format!("kernel '{}' writes {:?} buffer '{}'", k.name, buf.kind, buf.name));
+                }
+            }
+            // WebGPU: one buffer may not be bound read-only and read-write in one dispatch.
+            for w in k.bindings.iter().filter(|b| b.access == Access::ReadWrite) {
+                if k.bindings.iter().any(|r| r.access == Access::Read && r.buffer == w.buffer) {
+                    return bad(format!("kernel '{}' binds buffer {} both read-only and read-write", k.name, w.buffer));
+                }
+            }
+        }
+        if let Some(&d) = self.dispatches.iter().find(|&&d| d >= self.kernels.len()) {
+            return bad(format!("dispatch names kernel {d} of {}", self.kernels.len()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        Plan {
+            format: FORMAT.into(),
+            version: VERSION,
+            inputs: vec![],
+            outputs: vec![],
+            buffers: vec![Buffer { name: "a".into(), size: 16, kind: BufferKind::Intermediate }],
+            kernels: vec![Kernel {
+                name: "k".into(),
+                wgsl: "kernels/k.wgsl".into(),
+                entry_point: "main".into(),
+                bindings: vec![Binding { binding: 0, buffer: 0, offset: 0, size: 16, access: Access::ReadWrite }],
+                workgroups: [1, 1, 1],
+            }],
+            dispatches: vec![0],
+        }
+    }
+
+    #[test]
+    fn a_valid_plan_round_trips() {
+        let p = plan();
+        p.check().unwrap();
+        let back: Plan = serde_json::from_str(&p.to_json()).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn tampered_plans_are_refused() {
+        let mut p = plan();
+        p.kernels[0].bindings[0].size = 32;
+        assert!(p.check().unwrap_err().to_string().contains("outside buffer"));
+        let mut p = plan();
+        p.kernels[0].wgsl = "../../etc/passwd".into();
+        assert!(p.check().unwrap_err().to_string().contains("outside the artifact"));
+        let mut p = plan();
+        p.version = 99;
+        assert!(p.check().unwrap_err().to_string().contains("version 99"));
+        let mut p = plan();
+        p.dispatches = vec![3];
+        assert!(p.check().is_err());
+    }
+}

@@ -1,0 +1,147 @@
+//! Shared helpers of the integration tests: one GPU per test binary, case loading and the comparison rule.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use wgslc::runtime::{Gpu, HostTensor, Session, TensorData};
+
+/// The GPU every test in a binary shares. No adapter is a failure, never a skip.
+pub fn gpu() -> Arc<Gpu> {
+    static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let g = Gpu::new().expect("a Vulkan adapter is required (install mesa-vulkan-drivers for lavapipe)");
+        eprintln!("tests run on {}", g.describe());
+        g
+    })
+    .clone()
+}
+
+pub fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata")
+}
+
+/// A case directory: model.onnx, input_i.npy, output_i.npy and an optional meta.json.
+pub struct Case {
+    pub name: String,
+    pub dir: PathBuf,
+    pub inputs: Vec<HostTensor>,
+    pub expected: Vec<HostTensor>,
+    pub opts: wgslc::CompileOptions,
+    pub rtol: f64,
+    pub atol: f64,
+}
+
+fn numbered(dir: &Path, prefix: &str) -> Vec<HostTensor> {
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
+        .take_while(|p| p.exists())
+        .map(|p| wgslc::npy::read(&p).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+pub fn load_case(dir: &Path) -> Case {
+    let mut opts = wgslc::CompileOptions::default();
+    let (mut rtol, mut atol) = (1e-4, 1e-5);
+    if let Ok(text) = std::fs::read_to_string(dir.join("meta.json")) {
+        let meta: serde_json::Value = serde_json::from_str(&text).expect("meta.json");
+        if let Some(dims) = meta.get("dims").and_then(|d| d.as_object()) {
+            for (k, v) in dims {
+                opts.dims.insert(k.clone(), v.as_u64().expect("dim value") as usize);
+            }
+        }
+        rtol = meta.get("rtol").and_then(|v| v.as_f64()).unwrap_or(rtol);
+        atol = meta.get("atol").and_then(|v| v.as_f64()).unwrap_or(atol);
+    }
+    Case {
+        name: dir.file_name().unwrap().to_string_lossy().into_owned(),
+        dir: dir.to_path_buf(),
+        inputs: numbered(dir, "input"),
+        expected: numbered(dir, "output"),
+        opts,
+        rtol,
+        atol,
+    }
+}
+
+pub fn cases(suite: &str) -> Vec<Case> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(testdata().join(suite))
+        .unwrap_or_else(|e| panic!("testdata/{suite}: {e}"))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    dirs.sort();
+    dirs.iter().map(|d| load_case(d)).collect()
+}
+
+/// Compiles a case into a fresh directory and runs it on the shared GPU.
+pub fn compile_and_run(case: &Case, opts: &wgslc::CompileOptions) -> Result<Vec<HostTensor>, String> {
+    let out = tempfile::tempdir().map_err(|e| e.to_string())?;
+    wgslc::compile(&case.dir.join("model.onnx"), out.path(), opts).map_err(|e| format!("compile: {e}"))?;
+    let session = Session::load_with(out.path(), gpu()).map_err(|e| format!("load: {e}"))?;
+    session.run(&case.inputs).map_err(|e| format!("run: {e}"))
+}
+
+/// ONNX's comparison: |got - want| <= atol + rtol * |want| elementwise, NaN only where NaN is expected, equal
+/// shapes and dtype classes; integers and bools exactly.
+pub fn compare(got: &[HostTensor], want: &[HostTensor], rtol: f64, atol: f64) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{} outputs, expected {}", got.len(), want.len()));
+    }
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        if g.shape != w.shape {
+            return Err(format!("output {i}: shape {:?}, expected {:?}", g.shape, w.shape));
+        }
+        match (&g.data, &w.data) {
+            (TensorData::F32(a), TensorData::F32(b)) => {
+                let mut worst = (0.0f64, 0usize);
+                for (j, (&x, &y)) in a.iter().zip(b).enumerate() {
+                    let (x, y) = (x as f64, y as f64);
+                    let ok = if y.is_nan() { x.is_nan() } else if y.is_infinite() { x == y } else { (x - y).abs() <= atol + rtol * y.abs() };
+                    if !ok {
+                        return Err(format!("output {i}[{j}]: got {x}, expected {y} (rtol {rtol}, atol {atol})"));
+                    }
+                    if y.is_finite() && (x - y).abs() > worst.0 {
+                        worst = ((x - y).abs(), j);
+                    }
+                }
+            }
+            (TensorData::I64(a), TensorData::I64(b)) if a == b => {}
+            (TensorData::I32(a), TensorData::I32(b)) if a == b => {}
+            (TensorData::Bool(a), TensorData::Bool(b)) if a == b => {}
+            (x, y) => {
+                let kind = |d: &TensorData| match d {
+                    TensorData::F32(_) => "float32",
+                    TensorData::I64(_) => "int64",
+                    TensorData::I32(_) => "int32",
+                    TensorData::Bool(_) => "bool",
+                };
+                if kind(x) != kind(y) {
+                    return Err(format!("output {i}: dtype {}, expected {}", kind(x), kind(y)));
+                }
+                return Err(format!("output {i}: {x:?} differs from {y:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs every case of a suite and fails with the list of failures (every case runs, one failure does not hide
+/// the next).
+pub fn run_suite(suite: &str) {
+    let cases = cases(suite);
+    assert!(!cases.is_empty(), "no cases in testdata/{suite}");
+    let mut failures = Vec::new();
+    for case in &cases {
+        let r = compile_and_run(case, &case.opts).and_then(|got| compare(&got, &case.expected, case.rtol, case.atol));
+        match r {
+            Ok(()) => eprintln!("ok   {suite}/{}", case.name),
+            Err(e) => {
+                eprintln!("FAIL {suite}/{}: {e}", case.name);
+                failures.push(format!("{}: {e}", case.name));
+            }
+        }
+    }
+    eprintln!("{suite}: {} passed, {} failed", cases.len() - failures.len(), failures.len());
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}

@@ -1,0 +1,922 @@
+//! From scheduled kernel groups to WGSL source: each kernel kind builds a resolved view struct (every extent,
+//! stride and literal decided here) and renders its askama template from `templates/`.
+
+use crate::{EmitError, Limits};
+use askama::Template;
+use wgslc_ir::{
+    broadcast_strides, contiguous_strides, BinaryOp, Graph, NodeId, Op, PoolKind, ReduceOp, TensorType,
+    UnaryOp, ValueId,
+};
+use wgslc_passes::{storage_of, Storage};
+
+/// One kernel ready to be validated and written: its source and what it binds.
+#[derive(Clone, Debug)]
+pub struct EmittedKernel {
+    /// The source node's name (with a part suffix for multi-dispatch ops such as Concat).
+    pub name: String,
+    /// A short file-name stem: the op kind.
+    pub kind: &'static str,
+    /// The source nodes.
+    pub nodes: Vec<NodeId>,
+    pub wgsl: String,
+    /// Bindings in binding-number order: the value bound and whether the kernel writes it.
+    pub bindings: Vec<(ValueId, bool)>,
+    pub workgroups: [u32; 3],
+}
+
+// ---- template view structs -------------------------------------------------------------------------------
+
+struct BindingDecl {
+    binding: usize,
+    access: &'static str,
+    var: String,
+    ty: &'static str,
+}
+
+struct Header {
+    name: String,
+    comment: String,
+    template: &'static str,
+    bindings: Vec<BindingDecl>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Helpers {
+    erf: bool,
+    pow: bool,
+    tanh: bool,
+}
+
+struct Coord {
+    stride: usize,
+    extent: usize,
+}
+
+struct Term {
+    coord: usize,
+    stride: i64,
+}
+
+/// An index expression: `offset + Σ c{coord} * stride`.
+struct Index {
+    offset: String,
+    terms: Vec<Term>,
+}
+
+struct Load {
+    name: String,
+    var: String,
+    offset: String,
+    terms: Vec<Term>,
+}
+
+struct Stmt {
+    name: String,
+    expr: String,
+}
+
+#[derive(Template)]
+#[template(path = "elementwise.wgsl", escape = "none")]
+struct ElementwiseTpl {
+    h: Header,
+    helpers: Helpers,
+    groups_x: u32,
+    numel: usize,
+    coords: Vec<Coord>,
+    loads: Vec<Load>,
+    stmts: Vec<Stmt>,
+    store: Index,
+    result: String,
+}
+
+#[derive(Template)]
+#[template(path = "gather.wgsl", escape = "none")]
+struct GatherTpl {
+    h: Header,
+    groups_x: u32,
+    numel: usize,
+    positions: usize,
+    inner: usize,
+    positions_inner: usize,
+    axis_len: usize,
+}
+
+struct BatchDim {
+    div: usize,
+    extent: usize,
+    a_stride: usize,
+    b_stride: usize,
+}
+
+#[derive(Template)]
+#[template(path = "matmul.wgsl", escape = "none")]
+struct MatmulTpl {
+    h: Header,
+    batch: Vec<BatchDim>,
+    m: usize,
+    n: usize,
+    k: usize,
+    mn: usize,
+    a_sm: usize,
+    a_sk: usize,
+    b_sk: usize,
+    b_sn: usize,
+    alpha: String,
+    beta: String,
+    has_bias: bool,
+    bias_sm: usize,
+    bias_sn: usize,
+}
+
+struct RDim {
+    div: usize,
+    extent: usize,
+    stride: usize,
+}
+
+#[derive(Template)]
+#[template(path = "reduce.wgsl", escape = "none")]
+struct ReduceTpl {
+    h: Header,
+    ty: &'static str,
+    groups_x: u32,
+    numel: usize,
+    kept: Vec<RDim>,
+    reduced: Vec<RDim>,
+    count: usize,
+    init: String,
+    combine_acc_v: String,
+    combine_a_v: String,
+    finish: String,
+}
+
+#[derive(Template)]
+#[template(path = "softmax.wgsl", escape = "none")]
+struct SoftmaxTpl {
+    h: Header,
+    groups_x: u32,
+    rows: usize,
+    n: usize,
+    inner: usize,
+    row_span: usize,
+}
+
+#[derive(Template)]
+#[template(path = "layernorm.wgsl", escape = "none")]
+struct LayerNormTpl {
+    h: Header,
+    groups_x: u32,
+    rows: usize,
+    n: usize,
+    n_f: String,
+    epsilon: String,
+    scale_len: usize,
+    has_bias: bool,
+    bias_len: usize,
+}
+
+/// The 2-D geometry shared by convolution and pooling (1-D ops use height 1).
+struct Geometry {
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    kh: usize,
+    kw: usize,
+    sy: usize,
+    sx: usize,
+    dy: usize,
+    dx: usize,
+    pt: usize,
+    pl: usize,
+    pb: usize,
+    pr: usize,
+}
+
+#[derive(Template)]
+#[template(path = "conv2d.wgsl", escape = "none")]
+struct ConvTpl {
+    h: Header,
+    groups_x: u32,
+    numel: usize,
+    n: usize,
+    c: usize,
+    m: usize,
+    cg: usize,
+    m_per_group: usize,
+    hw: usize,
+    khw: usize,
+    ohw: usize,
+    mohw: usize,
+    has_bias: bool,
+    g: Geometry,
+}
+
+#[derive(Template)]
+#[template(path = "pool2d.wgsl", escape = "none")]
+struct PoolTpl {
+    h: Header,
+    groups_x: u32,
+    numel: usize,
+    kind: &'static str,
+    is_max: bool,
+    count_include_pad: bool,
+    hw: usize,
+    ohw: usize,
+    g: Geometry,
+}
+
+// ---- literals -------------------------------------------------------------------------------------------
+
+/// A WGSL f32 expression for any value (non-finite values have no literal form).
+pub(crate) fn f32_lit(x: f32) -> String {
+    if x.is_nan() {
+        "bitcast<f32>(0x7fc00000u)".into()
+    } else if x == f32::INFINITY {
+        "bitcast<f32>(0x7f800000u)".into()
+    } else if x == f32::NEG_INFINITY {
+        "bitcast<f32>(0xff800000u)".into()
+    } else {
+        let s = format!("{x:?}");
+        if s.contains(['.', 'e', 'E']) {
+            format!("{s}f")
+        } else {
+            format!("{s}.0f")
+        }
+    }
+}
+
+fn i32_lit(x: i64) -> String {
+    let x = x.clamp(i32::MIN as i64, i32::MAX as i64);
+    if x == i32::MIN as i64 {
+        "(-2147483647i - 1i)".into()
+    } else {
+        format!("{x}i")
+    }
+}
+
+// ---- the emitter ----------------------------------------------------------------------------------------
+
+pub(crate) struct Emitter<'g> {
+    pub g: &'g Graph,
+    pub limits: &'g Limits,
+}
+
+fn storage(g: &Graph, v: ValueId) -> Storage {
+    storage_of(g.ty(v).dtype).expect("legalized graph")
+}
+
+impl Emitter<'_> {
+    fn err(&self, n: NodeId, reason: impl Into<String>) -> EmitError {
+        let node = self.g.node(n);
+        EmitError::Node { node: node.name.clone(), op: node.op.name().into(), reason: reason.into() }
+    }
+
+    /// Workgroup counts for `groups` workgroups, folded into y past the per-dimension limit; also returns the x
+    /// count the shader uses to linearize.
+    fn grid(&self, n: NodeId, groups: usize) -> Result<([u32; 3], u32), EmitError> {
+        let max = self.limits.max_workgroups_per_dimension as usize;
+        if groups <= max {
+            return Ok(([groups as u32, 1, 1], groups.max(1) as u32));
+        }
+        let y = groups.div_ceil(max);
+        if y > max {
+            return Err(self.err(n, format!("needs {groups} workgroups, more than {max}x{max}")));
+        }
+        Ok(([max as u32, y as u32, 1], max as u32))
+    }
+
+    fn header(&self, n: NodeId, template: &'static str, bindings: &[(ValueId, bool, &str)]) -> Header {
+        let node = self.g.node(n);
+        let ins: Vec<String> = node.inputs.iter().flatten().map(|&v| self.g.ty(v).to_string()).collect();
+        Header {
+            name: node.name.clone(),
+            comment: format!("{}({}) -> {}", node.op.name(), ins.join(", "), self.g.ty(node.outputs[0])),
+            template,
+            bindings: bindings
+                .iter()
+                .enumerate()
+                .map(|(i, &(v, write, var))| BindingDecl {
+                    binding: i,
+                    access: if write { "read_write" } else { "read" },
+                    var: var.to_string(),
+                    ty: storage(self.g, v).wgsl(),
+                })
+                .collect(),
+        }
+    }
+
+    fn kernel(
+        &self,
+        n: NodeId,
+        name: String,
+        kind: &'static str,
+        wgsl: Result<String, askama::Error>,
+        bindings: &[(ValueId, bool, &str)],
+        workgroups: [u32; 3],
+    ) -> Result<EmittedKernel, EmitError> {
+        Ok(EmittedKernel {
+            name,
+            kind,
+            nodes: vec![n],
+            wgsl: wgsl.map_err(|e| self.err(n, format!("template error: {e}")))?,
+            bindings: bindings.iter().map(|&(v, w, _)| (v, w)).collect(),
+            workgroups,
+        })
+    }
+
+    /// Emits the kernels of one node (Concat gives one per input; everything else one).
+    pub fn emit_node(&self, n: NodeId) -> Result<Vec<EmittedKernel>, EmitError> {
+        let node = self.g.node(n);
+        let out = node.outputs[0];
+        if self.g.ty(out).numel() == 0 {
+            return Ok(vec![]);
+        }
+        match &node.op {
+            Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_) | Op::StridedCopy { .. } => {
+                Ok(vec![self.elementwise(n)?])
+            }
+            Op::Concat { axis } => self.concat(n, *axis as usize),
+            Op::Gather { axis } => Ok(vec![self.gather(n, *axis as usize)?]),
+            Op::MatMul | Op::Gemm { .. } => Ok(vec![self.matmul(n)?]),
+            Op::Reduce { op, axes, .. } => {
+                let axes: Vec<usize> = axes.as_ref().expect("resolved").iter().map(|&a| a as usize).collect();
+                Ok(vec![self.reduce(n, *op, &axes)?])
+            }
+            Op::GlobalPool(kind) => {
+                let r = self.g.ty(node.inputs[0].unwrap()).rank();
+                let op = if *kind == PoolKind::Max { ReduceOp::Max } else { ReduceOp::Mean };
+                Ok(vec![self.reduce(n, op, &(2..r).collect::<Vec<_>>())?])
+            }
+            Op::Softmax { axis, legacy } => Ok(vec![self.softmax(n, *axis as usize, *legacy)?]),
+            Op::LayerNorm { axis, epsilon } => Ok(vec![self.layernorm(n, *axis as usize, *epsilon)?]),
+            Op::Conv { .. } => Ok(vec![self.conv(n)?]),
+            Op::Pool { .. } => Ok(vec![self.pool(n)?]),
+            other => Err(self.err(n, format!("no kernel for resolved op {}", other.name()))),
+        }
+    }
+
+    /// Elementwise kernels: output coordinates, one strided load per input, one expression, one store.
+    fn elementwise(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let out = node.outputs[0];
+        let ot = g.ty(out).clone();
+        let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+        let views: Vec<(i64, Vec<i64>)> = match &node.op {
+            Op::StridedCopy { offset, strides } => vec![(*offset, strides.clone())],
+            _ => inputs.iter().map(|&v| (0, broadcast_strides(&g.ty(v).shape, &ot.shape))).collect(),
+        };
+        let args: Vec<String> = (0..inputs.len()).map(|k| format!("x{k}")).collect();
+        let mut helpers = Helpers::default();
+        let result = self.op_expr(n, &args, &inputs, &ot, &mut helpers)?;
+        let contiguous: Vec<i64> = contiguous_strides(&ot.shape).iter().map(|&s| s as i64).collect();
+        let (coords, loads) = self.strided_loads(&ot.shape, &views, &contiguous);
+        let mut bindings: Vec<(ValueId, bool, String)> =
+            inputs.iter().enumerate().map(|(k, &v)| (v, false, format!("in{k}"))).collect();
+        bindings.push((out, true, "out".into()));
+        let b: Vec<(ValueId, bool, &str)> = bindings.iter().map(|(v, w, s)| (*v, *w, s.as_str())).collect();
+        let (wg, groups_x) = self.grid(n, ot.numel().div_ceil(256))?;
+        let tpl = ElementwiseTpl {
+            h: self.header(n, "elementwise.wgsl", &b),
+            helpers,
+            groups_x,
+            numel: ot.numel(),
+            coords,
+            loads,
+            stmts: vec![],
+            store: Index { offset: "i".into(), terms: vec![] },
+            result,
+        };
+        self.kernel(n, node.name.clone(), "elementwise", tpl.render(), &b, wg)
+    }
+
+    /// Coordinates over `shape` and one load per view; a view equal to the contiguous layout reads `[i]`.
+    fn strided_loads(&self, shape: &[usize], views: &[(i64, Vec<i64>)], contiguous: &[i64]) -> (Vec<Coord>, Vec<Load>) {
+        let cs = contiguous_strides(shape);
+        let coords: Vec<Coord> = shape.iter().zip(&cs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect();
+        let loads = views
+            .iter()
+            .enumerate()
+            .map(|(k, (offset, strides))| {
+                let plain = *offset == 0
+                    && strides.iter().zip(contiguous).zip(shape).all(|((s, c), &e)| e == 1 || s == c);
+                if plain {
+                    Load { name: format!("x{k}"), var: format!("in{k}"), offset: "i".into(), terms: vec![] }
+                } else {
+                    let terms = strides
+                        .iter()
+                        .enumerate()
+                        .filter(|&(d, &s)| s != 0 && shape[d] > 1)
+                        .map(|(d, &s)| Term { coord: d, stride: s })
+                        .collect();
+                    Load { name: format!("x{k}"), var: format!("in{k}"), offset: offset.to_string(), terms }
+                }
+            })
+            .collect();
+        (coords, loads)
+    }
+
+    /// The WGSL expression of an elementwise op over already-loaded arguments.
+    fn op_expr(
+        &self,
+        n: NodeId,
+        args: &[String],
+        inputs: &[ValueId],
+        out: &TensorType,
+        helpers: &mut Helpers,
+    ) -> Result<String, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let st = |v: ValueId| storage(g, v);
+        let os = storage_of(out.dtype).expect("legalized");
+        let a = args.first().cloned().unwrap_or_default();
+        Ok(match &node.op {
+            Op::StridedCopy { .. } => a,
+            Op::Unary(u) => {
+                let float = st(inputs[0]) == Storage::F32;
+                match (u, float) {
+                    (UnaryOp::Neg, _) => format!("-{a}"),
+                    (UnaryOp::Abs, _) => format!("abs({a})"),
+                    (UnaryOp::Relu, true) => format!("max({a}, 0.0)"),
+                    (UnaryOp::Relu, false) => format!("max({a}, 0i)"),
+                    (UnaryOp::Identity, _) => a,
+                    (UnaryOp::Not, _) => format!("1u - {a}"),
+                    (UnaryOp::IsNaN, true) => format!("select(0u, 1u, (bitcast<u32>({a}) & 0x7fffffffu) > 0x7f800000u)"),
+                    (UnaryOp::IsNaN, false) => "0u".into(),
+                    (UnaryOp::Clip(lo, hi), true) => {
+                        let mut e = a;
+                        if lo.is_finite() {
+                            e = format!("max({e}, {})", f32_lit(*lo));
+                        }
+                        if hi.is_finite() {
+                            e = format!("min({e}, {})", f32_lit(*hi));
+                        }
+                        e
+                    }
+                    (UnaryOp::Clip(lo, hi), false) => {
+                        let lo = if lo.is_finite() { lo.ceil() as i64 } else { i32::MIN as i64 };
+                        let hi = if hi.is_finite() { hi.floor() as i64 } else { i32::MAX as i64 };
+                        format!("clamp({a}, {}, {})", i32_lit(lo), i32_lit(hi))
+                    }
+                    (_, false) => return Err(self.err(n, "this op needs a float input")),
+                    (UnaryOp::Sqrt, _) => format!("sqrt({a})"),
+                    (UnaryOp::Reciprocal, _) => format!("1.0 / {a}"),
+                    (UnaryOp::Exp, _) => format!("exp({a})"),
+                    (UnaryOp::Log, _) => format!("log({a})"),
+                    (UnaryOp::Floor, _) => format!("floor({a})"),
+                    (UnaryOp::Ceil, _) => format!("ceil({a})"),
+                    (UnaryOp::Sin, _) => format!("sin({a})"),
+                    (UnaryOp::Cos, _) => format!("cos({a})"),
+                    (UnaryOp::Erf, _) => {
+                        helpers.erf = true;
+                        format!("erf_({a})")
+                    }
+                    (UnaryOp::Tanh, _) => {
+                        helpers.tanh = true;
+                        format!("tanh_({a})")
+                    }
+                    (UnaryOp::Sigmoid, _) => format!("1.0 / (1.0 + exp(-{a}))"),
+                    (UnaryOp::Gelu, _) => {
+                        helpers.erf = true;
+                        format!("0.5 * {a} * (1.0 + erf_({a} * 0.70710678118654752))")
+                    }
+                    (UnaryOp::GeluTanh, _) => {
+                        helpers.tanh = true;
+                        format!("0.5 * {a} * (1.0 + tanh_(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a})))")
+                    }
+                    (UnaryOp::LeakyRelu(alpha), _) => format!("select({a}, {} * {a}, {a} < 0.0)", f32_lit(*alpha)),
+                    (UnaryOp::HardSigmoid(al, be), _) => {
+                        format!("clamp({} * {a} + {}, 0.0, 1.0)", f32_lit(*al), f32_lit(*be))
+                    }
+                    (UnaryOp::HardSwish, _) => format!("{a} * clamp({a} / 6.0 + 0.5, 0.0, 1.0)"),
+                }
+            }
+            Op::Binary(b) => {
+                let (x, y) = (&args[0], &args[1]);
+                let float = st(inputs[0]) == Storage::F32;
+                match b {
+                    BinaryOp::Add => format!("{x} + {y}"),
+                    BinaryOp::Sub => format!("{x} - {y}"),
+                    BinaryOp::Mul => format!("{x} * {y}"),
+                    BinaryOp::Div => format!("{x} / {y}"),
+                    BinaryOp::Max => format!("max({x}, {y})"),
+                    BinaryOp::Min => format!("min({x}, {y})"),
+                    BinaryOp::Pow => {
+                        let yf = if st(inputs[1]) == Storage::F32 { y.clone() } else { format!("f32({y})") };
+                        let xf = if float { x.clone() } else { format!("f32({x})") };
+                        // A constant scalar exponent (x², √x: what exporters write) needs no general pow.
+                        let c = g.const_data(inputs[1]).filter(|t| t.numel() == 1).map(|t| t.to_f64()[0]);
+                        let e = match c {
+                            Some(v) if v == 1.0 => xf,
+                            Some(v) if v == 2.0 => format!("{xf} * {xf}"),
+                            Some(v) if v == 3.0 => format!("{xf} * {xf} * {xf}"),
+                            Some(v) if v == 0.5 => format!("sqrt({xf})"),
+                            _ => {
+                                helpers.pow = true;
+                                format!("pow_({xf}, {yf})")
+                            }
+                        };
+                        if float {
+                            e
+                        } else {
+                            format!("i32({e})")
+                        }
+                    }
+                    BinaryOp::Equal => format!("select(0u, 1u, {x} == {y})"),
+                    BinaryOp::Less => format!("select(0u, 1u, {x} < {y})"),
+                    BinaryOp::LessOrEqual => format!("select(0u, 1u, {x} <= {y})"),
+                    BinaryOp::Greater => format!("select(0u, 1u, {x} > {y})"),
+                    BinaryOp::GreaterOrEqual => format!("select(0u, 1u, {x} >= {y})"),
+                    BinaryOp::And => format!("{x} & {y}"),
+                    BinaryOp::Or => format!("{x} | {y}"),
+                }
+            }
+            Op::Where => format!("select({}, {}, {} != 0u)", args[2], args[1], args[0]),
+            Op::Cast(to) => {
+                let from = st(inputs[0]);
+                match (from, os) {
+                    (f, t) if f == t => a,
+                    (Storage::F32, Storage::I32) => format!("i32({a})"),
+                    (Storage::I32, Storage::F32) | (Storage::U32, Storage::F32) => format!("f32({a})"),
+                    (Storage::U32, Storage::I32) => format!("i32({a})"),
+                    (Storage::F32, Storage::U32) => format!("select(0u, 1u, {a} != 0.0)"),
+                    (Storage::I32, Storage::U32) => format!("select(0u, 1u, {a} != 0i)"),
+                    _ => return Err(self.err(n, format!("no cast to {to}"))),
+                }
+            }
+            other => return Err(self.err(n, format!("{} is not elementwise", other.name()))),
+        })
+    }
+
+    /// Concat: one copy kernel per input, each writing its slab of the output.
+    fn concat(&self, n: NodeId, axis: usize) -> Result<Vec<EmittedKernel>, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let out = node.outputs[0];
+        let ocs: Vec<i64> = contiguous_strides(&g.ty(out).shape).iter().map(|&s| s as i64).collect();
+        let mut start = 0usize;
+        let mut kernels = Vec::new();
+        for (k, &v) in node.inputs.iter().flatten().enumerate() {
+            let shape = g.ty(v).shape.clone();
+            let offset = start as i64 * ocs[axis];
+            start += shape[axis];
+            let numel: usize = shape.iter().product();
+            if numel == 0 {
+                continue;
+            }
+            let contiguous: Vec<i64> = contiguous_strides(&shape).iter().map(|&s| s as i64).collect();
+            let (coords, loads) = self.strided_loads(&shape, &[(0, contiguous.clone())], &contiguous);
+            let terms = (0..shape.len()).filter(|&d| shape[d] > 1).map(|d| Term { coord: d, stride: ocs[d] }).collect();
+            let b = [(v, false, "in0"), (out, true, "out")];
+            let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+            let tpl = ElementwiseTpl {
+                h: self.header(n, "elementwise.wgsl", &b),
+                helpers: Helpers::default(),
+                groups_x,
+                numel,
+                coords,
+                loads,
+                stmts: vec![],
+                store: Index { offset: offset.to_string(), terms },
+                result: "x0".into(),
+            };
+            kernels.push(self.kernel(n, format!("{}#{k}", node.name), "concat", tpl.render(), &b, wg)?);
+        }
+        Ok(kernels)
+    }
+
+    fn gather(&self, n: NodeId, axis: usize) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (data, ind, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let dt = g.ty(data);
+        let positions = g.ty(ind).numel();
+        let inner: usize = dt.shape[axis + 1..].iter().product();
+        let numel = g.ty(out).numel();
+        let b = [(data, false, "data"), (ind, false, "indices"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let tpl = GatherTpl {
+            h: self.header(n, "gather.wgsl", &b),
+            groups_x,
+            numel,
+            positions,
+            inner,
+            positions_inner: positions * inner,
+            axis_len: dt.shape[axis],
+        };
+        self.kernel(n, node.name.clone(), "gather", tpl.render(), &b, wg)
+    }
+
+    fn matmul(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (a, b, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let (at, bt) = (g.ty(a).clone(), g.ty(b).clone());
+        let (m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch_shape, a_batch, b_batch);
+        match node.op {
+            Op::Gemm { alpha: al, beta: be, trans_a, trans_b } => {
+                (m, k) = if trans_a { (at.shape[1], at.shape[0]) } else { (at.shape[0], at.shape[1]) };
+                nn = if trans_b { bt.shape[0] } else { bt.shape[1] };
+                (a_sm, a_sk) = if trans_a { (1, m) } else { (k, 1) };
+                (b_sk, b_sn) = if trans_b { (1, k) } else { (nn, 1) };
+                (alpha, beta) = (al, be);
+                (batch_shape, a_batch, b_batch) = (vec![], vec![], vec![]);
+            }
+            _ => {
+                (m, k) = if at.rank() == 1 { (1, at.shape[0]) } else { (at.shape[at.rank() - 2], at.shape[at.rank() - 1]) };
+                nn = if bt.rank() == 1 { 1 } else { bt.shape[bt.rank() - 1] };
+                (a_sm, a_sk) = if at.rank() == 1 { (0, 1) } else { (k, 1) };
+                (b_sk, b_sn) = if bt.rank() == 1 { (1, 0) } else { (nn, 1) };
+                (alpha, beta) = (1.0, 0.0);
+                a_batch = at.shape[..at.rank().saturating_sub(2)].to_vec();
+                b_batch = bt.shape[..bt.rank().saturating_sub(2)].to_vec();
+                batch_shape = wgslc_ir::broadcast_shapes(&a_batch, &b_batch).expect("inferred");
+            }
+        }
+        let sa = broadcast_strides(&a_batch, &batch_shape);
+        let sb = broadcast_strides(&b_batch, &batch_shape);
+        let cs = contiguous_strides(&batch_shape);
+        let batch: Vec<BatchDim> = (0..batch_shape.len())
+            .filter(|&d| batch_shape[d] > 1)
+            .map(|d| BatchDim {
+                div: cs[d],
+                extent: batch_shape[d],
+                a_stride: sa[d] as usize * m * k,
+                b_stride: sb[d] as usize * k * nn,
+            })
+            .collect();
+        let batches: usize = batch_shape.iter().product();
+        if batches > self.limits.max_workgroups_per_dimension as usize {
+            return Err(self.err(n, format!("{batches} batched products exceed the workgroup limit")));
+        }
+        let bias = node.inputs.get(2).copied().flatten().filter(|_| beta != 0.0);
+        let (bias_sm, bias_sn) = match bias {
+            Some(c) => {
+                let s = broadcast_strides(&g.ty(c).shape, &[m, nn]);
+                (s[0] as usize, s[1] as usize)
+            }
+            None => (0, 0),
+        };
+        let mut bindings = vec![(a, false, "a"), (b, false, "b")];
+        if let Some(c) = bias {
+            bindings.push((c, false, "bias"));
+        }
+        bindings.push((out, true, "out"));
+        let gx = nn.div_ceil(64);
+        let gy = m.div_ceil(64);
+        let max = self.limits.max_workgroups_per_dimension as usize;
+        if gx > max || gy > max {
+            return Err(self.err(n, format!("a {m}x{nn} product needs more than {max} workgroups per dimension")));
+        }
+        let tpl = MatmulTpl {
+            h: self.header(n, "matmul.wgsl", &bindings),
+            batch,
+            m,
+            n: nn,
+            k,
+            mn: m * nn,
+            a_sm,
+            a_sk,
+            b_sk,
+            b_sn,
+            alpha: f32_lit(alpha),
+            beta: f32_lit(beta),
+            has_bias: bias.is_some(),
+            bias_sm,
+            bias_sn,
+        };
+        self.kernel(n, node.name.clone(), "matmul", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])
+    }
+
+    fn reduce(&self, n: NodeId, op: ReduceOp, axes: &[usize]) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let xt = g.ty(x);
+        let cs = contiguous_strides(&xt.shape);
+        let dims = |sel: &dyn Fn(usize) -> bool| -> Vec<RDim> {
+            let ds: Vec<usize> = (0..xt.rank()).filter(|&d| sel(d)).collect();
+            let mut out = Vec::new();
+            let mut div = 1;
+            for &d in ds.iter().rev() {
+                if xt.shape[d] > 1 {
+                    out.push(RDim { div, extent: xt.shape[d], stride: cs[d] });
+                }
+                div *= xt.shape[d];
+            }
+            out.reverse();
+            out
+        };
+        let kept = dims(&|d| !axes.contains(&d));
+        let reduced = dims(&|d| axes.contains(&d));
+        let count: usize = axes.iter().map(|&a| xt.shape[a]).product();
+        let float = storage(g, x) == Storage::F32;
+        let (init, comb) = match (op, float) {
+            (ReduceOp::Sum | ReduceOp::Mean, true) => ("0.0".to_string(), "+"),
+            (ReduceOp::Sum | ReduceOp::Mean, false) => ("0i".to_string(), "+"),
+            (ReduceOp::Prod, true) => ("1.0".to_string(), "*"),
+            (ReduceOp::Prod, false) => ("1i".to_string(), "*"),
+            (ReduceOp::Max, true) => (f32_lit(f32::NEG_INFINITY), "max"),
+            (ReduceOp::Max, false) => (i32_lit(i32::MIN as i64), "max"),
+            (ReduceOp::Min, true) => (f32_lit(f32::INFINITY), "min"),
+            (ReduceOp::Min, false) => (i32_lit(i32::MAX as i64), "min"),
+        };
+        let combine = |l: &str, r: &str| {
+            if comb.len() == 1 {
+                format!("{l} {comb} {r}")
+            } else {
+                format!("{comb}({l}, {r})")
+            }
+        };
+        let finish = match (op, float) {
+            (ReduceOp::Mean, true) => format!("part[0] / {}", f32_lit(count as f32)),
+            (ReduceOp::Mean, false) => format!("part[0] / {}", i32_lit(count.max(1) as i64)),
+            _ => "part[0]".to_string(),
+        };
+        let numel = g.ty(out).numel();
+        let b = [(x, false, "x"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel)?;
+        let tpl = ReduceTpl {
+            h: self.header(n, "reduce.wgsl", &b),
+            ty: storage(g, x).wgsl(),
+            groups_x,
+            numel,
+            kept,
+            reduced,
+            count,
+            init,
+            combine_acc_v: combine("acc", "v"),
+            combine_a_v: combine("a", "v"),
+            finish,
+        };
+        self.kernel(n, node.name.clone(), "reduce", tpl.render(), &b, wg)
+    }
+
+    fn softmax(&self, n: NodeId, axis: usize, legacy: bool) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let shape = &g.ty(x).shape;
+        if storage(g, x) != Storage::F32 {
+            return Err(self.err(n, "Softmax needs a float input"));
+        }
+        let outer: usize = shape[..axis.min(shape.len())].iter().product();
+        let (len, inner) = if legacy || shape.is_empty() {
+            (shape[axis.min(shape.len())..].iter().product::<usize>(), 1)
+        } else {
+            (shape[axis], shape[axis + 1..].iter().product::<usize>())
+        };
+        let rows = outer * inner;
+        let b = [(x, false, "x"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, rows)?;
+        let tpl = SoftmaxTpl {
+            h: self.header(n, "softmax.wgsl", &b),
+            groups_x,
+            rows,
+            n: len,
+            inner: inner.max(1),
+            row_span: len * inner,
+        };
+        self.kernel(n, node.name.clone(), "softmax", tpl.render(), &b, wg)
+    }
+
+    fn layernorm(&self, n: NodeId, axis: usize, epsilon: f32) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (x, scale, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let bias = node.inputs.get(2).copied().flatten();
+        let shape = &g.ty(x).shape;
+        let len: usize = shape[axis..].iter().product();
+        let rows: usize = shape[..axis].iter().product();
+        // Scale and bias broadcast over the normalized shape; supported when they cover it whole or are scalars.
+        let check = |v: ValueId| -> Result<usize, EmitError> {
+            let k = g.ty(v).numel();
+            if k == len || k == 1 {
+                Ok(k)
+            } else {
+                Err(self.err(n, format!("scale/bias of shape {:?} broadcast only partly over {:?}", g.ty(v).shape, &shape[axis..])))
+            }
+        };
+        let scale_len = check(scale)?;
+        let bias_len = bias.map(check).transpose()?.unwrap_or(1);
+        let mut bindings = vec![(x, false, "x"), (scale, false, "scale")];
+        if let Some(bv) = bias {
+            bindings.push((bv, false, "bias"));
+        }
+        bindings.push((out, true, "out"));
+        let (wg, groups_x) = self.grid(n, rows)?;
+        let tpl = LayerNormTpl {
+            h: self.header(n, "layernorm.wgsl", &bindings),
+            groups_x,
+            rows,
+            n: len,
+            n_f: f32_lit(len as f32),
+            epsilon: f32_lit(epsilon),
+            scale_len,
+            has_bias: bias.is_some(),
+            bias_len,
+        };
+        self.kernel(n, node.name.clone(), "layernorm", tpl.render(), &bindings, wg)
+    }
+
+    fn geometry(&self, n: NodeId, x: &[usize], out: &[usize], w: &wgslc_ir::Window) -> Result<Geometry, EmitError> {
+        match x.len() {
+            3 => Ok(Geometry {
+                h: 1,
+                w: x[2],
+                oh: 1,
+                ow: out[2],
+                kh: 1,
+                kw: w.kernel[0],
+                sy: 1,
+                sx: w.strides[0],
+                dy: 1,
+                dx: w.dilations[0],
+                pt: 0,
+                pl: w.pads[0],
+                pb: 0,
+                pr: w.pads[1],
+            }),
+            4 => Ok(Geometry {
+                h: x[2],
+                w: x[3],
+                oh: out[2],
+                ow: out[3],
+                kh: w.kernel[0],
+                kw: w.kernel[1],
+                sy: w.strides[0],
+                sx: w.strides[1],
+                dy: w.dilations[0],
+                dx: w.dilations[1],
+                pt: w.pads[0],
+                pl: w.pads[1],
+                pb: w.pads[2],
+                pr: w.pads[3],
+            }),
+            r => Err(self.err(n, format!("only 1-D and 2-D windows are supported, not {}-D", r - 2))),
+        }
+    }
+
+    fn conv(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let Op::Conv { window, group } = &node.op else { unreachable!() };
+        let (x, w, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let bias = node.inputs.get(2).copied().flatten();
+        let (xs, ws, os) = (g.ty(x).shape.clone(), g.ty(w).shape.clone(), g.ty(out).shape.clone());
+        let geo = self.geometry(n, &xs, &os, window)?;
+        let numel = g.ty(out).numel();
+        let mut bindings = vec![(x, false, "x"), (w, false, "weight")];
+        if let Some(bv) = bias {
+            bindings.push((bv, false, "bias"));
+        }
+        bindings.push((out, true, "out"));
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let m = ws[0];
+        let tpl = ConvTpl {
+            h: self.header(n, "conv2d.wgsl", &bindings),
+            groups_x,
+            numel,
+            n: xs[0],
+            c: xs[1],
+            m,
+            cg: ws[1],
+            m_per_group: m / group,
+            hw: geo.h * geo.w,
+            khw: geo.kh * geo.kw,
+            ohw: geo.oh * geo.ow,
+            mohw: m * geo.oh * geo.ow,
+            has_bias: bias.is_some(),
+            g: geo,
+        };
+        self.kernel(n, node.name.clone(), "conv", tpl.render(), &bindings, wg)
+    }
+
+    fn pool(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let Op::Pool { kind, window, count_include_pad } = &node.op else { unreachable!() };
+        let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let (xs, os) = (g.ty(x).shape.clone(), g.ty(out).shape.clone());
+        if storage(g, x) != Storage::F32 {
+            return Err(self.err(n, "pooling needs a float input"));
+        }
+        let geo = self.geometry(n, &xs, &os, window)?;
+        let numel = g.ty(out).numel();
+        let b = [(x, false, "x"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let tpl = PoolTpl {
+            h: self.header(n, "pool2d.wgsl", &b),
+            groups_x,
+            numel,
+            kind: if *kind == PoolKind::Max { "max" } else { "average" },
+            is_max: *kind == PoolKind::Max,
+            count_include_pad: *count_include_pad,
+            hw: geo.h * geo.w,
+            ohw: geo.oh * geo.ow,
+            g: geo,
+        };
+        self.kernel(n, node.name.clone(), "pool", tpl.render(), &b, wg)
+    }
+}

@@ -1,0 +1,27 @@
+{%- if helpers.erf %}
+// erf with |error| < 1.2e-7 (Chebyshev fit of erfc; Numerical Recipes 6.2).
+fn erf_(x: f32) -> f32 {
+    let z = abs(x);
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let p = -z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806
+        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+    let r = t * exp(p);
+    return select(r - 1.0, 1.0 - r, x >= 0.0);
+}
+{% endif -%}
+{%- if helpers.pow %}
+// ONNX Pow: negative bases with integral exponents are defined; pow(x, 0) is 1.
+fn pow_(a: f32, b: f32) -> f32 {
+    if (b == 0.0) { return 1.0; }
+    if (a >= 0.0) { return pow(a, b); }
+    if (b != floor(b)) { return bitcast<f32>(0x7fc00000u); }
+    let r = pow(-a, b);
+    return select(r, -r, abs(b) % 2.0 == 1.0);
+}
+{% endif -%}
+{%- if helpers.tanh %}
+// tanh, saturated before exp overflows (some drivers return NaN for large |x|).
+fn tanh_(x: f32) -> f32 {
+    return tanh(clamp(x, -15.0, 15.0));
+}
+{% endif -%}

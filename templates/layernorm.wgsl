@@ -1,0 +1,45 @@
+{% include "header.wgsl" %}
+// LayerNormalization over rows of {{ n }} contiguous elements; one workgroup of 64 threads per row;
+// mean first, then the variance around it (two passes: no cancellation).
+var<workgroup> part: array<f32, 64>;
+
+fn reduce_sum(lid: u32, v: f32) -> f32 {
+    part[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            part[lid] = part[lid] + part[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = part[0];
+    workgroupBarrier();
+    return r;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * {{ groups_x }}u + wid.x;
+    if (row >= {{ rows }}u) {
+        return;
+    }
+    let base = row * {{ n }}u;
+    var s = 0.0;
+    for (var j = lid; j < {{ n }}u; j = j + 64u) {
+        s = s + x[base + j];
+    }
+    let mean = reduce_sum(lid, s) / {{ n_f }};
+    var q = 0.0;
+    for (var j = lid; j < {{ n }}u; j = j + 64u) {
+        let d = x[base + j] - mean;
+        q = q + d * d;
+    }
+    let inv = inverseSqrt(reduce_sum(lid, q) / {{ n_f }} + {{ epsilon }});
+    for (var j = lid; j < {{ n }}u; j = j + 64u) {
+        var y = (x[base + j] - mean) * inv * scale[j % {{ scale_len }}u];
+{%- if has_bias %}
+        y = y + bias[j % {{ bias_len }}u];
+{%- endif %}
+        out[base + j] = y;
+    }
+}

@@ -1,0 +1,65 @@
+{% include "header.wgsl" %}
+// Tiled matrix product: a 64x64 output tile per workgroup of 16x16 threads, 4x4 outputs per thread,
+// K in steps of 16 through workgroup memory. A and B are read through strides, so transposes cost nothing.
+var<workgroup> a_tile: array<f32, 1024>;
+var<workgroup> b_tile: array<f32, 1024>;
+
+@compute @workgroup_size(16, 16)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let batch = wid.z;
+    let a_base = 0u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
+    let b_base = 0u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
+    let row0 = wid.y * 64u;
+    let col0 = wid.x * 64u;
+    let tid = lid.y * 16u + lid.x;
+    var acc: array<f32, 16>;
+    for (var k0 = 0u; k0 < {{ k }}u; k0 = k0 + 16u) {
+        for (var l = 0u; l < 4u; l = l + 1u) {
+            let e = tid + l * 256u;
+            // A tile: 64 rows x 16 k, stored k-major.
+            let am = e / 16u;
+            let ak = e % 16u;
+            var av = 0.0;
+            if (row0 + am < {{ m }}u && k0 + ak < {{ k }}u) {
+                av = a[a_base + (row0 + am) * {{ a_sm }}u + (k0 + ak) * {{ a_sk }}u];
+            }
+            a_tile[ak * 64u + am] = av;
+            // B tile: 16 k x 64 columns.
+            let bk = e / 64u;
+            let bn = e % 64u;
+            var bv = 0.0;
+            if (k0 + bk < {{ k }}u && col0 + bn < {{ n }}u) {
+                bv = b[b_base + (k0 + bk) * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u];
+            }
+            b_tile[bk * 64u + bn] = bv;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < 16u; kk = kk + 1u) {
+            var ar: array<f32, 4>;
+            var br: array<f32, 4>;
+            for (var r = 0u; r < 4u; r = r + 1u) {
+                ar[r] = a_tile[kk * 64u + lid.y + r * 16u];
+                br[r] = b_tile[kk * 64u + lid.x + r * 16u];
+            }
+            for (var r = 0u; r < 4u; r = r + 1u) {
+                for (var c = 0u; c < 4u; c = c + 1u) {
+                    acc[r * 4u + c] = acc[r * 4u + c] + ar[r] * br[c];
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var r = 0u; r < 4u; r = r + 1u) {
+        let m = row0 + lid.y + r * 16u;
+        for (var c = 0u; c < 4u; c = c + 1u) {
+            let n = col0 + lid.x + c * 16u;
+            if (m < {{ m }}u && n < {{ n }}u) {
+                var v = {{ alpha }} * acc[r * 4u + c];
+{%- if has_bias %}
+                v = v + {{ beta }} * bias[m * {{ bias_sm }}u + n * {{ bias_sn }}u];
+{%- endif %}
+                out[batch * {{ mn }}u + m * {{ n }}u + n] = v;
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+{% include "header.wgsl" %}
+// {{ kind }} pooling over 2-D windows (1-D runs with height 1): one output element per thread.
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
+    if (i >= {{ numel }}u) {
+        return;
+    }
+    let ox = i32(i % {{ g.ow }}u);
+    let oy = i32((i / {{ g.ow }}u) % {{ g.oh }}u);
+    let plane = i / {{ ohw }}u;
+    let x_base = plane * {{ hw }}u;
+{%- if is_max %}
+    var acc = bitcast<f32>(0xff800000u);
+{%- else %}
+    var acc = 0.0;
+    var count = 0.0;
+{%- endif %}
+    for (var ky = 0; ky < {{ g.kh }}; ky = ky + 1) {
+        let iy = oy * {{ g.sy }} - {{ g.pt }} + ky * {{ g.dy }};
+        for (var kx = 0; kx < {{ g.kw }}; kx = kx + 1) {
+            let ix = ox * {{ g.sx }} - {{ g.pl }} + kx * {{ g.dx }};
+            let inside = iy >= 0 && iy < {{ g.h }} && ix >= 0 && ix < {{ g.w }};
+{%- if is_max %}
+            if (inside) {
+                acc = max(acc, x[x_base + u32(iy * {{ g.w }} + ix)]);
+            }
+{%- else %}
+            if (inside) {
+                acc = acc + x[x_base + u32(iy * {{ g.w }} + ix)];
+            }
+{%- if count_include_pad %}
+            // Pads count, positions past the end padding (ceil_mode) do not.
+            if (iy < {{ g.h }} + {{ g.pb }} && ix < {{ g.w }} + {{ g.pr }}) {
+                count = count + 1.0;
+            }
+{%- else %}
+            if (inside) {
+                count = count + 1.0;
+            }
+{%- endif %}
+{%- endif %}
+        }
+    }
+{%- if is_max %}
+    out[i] = acc;
+{%- else %}
+    out[i] = acc / max(count, 1.0);
+{%- endif %}
+}

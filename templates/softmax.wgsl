@@ -1,0 +1,54 @@
+{% include "header.wgsl" %}
+// Softmax over rows of {{ n }} elements spaced {{ inner }} apart; one workgroup of 64 threads per row.
+var<workgroup> part: array<f32, 64>;
+
+fn reduce_max(lid: u32, v: f32) -> f32 {
+    part[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            part[lid] = max(part[lid], part[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = part[0];
+    workgroupBarrier();
+    return r;
+}
+
+fn reduce_sum(lid: u32, v: f32) -> f32 {
+    part[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            part[lid] = part[lid] + part[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = part[0];
+    workgroupBarrier();
+    return r;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * {{ groups_x }}u + wid.x;
+    if (row >= {{ rows }}u) {
+        return;
+    }
+    let base = (row / {{ inner }}u) * {{ row_span }}u + row % {{ inner }}u;
+    var m = bitcast<f32>(0xff800000u);
+    for (var j = lid; j < {{ n }}u; j = j + 64u) {
+        m = max(m, x[base + j * {{ inner }}u]);
+    }
+    m = reduce_max(lid, m);
+    var s = 0.0;
+    for (var j = lid; j < {{ n }}u; j = j + 64u) {
+        s = s + exp(x[base + j * {{ inner }}u] - m);
+    }
+    s = reduce_sum(lid, s);
+    for (var j = lid; j < {{ n }}u; j = j + 64u) {
+        let idx = base + j * {{ inner }}u;
+        out[idx] = exp(x[idx] - m) / s;
+    }
+}

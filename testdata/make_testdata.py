@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""Generates wgslc's test models and their reference outputs.
+
+Every case is a directory holding model.onnx, input_<i>.npy (graph-input order), output_<i>.npy (reference
+outputs computed by onnxruntime) and, where a case needs its own tolerance, meta.json. The files are committed,
+so CI needs neither onnx nor onnxruntime; rerun this after changing a case:
+
+    python3 -m venv .venv && .venv/bin/pip install -r testdata/requirements.txt
+    .venv/bin/python testdata/make_testdata.py
+
+Suites: testdata/models/ (the MLP, CNN and transformer block of the end-to-end issue) and testdata/ops/ (one
+op per case over broadcasting and edge shapes, in the attribute and input forms of opsets 11-22).
+"""
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+RNG = np.random.default_rng(20261122)
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+B = TensorProto.BOOL
+
+
+def rand(*shape, lo=-1.0, hi=1.0):
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def save_case(suite, name, model, inputs, meta=None):
+    """Checks the model, runs onnxruntime on `inputs` and writes the case directory."""
+    # Outputs declared without a shape (ONNX allows it; the checker does not) are checked by onnxruntime.
+    if all(o.type.tensor_type.HasField("shape") for o in model.graph.output):
+        onnx.checker.check_model(model, full_check=True)
+    d = os.path.join(ROOT, suite, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
+    outs = sess.run(None, feed)
+    for i, x in enumerate(inputs):
+        np.save(os.path.join(d, f"input_{i}.npy"), x)
+    for i, y in enumerate(outs):
+        np.save(os.path.join(d, f"output_{i}.npy"), y)
+    if meta:
+        with open(os.path.join(d, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
+            f.write("\n")
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17, name="case"):
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="wgslc-testdata")
+    m.ir_version = 8 if opset < 19 else 10
+    return m
+
+
+def vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def init(name, arr):
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+# ---- per-op cases -------------------------------------------------------------------------------------------
+
+
+def unary_case(op, x, opset=17, out_type=F, **attrs):
+    elem = B if x.dtype == np.bool_ else F
+    return model(
+        [helper.make_node(op, ["x"], ["y"], **attrs)],
+        [vi("x", elem, list(x.shape))],
+        [vi("y", out_type, None)],
+        opset=opset,
+    ), [x]
+
+
+BOOL_OPS = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or"}
+
+
+def binary_case(op, a, b, opset=17):
+    ta = {np.float32: F, np.int64: I64, np.bool_: B}[a.dtype.type]
+    tb = {np.float32: F, np.int64: I64, np.bool_: B}[b.dtype.type]
+    return model(
+        [helper.make_node(op, ["a", "b"], ["y"])],
+        [vi("a", ta, list(a.shape)), vi("b", tb, list(b.shape))],
+        [vi("y", B if op in BOOL_OPS else ta, None)],
+        opset=opset,
+    ), [a, b]
+
+
+def ops():
+    cases = {}
+    x = rand(2, 3, 5, lo=-3, hi=3)
+    pos = rand(2, 3, 5, lo=0.1, hi=4)
+    for op in ["Neg", "Abs", "Exp", "Erf", "Tanh", "Sigmoid", "Relu", "Floor", "Ceil"]:
+        cases[op.lower()] = unary_case(op, x)
+    cases["sqrt"] = unary_case("Sqrt", pos)
+    cases["log"] = unary_case("Log", pos)
+    cases["reciprocal"] = unary_case("Reciprocal", pos)
+    cases["tanh_large"] = unary_case("Tanh", np.array([-100, -20, -1, 0, 1, 20, 100], np.float32))
+    cases["leakyrelu"] = unary_case("LeakyRelu", x, alpha=0.1)
+    cases["hardsigmoid"] = unary_case("HardSigmoid", x, alpha=0.3, beta=0.4)
+    cases["hardswish"] = unary_case("HardSwish", x, opset=14)
+    cases["gelu"] = unary_case("Gelu", x, opset=20)
+    cases["gelu_tanh"] = unary_case("Gelu", x, opset=20, approximate="tanh")
+    cases["not"] = unary_case("Not", RNG.random((3, 4)) > 0.5, out_type=B)
+    cases["isnan"] = unary_case("IsNaN", np.array([1.0, np.nan, -np.inf, np.inf, 0.0], np.float32), out_type=B)
+    cases["identity"] = unary_case("Identity", x)
+    cases["dropout_inference"] = unary_case("Dropout", x, opset=13)
+
+    cases["add_broadcast"] = binary_case("Add", rand(2, 3, 4), rand(4))
+    cases["sub_broadcast_both"] = binary_case("Sub", rand(2, 1, 4), rand(3, 1))
+    cases["mul_scalar"] = binary_case("Mul", rand(1), rand(2, 3))
+    cases["div_broadcast"] = binary_case("Div", rand(2, 3), rand(2, 1, lo=0.5, hi=2))
+    cases["pow_general"] = binary_case("Pow", rand(3, 4, lo=0.1, hi=3), rand(3, 4, lo=-2, hi=2))
+    cases["pow_negative_base_int_exponent"] = binary_case("Pow", rand(3, 4, lo=-3, hi=3), np.array([3.0], np.float32))
+    cases["add_int64"] = binary_case("Add", RNG.integers(-50, 50, (3, 4)), RNG.integers(-50, 50, (4,)))
+    cases["mul_int64"] = binary_case("Mul", RNG.integers(-50, 50, (3, 4)), RNG.integers(-50, 50, (3, 1)))
+    cases["div_int64_truncates"] = binary_case("Div", RNG.integers(-50, 50, (6,)), np.array([7, -7, 3, 5, -2, 9], np.int64))
+    a, b = rand(3, 4), rand(4)
+    b[1] = a[0, 1]
+    for op in ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"]:
+        cases[op.lower()] = binary_case(op, a, b)
+    cases["equal_int64"] = binary_case("Equal", RNG.integers(0, 3, (4, 3)), RNG.integers(0, 3, (3,)))
+    cases["and"] = binary_case("And", RNG.random((3, 4)) > 0.5, RNG.random((4,)) > 0.5)
+    cases["or"] = binary_case("Or", RNG.random((3, 4)) > 0.5, RNG.random((3, 1)) > 0.5)
+    cases["max2"] = binary_case("Max", rand(3, 4), rand(4))
+    cases["min2"] = binary_case("Min", rand(3, 4), rand(3, 1))
+
+    cond = RNG.random((3, 1)) > 0.5
+    cases["where_broadcast"] = (
+        model(
+            [helper.make_node("Where", ["c", "a", "b"], ["y"])],
+            [vi("c", B, [3, 1]), vi("a", F, [3, 4]), vi("b", F, [4])],
+            [vi("y", F, None)],
+        ),
+        [cond, rand(3, 4), rand(4)],
+    )
+    cases["clip_inputs"] = (
+        model(
+            [helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
+            [vi("x", F, [2, 3, 5])],
+            [vi("y", F, None)],
+            [init("lo", np.float32(-0.5)), init("hi", np.float32(0.7))],
+            opset=13,
+        ),
+        [x],
+    )
+    cases["clip_max_only"] = (
+        model([helper.make_node("Clip", ["x", "", "hi"], ["y"])], [vi("x", F, [2, 3, 5])], [vi("y", F, None)],
+              [init("hi", np.float32(0.7))], opset=13),
+        [x],
+    )
+    cases["clip_opset6_attrs"] = unary_case("Clip", x, opset=6, min=-1.0, max=1.5)
+    for name, src, dst, data in [
+        ("cast_f32_i64", F, I64, rand(3, 4, lo=-9, hi=9)),
+        ("cast_i64_f32", I64, F, RNG.integers(-100, 100, (3, 4))),
+        ("cast_bool_f32", B, F, RNG.random((3, 4)) > 0.5),
+        ("cast_f32_bool", F, B, np.array([0.0, 1.0, -2.0, 0.0, 0.5], np.float32)),
+    ]:
+        cases[name] = (
+            model([helper.make_node("Cast", ["x"], ["y"], to=dst)], [vi("x", src, list(data.shape))], [vi("y", dst, None)]),
+            [data],
+        )
+
+    # ---- contractions ----
+    def matmul(sa, sb, name):
+        cases[name] = (
+            model([helper.make_node("MatMul", ["a", "b"], ["y"])], [vi("a", F, sa), vi("b", F, sb)], [vi("y", F, None)]),
+            [rand(*sa), rand(*sb)],
+        )
+
+    matmul([3, 4], [4, 5], "matmul_2d")
+    matmul([2, 3, 4], [4, 5], "matmul_batched")
+    matmul([2, 1, 3, 4], [3, 4, 6], "matmul_broadcast_batch")
+    matmul([4], [4, 5], "matmul_vector_matrix")
+    matmul([3, 4], [4], "matmul_matrix_vector")
+    matmul([70, 130], [130, 90], "matmul_tile_edges")
+    for name, ta, tb, alpha, beta, cshape in [
+        ("gemm_plain", 0, 0, 1.0, 1.0, [5]),
+        ("gemm_trans_a", 1, 0, 1.0, 1.0, [3, 5]),
+        ("gemm_trans_b_alpha_beta", 0, 1, 0.5, 2.0, [3, 1]),
+        ("gemm_no_c", 1, 1, 1.5, 1.0, None),
+    ]:
+        sa = [4, 3] if ta else [3, 4]
+        sb = [5, 4] if tb else [4, 5]
+        ins = ["a", "b"] + (["c"] if cshape else [])
+        inits = [init("b", rand(*sb))] + ([init("c", rand(*cshape))] if cshape else [])
+        cases[name] = (
+            model([helper.make_node("Gemm", ins, ["y"], alpha=alpha, beta=beta, transA=ta, transB=tb)],
+                  [vi("a", F, sa)], [vi("y", F, None)], inits),
+            [rand(*sa)],
+        )
+
+    # ---- normalizations and reductions ----
+    s = rand(2, 3, 7, lo=-4, hi=4)
+    cases["softmax_last"] = unary_case("Softmax", s, opset=13, axis=-1)
+    cases["softmax_middle_axis"] = unary_case("Softmax", s, opset=13, axis=1)
+    cases["softmax_legacy_opset11"] = unary_case("Softmax", s, opset=11, axis=1)
+    cases["softmax_long_row"] = unary_case("Softmax", rand(3, 300, lo=-10, hi=10), opset=13)
+    for name, axis, scale_shape, bias in [("layernorm_last", -1, [7], True), ("layernorm_two_axes", -2, [3, 7], True),
+                                          ("layernorm_no_bias", -1, [7], False)]:
+        ins = ["x", "scale"] + (["bias"] if bias else [])
+        inits = [init("scale", rand(*scale_shape, lo=0.5, hi=1.5))] + ([init("bias", rand(*scale_shape))] if bias else [])
+        cases[name] = (
+            model([helper.make_node("LayerNormalization", ins, ["y"], axis=axis, epsilon=1e-5)],
+                  [vi("x", F, [2, 3, 7])], [vi("y", F, None)], inits),
+            [s],
+        )
+    r = rand(2, 3, 4, 5)
+    cases["reducemean_attr_keepdims"] = unary_case("ReduceMean", r, opset=13, axes=[1, 3], keepdims=1)
+    cases["reducemax_attr_nokeep"] = unary_case("ReduceMax", r, opset=13, axes=[-1], keepdims=0)
+    cases["reducemean_all"] = unary_case("ReduceMean", r, opset=13, keepdims=0)
+    for name, op, opset, axes, keep in [("reducesum_input_axes", "ReduceSum", 13, [0, 2], 1),
+                                        ("reducemean_input_axes_opset18", "ReduceMean", 18, [-1], 0),
+                                        ("reducemax_input_axes_opset18", "ReduceMax", 18, [1], 1)]:
+        cases[name] = (
+            model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=keep)], [vi("x", F, [2, 3, 4, 5])],
+                  [vi("y", F, None)], [init("axes", np.array(axes, np.int64))], opset=opset),
+            [r],
+        )
+
+    # ---- convolution and pooling ----
+    def conv(name, xs, ws, bias=True, **attrs):
+        ins = ["x", "w"] + (["b"] if bias else [])
+        inits = [init("w", rand(*ws))] + ([init("b", rand(ws[0]))] if bias else [])
+        cases[name] = (model([helper.make_node("Conv", ins, ["y"], **attrs)], [vi("x", F, xs)], [vi("y", F, None)], inits),
+                       [rand(*xs)])
+
+    conv("conv_3x3_pad1", [2, 3, 9, 9], [4, 3, 3, 3], pads=[1, 1, 1, 1])
+    conv("conv_stride2_dilation2", [1, 2, 11, 10], [3, 2, 3, 3], strides=[2, 2], dilations=[2, 2], pads=[1, 0, 2, 1])
+    conv("conv_groups", [1, 4, 6, 6], [6, 2, 3, 3], group=2)
+    conv("conv_depthwise_no_bias", [1, 3, 7, 7], [3, 1, 3, 3], bias=False, group=3, pads=[1, 1, 1, 1])
+    conv("conv_same_upper", [1, 2, 7, 8], [2, 2, 4, 4], auto_pad="SAME_UPPER", strides=[2, 2])
+    conv("conv_1d", [2, 3, 12], [5, 3, 3], strides=[2], pads=[1, 1])
+    p = rand(1, 2, 9, 9)
+    cases["maxpool_2x2"] = unary_case("MaxPool", p, kernel_shape=[2, 2], strides=[2, 2])
+    cases["maxpool_3x3_pad_ceil"] = unary_case("MaxPool", p, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+    cases["averagepool_exclude_pad"] = unary_case("AveragePool", p, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cases["averagepool_include_pad"] = unary_case("AveragePool", p, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                                  count_include_pad=1)
+    cases["globalaveragepool"] = unary_case("GlobalAveragePool", p)
+    cases["batchnorm"] = (
+        model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)],
+              [vi("x", F, [2, 3, 4, 4])], [vi("y", F, None)],
+              [init("s", rand(3)), init("b", rand(3)), init("m", rand(3)), init("v", rand(3, lo=0.5, hi=2))], opset=15),
+        [rand(2, 3, 4, 4)],
+    )
+
+    # ---- layout ----
+    t = rand(2, 3, 4)
+
+    def with_const(name, op, const_inputs, xs=(2, 3, 4), opset=17, data=None, n_out=1, **attrs):
+        names = ["x"] + [n for n, _ in const_inputs]
+        outs = ["y"] if n_out == 1 else [f"y{i}" for i in range(n_out)]
+        cases[name] = (
+            model([helper.make_node(op, names, outs, **attrs)], [vi("x", F, list(xs))],
+                  [vi(o, F, None) for o in outs], [init(n, np.array(v, np.int64)) for n, v in const_inputs if n], opset=opset),
+            [rand(*xs) if data is None else data],
+        )
+
+    with_const("reshape_minus1_zero", "Reshape", [("shape", [0, -1])])
+    with_const("flatten_axis2", "Flatten", [], axis=2)
+    with_const("transpose_021", "Transpose", [], perm=[0, 2, 1])
+    with_const("transpose_default", "Transpose", [])
+    with_const("transpose_4d", "Transpose", [], xs=(2, 3, 4, 5), perm=[0, 2, 1, 3])
+    with_const("unsqueeze_input_axes", "Unsqueeze", [("axes", [0, -1])])
+    with_const("unsqueeze_attr_opset11", "Unsqueeze", [], opset=11, axes=[1])
+    with_const("squeeze_input_axes", "Squeeze", [("axes", [1])], xs=(2, 1, 4))
+    with_const("squeeze_all", "Squeeze", [], xs=(1, 3, 1, 2))
+    with_const("expand", "Expand", [("shape", [2, 3, 1, 4])], xs=(3, 1, 1))
+    with_const("slice_basic", "Slice", [("starts", [1, 0]), ("ends", [3, -1]), ("axes", [1, 2])], xs=(2, 4, 5))
+    with_const("slice_negative_steps", "Slice", [("starts", [-1, 4]), ("ends", [-100, 0]), ("axes", [1, 2]), ("steps", [-1, -2])],
+               xs=(2, 4, 5))
+    with_const("slice_int64_max_end", "Slice", [("starts", [1]), ("ends", [9223372036854775807]), ("axes", [-1])], xs=(2, 4, 5))
+    with_const("slice_opset9_attrs", "Slice", [], opset=9, xs=(2, 4, 5), starts=[0, 1], ends=[1, 4], axes=[0, 2])
+    with_const("split_input_sizes", "Split", [("split", [1, 3])], xs=(2, 4, 3), n_out=2, axis=1, opset=13)
+    with_const("split_num_outputs_uneven", "Split", [], xs=(2, 5), n_out=3, axis=1, opset=18, num_outputs=3)
+    with_const("split_opset11_attr", "Split", [], xs=(6, 2), n_out=2, opset=11, split=[2, 4])
+    cases["concat_axis1"] = (
+        model([helper.make_node("Concat", ["a", "b", "c"], ["y"], axis=1)],
+              [vi("a", F, [2, 1, 3]), vi("b", F, [2, 4, 3]), vi("c", F, [2, 2, 3])], [vi("y", F, None)]),
+        [rand(2, 1, 3), rand(2, 4, 3), rand(2, 2, 3)],
+    )
+    emb = rand(10, 4)
+    cases["gather_runtime_indices"] = (
+        model([helper.make_node("Gather", ["data", "idx"], ["y"], axis=0)], [vi("idx", I64, [2, 3])], [vi("y", F, None)],
+              [init("data", emb)]),
+        [np.array([[0, 9, -1], [3, -10, 4]], np.int64)],
+    )
+    cases["gather_axis1_const_indices"] = (
+        model([helper.make_node("Gather", ["x", "idx"], ["y"], axis=1)], [vi("x", F, [2, 5, 3])], [vi("y", F, None)],
+              [init("idx", np.array([4, 0, -2], np.int64))]),
+        [rand(2, 5, 3)],
+    )
+    cases["gather_scalar_index"] = (
+        model([helper.make_node("Gather", ["x", "idx"], ["y"], axis=1)], [vi("x", F, [2, 5, 3])], [vi("y", F, None)],
+              [init("idx", np.array(-1, np.int64))]),
+        [rand(2, 5, 3)],
+    )
+    # The exporter's shape subgraph: Shape -> Gather -> Unsqueeze -> Concat -> Reshape, plus Range and ConstantOfShape.
+    cases["shape_subgraph_reshape"] = (
+        model(
+            [
+                helper.make_node("Shape", ["x"], ["s"]),
+                helper.make_node("Gather", ["s", "zero_scalar"], ["n"], axis=0),
+                helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"]),
+                helper.make_node("Concat", ["n1", "minus1"], ["spec"], axis=0),
+                helper.make_node("Reshape", ["x", "spec"], ["flat"]),
+                helper.make_node("Shape", ["flat"], ["fs"], start=-1),
+                helper.make_node("ConstantOfShape", ["fs"], ["ones"], value=helper.make_tensor("v", F, [1], [1.0])),
+                helper.make_node("Cast", ["fs"], ["fsf"], to=F),
+                helper.make_node("Constant", [], ["start"], value=helper.make_tensor("st", F, [], [0.0])),
+                helper.make_node("Constant", [], ["delta"], value=helper.make_tensor("de", F, [], [0.5])),
+                helper.make_node("Squeeze", ["fsf", "axes0"], ["limit"]),
+                helper.make_node("Range", ["start", "limit", "delta"], ["rng"]),
+                helper.make_node("Slice", ["rng", "zero", "fs"], ["rng_cut"]),
+                helper.make_node("Mul", ["flat", "ones"], ["m"]),
+                helper.make_node("Add", ["m", "rng_cut"], ["y"]),
+            ],
+            [vi("x", F, [2, 3, 4])],
+            [vi("y", F, None)],
+            [init("zero", np.array([0], np.int64)), init("zero_scalar", np.array(0, np.int64)),
+             init("axes0", np.array([0], np.int64)),
+             init("minus1", np.array([-1], np.int64))],
+        ),
+        [rand(2, 3, 4)],
+    )
+    cases["output_is_input_and_weight"] = (
+        model([helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["w"], ["z"])],
+              [vi("x", F, [3])], [vi("y", F, None), vi("z", F, None), vi("x", F, [3])], [init("w", rand(2))]),
+        [rand(3)],
+    )
+    cases["symbolic_dims_bound"] = (
+        model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", F, ["batch", 4])], [vi("y", F, None)]),
+        [rand(3, 4)],
+    )
+    return cases
+
+
+# ---- the three models -----------------------------------------------------------------------------------------
+
+
+def mlp():
+    """Gemm -> Gelu -> LayerNormalization -> Gemm, opset 20."""
+    d, h, o = 16, 32, 8
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], transB=1),
+        helper.make_node("Gelu", ["h1"], ["g"]),
+        helper.make_node("LayerNormalization", ["g", "ln_s", "ln_b"], ["n"], axis=-1, epsilon=1e-5),
+        helper.make_node("Gemm", ["n", "w2", "b2"], ["y"]),
+    ]
+    inits = [init("w1", rand(h, d) * 0.5), init("b1", rand(h)), init("ln_s", rand(h, lo=0.5, hi=1.5)),
+             init("ln_b", rand(h)), init("w2", rand(h, o) * 0.5), init("b2", rand(o))]
+    return model(nodes, [vi("x", F, ["batch", d])], [vi("y", F, ["batch", o])], inits, opset=20), [rand(4, d)]
+
+
+def cnn():
+    """Conv -> BatchNormalization -> Relu -> MaxPool -> Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm."""
+    nodes = [
+        helper.make_node("Conv", ["x", "c1w", "c1b"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "bn_s", "bn_b", "bn_m", "bn_v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "c2w", "c2b"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["f"]),
+        helper.make_node("Gemm", ["f", "fcw", "fcb"], ["y"], transB=1),
+    ]
+    inits = [init("c1w", rand(8, 3, 3, 3) * 0.5), init("c1b", rand(8)), init("bn_s", rand(8, lo=0.5, hi=1.5)),
+             init("bn_b", rand(8)), init("bn_m", rand(8)), init("bn_v", rand(8, lo=0.5, hi=2)),
+             init("c2w", rand(16, 8, 3, 3) * 0.3), init("c2b", rand(16)), init("fcw", rand(10, 16)), init("fcb", rand(10))]
+    return model(nodes, [vi("x", F, [2, 3, 16, 16])], [vi("y", F, [2, 10])], inits, opset=13), [rand(2, 3, 16, 16)]
+
+
+def transformer():
+    """A GPT-2-style block: token + position embedding (Gather), causal self-attention with 4 heads, MLP with the
+    erf-form GELU, pre-LayerNorm and residuals, as the TorchScript exporter writes it (opset 17)."""
+    vocab, seq, d, heads = 50, 8, 32, 4
+    hd = d // heads
+    n = []
+    inits = [
+        init("wte", rand(vocab, d)), init("wpe", rand(seq, d)), init("pos", np.arange(seq, dtype=np.int64)),
+        init("ln1_s", rand(d, lo=0.5, hi=1.5)), init("ln1_b", rand(d) * 0.1),
+        init("w_qkv", rand(d, 3 * d) * 0.3), init("b_qkv", rand(3 * d) * 0.1),
+        init("w_o", rand(d, d) * 0.3), init("b_o", rand(d) * 0.1),
+        init("ln2_s", rand(d, lo=0.5, hi=1.5)), init("ln2_b", rand(d) * 0.1),
+        init("w_fc", rand(d, 4 * d) * 0.3), init("b_fc", rand(4 * d) * 0.1),
+        init("w_proj", rand(4 * d, d) * 0.2), init("b_proj", rand(d) * 0.1),
+        init("split", np.array([d, d, d], np.int64)), init("heads_shape", np.array([0, 0, heads, hd], np.int64)),
+        init("scale", np.float32(np.sqrt(hd))), init("mask", np.tril(np.ones((seq, seq), bool))[None, None]),
+        init("neg", np.float32(-1e9)), init("zero", np.array([0], np.int64)),
+        init("minus1", np.array([-1], np.int64)), init("half", np.float32(0.5)), init("sqrt2", np.float32(np.sqrt(2.0))),
+        init("onef", np.float32(1.0)),
+    ]
+    n += [
+        helper.make_node("Gather", ["wte", "input_ids"], ["tok"]),
+        helper.make_node("Gather", ["wpe", "pos"], ["pe"]),
+        helper.make_node("Add", ["tok", "pe"], ["h0"]),
+        helper.make_node("LayerNormalization", ["h0", "ln1_s", "ln1_b"], ["a_in"], axis=-1),
+        helper.make_node("MatMul", ["a_in", "w_qkv"], ["qkv0"]),
+        helper.make_node("Add", ["qkv0", "b_qkv"], ["qkv"]),
+        helper.make_node("Split", ["qkv", "split"], ["q0", "k0", "v0"], axis=2),
+    ]
+    for t in ["q", "k", "v"]:
+        n += [helper.make_node("Reshape", [f"{t}0", "heads_shape"], [f"{t}1"]),
+              helper.make_node("Transpose", [f"{t}1"], [f"{t}h"], perm=[0, 2, 3, 1] if t == "k" else [0, 2, 1, 3])]
+    # The output reshape's target is computed from the input's shape, as exporters do.
+    n += [
+        helper.make_node("MatMul", ["qh", "kh"], ["att0"]),
+        helper.make_node("Div", ["att0", "scale"], ["att1"]),
+        helper.make_node("Where", ["mask", "att1", "neg"], ["att2"]),
+        helper.make_node("Softmax", ["att2"], ["att"], axis=-1),
+        helper.make_node("MatMul", ["att", "vh"], ["ctx0"]),
+        helper.make_node("Transpose", ["ctx0"], ["ctx1"], perm=[0, 2, 1, 3]),
+        helper.make_node("Shape", ["a_in"], ["ain_shape"]),
+        helper.make_node("Slice", ["ain_shape", "zero", "minus1"], ["bt"]),
+        helper.make_node("Concat", ["bt", "minus1"], ["ctx_shape"], axis=0),
+        helper.make_node("Reshape", ["ctx1", "ctx_shape"], ["ctx"]),
+        helper.make_node("MatMul", ["ctx", "w_o"], ["o0"]),
+        helper.make_node("Add", ["o0", "b_o"], ["o"]),
+        helper.make_node("Add", ["h0", "o"], ["h1"]),
+        helper.make_node("LayerNormalization", ["h1", "ln2_s", "ln2_b"], ["m_in"], axis=-1),
+        helper.make_node("MatMul", ["m_in", "w_fc"], ["fc0"]),
+        helper.make_node("Add", ["fc0", "b_fc"], ["fc"]),
+        helper.make_node("Div", ["fc", "sqrt2"], ["g0"]),
+        helper.make_node("Erf", ["g0"], ["g1"]),
+        helper.make_node("Add", ["g1", "onef"], ["g2"]),
+        helper.make_node("Mul", ["fc", "g2"], ["g3"]),
+        helper.make_node("Mul", ["g3", "half"], ["gelu"]),
+        helper.make_node("MatMul", ["gelu", "w_proj"], ["p0"]),
+        helper.make_node("Add", ["p0", "b_proj"], ["p"]),
+        helper.make_node("Add", ["h1", "p"], ["y"]),
+    ]
+    ids = RNG.integers(0, vocab, (1, seq)).astype(np.int64)
+    return model(n, [vi("input_ids", I64, [1, seq])], [vi("y", F, [1, seq, d])], inits, opset=17), [ids]
+
+
+def main():
+    only = set(sys.argv[1:])
+    for name, (m, ins) in [("mlp", mlp()), ("cnn", cnn()), ("transformer", transformer())]:
+        if not only or name in only:
+            save_case("models", name, m, ins, meta={"dims": {"batch": 4}} if name == "mlp" else None)
+    for name, (m, ins) in ops().items():
+        if not only or name in only:
+            meta = {"dims": {"batch": 3}} if name == "symbolic_dims_bound" else None
+            save_case("ops", name, m, ins, meta)
+
+
+if __name__ == "__main__":
+    main()
