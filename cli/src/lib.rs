@@ -56,7 +56,10 @@ pub fn import(model: &Path, opts: &CompileOptions) -> Result<wgslc_ir::Graph, Co
     match model.extension().and_then(|e| e.to_str()) {
         Some("onnx") => Ok(wgslc_onnx::import_file(
             model,
-            &wgslc_onnx::ImportOptions { dims: opts.dims.clone(), shapes: opts.shapes.clone() },
+            &wgslc_onnx::ImportOptions {
+                dims: opts.dims.clone(),
+                shapes: opts.shapes.clone(),
+            },
         )?),
         _ => Err(CompileError::Format(model.display().to_string())),
     }
@@ -64,23 +67,36 @@ pub fn import(model: &Path, opts: &CompileOptions) -> Result<wgslc_ir::Graph, Co
 
 /// Compiles a model into an artifact directory: import, graph passes, schedule, memory plan, emission (every
 /// kernel naga-validated and checked against the limits), then plan.json, kernels/ and weights.safetensors.
-pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
+pub fn compile(
+    model: &Path,
+    out_dir: &Path,
+    opts: &CompileOptions,
+) -> Result<Summary, CompileError> {
     let mut g = import(model, opts)?;
     let source_nodes = g.num_nodes();
     wgslc_passes::run_pipeline(&mut g, None)?;
     let sched = wgslc_passes::schedule(&g)?;
     let mem = wgslc_passes::plan_memory(&g, &sched)?;
     let kernels = wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?;
-    std::fs::create_dir_all(out_dir)
-        .map_err(|source| wgslc_emit::EmitError::Io { path: out_dir.display().to_string(), source })?;
+    std::fs::create_dir_all(out_dir).map_err(|source| wgslc_emit::EmitError::Io {
+        path: out_dir.display().to_string(),
+        source,
+    })?;
     let plan = wgslc_emit::write_artifact(out_dir, &g, &mem, &kernels)?;
-    Ok(Summary { source_nodes, kernels: kernels.len(), plan })
+    Ok(Summary {
+        source_nodes,
+        kernels: kernels.len(),
+        plan,
+    })
 }
 
 /// Runs the graph passes up to `pass` and returns the IR as text, for finding which pass broke a model.
 pub fn dump_after(model: &Path, opts: &CompileOptions, pass: &str) -> Result<String, CompileError> {
     if !wgslc_passes::PASSES.contains(&pass) && pass != "import" {
-        return Err(CompileError::UnknownPass(pass.into(), wgslc_passes::PASSES.join(", ")));
+        return Err(CompileError::UnknownPass(
+            pass.into(),
+            wgslc_passes::PASSES.join(", "),
+        ));
     }
     let mut g = import(model, opts)?;
     if pass != "import" {

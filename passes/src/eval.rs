@@ -2,11 +2,16 @@
 //! Floats compute in f64 and round to the declared dtype; integers compute in i64 with wrapping arithmetic.
 
 use wgslc_ir::{
-    broadcast_shapes, broadcast_strides, strided_indices, BinaryOp, DType, Data, Op, Tensor, UnaryOp,
+    broadcast_shapes, broadcast_strides, strided_indices, BinaryOp, DType, Data, Op, Tensor,
+    UnaryOp,
 };
 
 /// Evaluates a resolved op on constant inputs; `None` if the op is not host-evaluable.
-pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorType]) -> Option<Vec<Tensor>> {
+pub(crate) fn eval(
+    op: &Op,
+    inputs: &[&Tensor],
+    out_types: &[wgslc_ir::TensorType],
+) -> Option<Vec<Tensor>> {
     let out = &out_types[0];
     let t = match op {
         Op::Unary(u) => unary(*u, inputs[0], out.dtype),
@@ -17,22 +22,44 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
             let xi = strided_indices(&out.shape, 0, &broadcast_strides(&x.shape, &out.shape));
             let yi = strided_indices(&out.shape, 0, &broadcast_strides(&y.shape, &out.shape));
             let cv = c.to_f64();
-            let idx: Vec<(bool, usize, usize)> =
-                ci.iter().zip(&xi).zip(&yi).map(|((&c, &x), &y)| (cv[c] != 0.0, x, y)).collect();
+            let idx: Vec<(bool, usize, usize)> = ci
+                .iter()
+                .zip(&xi)
+                .zip(&yi)
+                .map(|((&c, &x), &y)| (cv[c] != 0.0, x, y))
+                .collect();
             let data = match (&x.data, &y.data) {
-                (Data::F32(a), Data::F32(b)) => Data::F32(idx.iter().map(|&(c, i, j)| if c { a[i] } else { b[j] }).collect()),
-                (Data::I64(a), Data::I64(b)) => Data::I64(idx.iter().map(|&(c, i, j)| if c { a[i] } else { b[j] }).collect()),
-                (Data::Bool(a), Data::Bool(b)) => Data::Bool(idx.iter().map(|&(c, i, j)| if c { a[i] } else { b[j] }).collect()),
+                (Data::F32(a), Data::F32(b)) => Data::F32(
+                    idx.iter()
+                        .map(|&(c, i, j)| if c { a[i] } else { b[j] })
+                        .collect(),
+                ),
+                (Data::I64(a), Data::I64(b)) => Data::I64(
+                    idx.iter()
+                        .map(|&(c, i, j)| if c { a[i] } else { b[j] })
+                        .collect(),
+                ),
+                (Data::Bool(a), Data::Bool(b)) => Data::Bool(
+                    idx.iter()
+                        .map(|&(c, i, j)| if c { a[i] } else { b[j] })
+                        .collect(),
+                ),
                 _ => return None,
             };
-            Tensor { dtype: out.dtype, shape: out.shape.clone(), data }
+            Tensor {
+                dtype: out.dtype,
+                shape: out.shape.clone(),
+                data,
+            }
         }
         Op::Cast(to) => cast(inputs[0], *to),
         Op::Alias => inputs[0].reshaped(out.shape.clone()),
         Op::StridedCopy { offset, strides } => Tensor {
             dtype: out.dtype,
             shape: out.shape.clone(),
-            data: inputs[0].data.gather(&strided_indices(&out.shape, *offset, strides)),
+            data: inputs[0]
+                .data
+                .gather(&strided_indices(&out.shape, *offset, strides)),
         },
         Op::Concat { axis } => {
             let axis = *axis as usize;
@@ -41,12 +68,23 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
             for o in 0..outer {
                 for t in inputs {
                     let inner: usize = t.shape[axis..].iter().product();
-                    idx_parts.push(t.data.gather(&(o * inner..(o + 1) * inner).collect::<Vec<_>>()));
+                    idx_parts.push(
+                        t.data
+                            .gather(&(o * inner..(o + 1) * inner).collect::<Vec<_>>()),
+                    );
                 }
             }
             let parts: Vec<&Data> = idx_parts.iter().collect();
-            let data = if parts.is_empty() { empty_like(&inputs[0].data) } else { Data::concat(&parts) };
-            Tensor { dtype: out.dtype, shape: out.shape.clone(), data }
+            let data = if parts.is_empty() {
+                empty_like(&inputs[0].data)
+            } else {
+                Data::concat(&parts)
+            };
+            Tensor {
+                dtype: out.dtype,
+                shape: out.shape.clone(),
+                data,
+            }
         }
         Op::Gather { axis } => {
             let axis = *axis as usize;
@@ -65,7 +103,11 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
                     idx.extend(base..base + inner);
                 }
             }
-            Tensor { dtype: out.dtype, shape: out.shape.clone(), data: d.data.gather(&idx) }
+            Tensor {
+                dtype: out.dtype,
+                shape: out.shape.clone(),
+                data: d.data.gather(&idx),
+            }
         }
         _ => return None,
     };
@@ -88,24 +130,33 @@ pub(crate) fn cast(t: &Tensor, to: DType) -> Tensor {
         (Data::I64(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| x as f32).collect()),
         (Data::I64(v), DType::Bool) => Data::Bool(v.iter().map(|&x| x != 0).collect()),
         (Data::I64(v), _) => Data::I64(v.clone()),
-        (Data::Bool(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| x as u8 as f32).collect()),
+        (Data::Bool(v), d) if d.is_float() => {
+            Data::F32(v.iter().map(|&x| x as u8 as f32).collect())
+        }
         (Data::Bool(v), DType::Bool) => Data::Bool(v.clone()),
         (Data::Bool(v), _) => Data::I64(v.iter().map(|&x| x as i64).collect()),
     };
-    Tensor { dtype: to, shape: t.shape.clone(), data }
+    Tensor {
+        dtype: to,
+        shape: t.shape.clone(),
+        data,
+    }
 }
 
 /// erf with |error| < 1.2e-7 (Numerical Recipes' erfc Chebyshev fit), the same accuracy class as the shader's.
 pub(crate) fn erf(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t * (-z * z - 1.26551223
-        + t * (1.00002368
-            + t * (0.37409196
-                + t * (0.09678418
-                    + t * (-0.18628806
-                        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
-        .exp();
+    let r = t
+        * (-z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
     if x >= 0.0 {
         1.0 - r
     } else {
@@ -142,7 +193,9 @@ fn unary(u: UnaryOp, t: &Tensor, out: DType) -> Tensor {
             UnaryOp::Relu => x.max(0.0),
             UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
             UnaryOp::GeluTanh => {
-                0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+                0.5 * x
+                    * (1.0
+                        + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
             }
             UnaryOp::LeakyRelu(a) => {
                 if x < 0.0 {

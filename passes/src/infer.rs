@@ -3,8 +3,8 @@
 use crate::eval;
 use crate::PassError;
 use wgslc_ir::{
-    broadcast_shapes, broadcast_strides, contiguous_strides, AutoPad, DType, Graph, NodeId, Op, Tensor,
-    TensorType, UnaryOp, ValueId, Window,
+    broadcast_shapes, broadcast_strides, contiguous_strides, AutoPad, DType, Graph, NodeId, Op,
+    Tensor, TensorType, UnaryOp, ValueId, Window,
 };
 
 /// Folding stops at this many output elements: larger all-constant results are computed on the GPU instead of
@@ -32,7 +32,11 @@ struct Ctx<'g> {
 impl Ctx<'_> {
     fn err(&self, reason: impl Into<String>) -> PassError {
         let node = self.g.node(self.n);
-        PassError::Node { node: node.name.clone(), op: node.op.name().into(), reason: reason.into() }
+        PassError::Node {
+            node: node.name.clone(),
+            op: node.op.name().into(),
+            reason: reason.into(),
+        }
     }
     fn input(&self, i: usize) -> Result<ValueId, PassError> {
         self.g
@@ -48,7 +52,12 @@ impl Ctx<'_> {
     }
     fn ty(&self, i: usize) -> Result<&TensorType, PassError> {
         let v = self.input(i)?;
-        self.g.value(v).ty.as_ref().ok_or_else(|| self.err(format!("input '{}' has no known type", self.g.value(v).name)))
+        self.g.value(v).ty.as_ref().ok_or_else(|| {
+            self.err(format!(
+                "input '{}' has no known type",
+                self.g.value(v).name
+            ))
+        })
     }
     /// A parameter input that must be known at compile time.
     fn const_input(&self, i: usize, what: &str) -> Result<Option<&Tensor>, PassError> {
@@ -97,7 +106,11 @@ fn infer_node(g: &mut Graph, n: NodeId) -> Result<(), PassError> {
     }
     let mut r = resolve(&cx)?;
     for t in &r.outputs {
-        if t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > (1usize << 40)) {
+        if t.shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .is_none_or(|n| n > (1usize << 40))
+        {
             return Err(cx.err(format!("output shape {:?} is too large", t.shape)));
         }
     }
@@ -116,10 +129,19 @@ fn infer_node(g: &mut Graph, n: NodeId) -> Result<(), PassError> {
     }
 
     if r.folded.is_none() {
-        let all_const = r.inputs.iter().flatten().all(|&v| g.const_data(v).is_some());
+        let all_const = r
+            .inputs
+            .iter()
+            .flatten()
+            .all(|&v| g.const_data(v).is_some());
         let small = r.outputs.iter().all(|t| t.numel() <= FOLD_LIMIT);
         if all_const && small && !r.inputs.is_empty() {
-            let ins: Vec<&Tensor> = r.inputs.iter().flatten().map(|&v| g.const_data(v).unwrap()).collect();
+            let ins: Vec<&Tensor> = r
+                .inputs
+                .iter()
+                .flatten()
+                .map(|&v| g.const_data(v).unwrap())
+                .collect();
             r.folded = eval::eval(&r.op, &ins, &r.outputs);
         }
     }
@@ -136,17 +158,32 @@ fn infer_node(g: &mut Graph, n: NodeId) -> Result<(), PassError> {
 }
 
 fn keep(cx: &Ctx, op: Op, outputs: Vec<TensorType>) -> Resolved {
-    Resolved { op, inputs: cx.g.node(cx.n).inputs.clone(), outputs, folded: None }
+    Resolved {
+        op,
+        inputs: cx.g.node(cx.n).inputs.clone(),
+        outputs,
+        folded: None,
+    }
 }
 
 fn one_input(cx: &Ctx, op: Op, out: TensorType) -> Result<Resolved, PassError> {
-    Ok(Resolved { op, inputs: vec![Some(cx.input(0)?)], outputs: vec![out], folded: None })
+    Ok(Resolved {
+        op,
+        inputs: vec![Some(cx.input(0)?)],
+        outputs: vec![out],
+        folded: None,
+    })
 }
 
 fn alias(cx: &Ctx, shape: Vec<usize>) -> Result<Resolved, PassError> {
     let t = cx.ty(0)?;
     if shape.iter().product::<usize>() != t.numel() {
-        return Err(cx.err(format!("cannot reshape {:?} ({} elements) to {:?}", t.shape, t.numel(), shape)));
+        return Err(cx.err(format!(
+            "cannot reshape {:?} ({} elements) to {:?}",
+            t.shape,
+            t.numel(),
+            shape
+        )));
     }
     one_input(cx, Op::Alias, TensorType::new(t.dtype, shape))
 }
@@ -174,9 +211,17 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             if b != wgslc_ir::BinaryOp::Pow {
                 cx.check_same_dtype(x, y)?;
             }
-            let shape = broadcast_shapes(&x.shape, &y.shape)
-                .ok_or_else(|| cx.err(format!("shapes {:?} and {:?} do not broadcast", x.shape, y.shape)))?;
-            let dtype = if b.returns_bool() { DType::Bool } else { x.dtype };
+            let shape = broadcast_shapes(&x.shape, &y.shape).ok_or_else(|| {
+                cx.err(format!(
+                    "shapes {:?} and {:?} do not broadcast",
+                    x.shape, y.shape
+                ))
+            })?;
+            let dtype = if b.returns_bool() {
+                DType::Bool
+            } else {
+                x.dtype
+            };
             Ok(keep(cx, op, vec![TensorType::new(dtype, shape)]))
         }
         Op::Where => {
@@ -218,15 +263,30 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             if a.rank() == 0 || b.rank() == 0 {
                 return Err(cx.err("MatMul inputs must have rank ≥ 1"));
             }
-            let (m, k) = if a.rank() == 1 { (1, a.shape[0]) } else { (a.shape[a.rank() - 2], a.shape[a.rank() - 1]) };
-            let (k2, nn) = if b.rank() == 1 { (b.shape[0], 1) } else { (b.shape[b.rank() - 2], b.shape[b.rank() - 1]) };
+            let (m, k) = if a.rank() == 1 {
+                (1, a.shape[0])
+            } else {
+                (a.shape[a.rank() - 2], a.shape[a.rank() - 1])
+            };
+            let (k2, nn) = if b.rank() == 1 {
+                (b.shape[0], 1)
+            } else {
+                (b.shape[b.rank() - 2], b.shape[b.rank() - 1])
+            };
             if k != k2 {
-                return Err(cx.err(format!("inner dimensions differ: {:?} @ {:?}", a.shape, b.shape)));
+                return Err(cx.err(format!(
+                    "inner dimensions differ: {:?} @ {:?}",
+                    a.shape, b.shape
+                )));
             }
             let ab = &a.shape[..a.rank().saturating_sub(2)];
             let bb = &b.shape[..b.rank().saturating_sub(2)];
-            let mut shape = broadcast_shapes(ab, bb)
-                .ok_or_else(|| cx.err(format!("batch dimensions do not broadcast: {:?} and {:?}", a.shape, b.shape)))?;
+            let mut shape = broadcast_shapes(ab, bb).ok_or_else(|| {
+                cx.err(format!(
+                    "batch dimensions do not broadcast: {:?} and {:?}",
+                    a.shape, b.shape
+                ))
+            })?;
             if a.rank() > 1 {
                 shape.push(m);
             }
@@ -235,20 +295,36 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             }
             Ok(keep(cx, op, vec![TensorType::new(a.dtype, shape)]))
         }
-        Op::Gemm { trans_a, trans_b, .. } => {
+        Op::Gemm {
+            trans_a, trans_b, ..
+        } => {
             let (a, b) = (cx.ty(0)?, cx.ty(1)?);
             if a.rank() != 2 || b.rank() != 2 {
                 return Err(cx.err("Gemm inputs must be 2-D"));
             }
-            let (m, k) = if trans_a { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
-            let (k2, nn) = if trans_b { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
+            let (m, k) = if trans_a {
+                (a.shape[1], a.shape[0])
+            } else {
+                (a.shape[0], a.shape[1])
+            };
+            let (k2, nn) = if trans_b {
+                (b.shape[1], b.shape[0])
+            } else {
+                (b.shape[0], b.shape[1])
+            };
             if k != k2 {
-                return Err(cx.err(format!("inner dimensions differ: {:?} and {:?}", a.shape, b.shape)));
+                return Err(cx.err(format!(
+                    "inner dimensions differ: {:?} and {:?}",
+                    a.shape, b.shape
+                )));
             }
             if cx.opt_input(2).is_some() {
                 let c = cx.ty(2)?;
                 if broadcast_shapes(&c.shape, &[m, nn]).as_deref() != Some(&[m, nn][..]) {
-                    return Err(cx.err(format!("C of shape {:?} does not broadcast to [{m}, {nn}]", c.shape)));
+                    return Err(cx.err(format!(
+                        "C of shape {:?} does not broadcast to [{m}, {nn}]",
+                        c.shape
+                    )));
                 }
             }
             Ok(keep(cx, op, vec![TensorType::new(a.dtype, vec![m, nn])]))
@@ -256,25 +332,42 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         Op::Conv { window, group } => {
             let (x, w) = (cx.ty(0)?, cx.ty(1)?);
             if x.rank() < 3 || w.rank() != x.rank() {
-                return Err(cx.err(format!("X {:?} and W {:?} must have the same rank ≥ 3", x.shape, w.shape)));
+                return Err(cx.err(format!(
+                    "X {:?} and W {:?} must have the same rank ≥ 3",
+                    x.shape, w.shape
+                )));
             }
             let c = x.shape[1];
             if group == 0 || c % group != 0 || w.shape[0] % group != 0 || w.shape[1] * group != c {
-                return Err(cx.err(format!("channels {c} do not match W {:?} with group {group}", w.shape)));
+                return Err(cx.err(format!(
+                    "channels {c} do not match W {:?} with group {group}",
+                    w.shape
+                )));
             }
             if let Some(b) = cx.opt_input(2) {
                 let bt = cx.g.ty(b);
                 if bt.shape != [w.shape[0]] {
-                    return Err(cx.err(format!("bias shape {:?} must be [{}]", bt.shape, w.shape[0])));
+                    return Err(cx.err(format!(
+                        "bias shape {:?} must be [{}]",
+                        bt.shape, w.shape[0]
+                    )));
                 }
             }
             let spatial = &x.shape[2..];
             let window = resolve_window(cx, window, &w.shape[2..], spatial)?;
             let mut shape = vec![x.shape[0], w.shape[0]];
             shape.extend(window_out(cx, &window, spatial)?);
-            Ok(keep(cx, Op::Conv { window, group }, vec![TensorType::new(x.dtype, shape)]))
+            Ok(keep(
+                cx,
+                Op::Conv { window, group },
+                vec![TensorType::new(x.dtype, shape)],
+            ))
         }
-        Op::Pool { kind, window, count_include_pad } => {
+        Op::Pool {
+            kind,
+            window,
+            count_include_pad,
+        } => {
             let x = cx.ty(0)?.clone();
             if x.rank() < 3 {
                 return Err(cx.err("pooling needs rank ≥ 3"));
@@ -286,7 +379,15 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let window = resolve_window(cx, window, &k, &x.shape[2..])?;
             let mut shape = x.shape[..2].to_vec();
             shape.extend(window_out(cx, &window, &x.shape[2..])?);
-            one_input(cx, Op::Pool { kind, window, count_include_pad }, TensorType::new(x.dtype, shape))
+            one_input(
+                cx,
+                Op::Pool {
+                    kind,
+                    window,
+                    count_include_pad,
+                },
+                TensorType::new(x.dtype, shape),
+            )
         }
         Op::GlobalPool(_) => {
             let x = cx.ty(0)?.clone();
@@ -305,14 +406,21 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             for i in 1..5 {
                 let t = cx.ty(i)?;
                 if t.shape != [x.shape[1]] {
-                    return Err(cx.err(format!("parameter {i} has shape {:?}, expected [{}]", t.shape, x.shape[1])));
+                    return Err(cx.err(format!(
+                        "parameter {i} has shape {:?}, expected [{}]",
+                        t.shape, x.shape[1]
+                    )));
                 }
             }
             Ok(keep(cx, op, vec![x]))
         }
         Op::Softmax { axis, legacy } => {
             let x = cx.ty(0)?.clone();
-            let axis = if x.rank() == 0 { 0 } else { cx.axis(axis, x.rank())? as i64 };
+            let axis = if x.rank() == 0 {
+                0
+            } else {
+                cx.axis(axis, x.rank())? as i64
+            };
             Ok(keep(cx, Op::Softmax { axis, legacy }, vec![x]))
         }
         Op::LayerNorm { axis, epsilon } => {
@@ -323,20 +431,38 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                 if cx.opt_input(i).is_some() {
                     let t = cx.ty(i)?;
                     if broadcast_shapes(&t.shape, norm).as_deref() != Some(norm) {
-                        return Err(cx.err(format!("scale/bias {:?} do not broadcast to {:?}", t.shape, norm)));
+                        return Err(cx.err(format!(
+                            "scale/bias {:?} do not broadcast to {:?}",
+                            t.shape, norm
+                        )));
                     }
                 }
             }
-            Ok(keep(cx, Op::LayerNorm { axis: axis as i64, epsilon }, vec![x]))
+            Ok(keep(
+                cx,
+                Op::LayerNorm {
+                    axis: axis as i64,
+                    epsilon,
+                },
+                vec![x],
+            ))
         }
-        Op::Reduce { op: rop, axes, keepdims, noop_with_empty_axes } => {
+        Op::Reduce {
+            op: rop,
+            axes,
+            keepdims,
+            noop_with_empty_axes,
+        } => {
             let x = cx.ty(0)?.clone();
             let given = match axes {
                 Some(a) => Some(a),
                 None => cx.const_input(1, "axes")?.map(|t| t.to_i64()),
             };
             let mut axes: Vec<usize> = match given {
-                Some(a) if !a.is_empty() => a.iter().map(|&a| cx.axis(a, x.rank())).collect::<Result<_, _>>()?,
+                Some(a) if !a.is_empty() => a
+                    .iter()
+                    .map(|&a| cx.axis(a, x.rank()))
+                    .collect::<Result<_, _>>()?,
                 _ if noop_with_empty_axes => return alias(cx, x.shape.clone()),
                 _ => (0..x.rank()).collect(),
             };
@@ -350,12 +476,20 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                     shape.push(1);
                 }
             }
-            let op = Op::Reduce { op: rop, axes: Some(axes.iter().map(|&a| a as i64).collect()), keepdims, noop_with_empty_axes };
+            let op = Op::Reduce {
+                op: rop,
+                axes: Some(axes.iter().map(|&a| a as i64).collect()),
+                keepdims,
+                noop_with_empty_axes,
+            };
             one_input(cx, op, TensorType::new(x.dtype, shape))
         }
         Op::Reshape { allowzero } => {
             let x = cx.ty(0)?.clone();
-            let spec = cx.const_input(1, "shape")?.ok_or_else(|| cx.err("missing shape"))?.to_i64();
+            let spec = cx
+                .const_input(1, "shape")?
+                .ok_or_else(|| cx.err("missing shape"))?
+                .to_i64();
             let mut shape = Vec::with_capacity(spec.len());
             let mut infer_at = None;
             for (i, &s) in spec.iter().enumerate() {
@@ -364,9 +498,9 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                         infer_at = Some(i);
                         shape.push(1);
                     }
-                    0 if !allowzero => shape.push(
-                        *x.shape.get(i).ok_or_else(|| cx.err(format!("shape[{i}] = 0 copies a dim the input lacks")))?,
-                    ),
+                    0 if !allowzero => shape.push(*x.shape.get(i).ok_or_else(|| {
+                        cx.err(format!("shape[{i}] = 0 copies a dim the input lacks"))
+                    })?),
                     s if s >= 0 => shape.push(s as usize),
                     _ => return Err(cx.err(format!("invalid shape {spec:?}"))),
                 }
@@ -382,14 +516,27 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         }
         Op::Flatten { axis } => {
             let x = cx.ty(0)?.clone();
-            let a = if axis == x.rank() as i64 { x.rank() } else { cx.axis(axis, x.rank().max(1))? };
-            alias(cx, vec![x.shape[..a].iter().product(), x.shape[a..].iter().product()])
+            let a = if axis == x.rank() as i64 {
+                x.rank()
+            } else {
+                cx.axis(axis, x.rank().max(1))?
+            };
+            alias(
+                cx,
+                vec![x.shape[..a].iter().product(), x.shape[a..].iter().product()],
+            )
         }
         Op::Unsqueeze => {
             let x = cx.ty(0)?.clone();
-            let axes = cx.const_input(1, "axes")?.ok_or_else(|| cx.err("missing axes"))?.to_i64();
+            let axes = cx
+                .const_input(1, "axes")?
+                .ok_or_else(|| cx.err("missing axes"))?
+                .to_i64();
             let r = x.rank() + axes.len();
-            let mut axes: Vec<usize> = axes.iter().map(|&a| cx.axis(a, r)).collect::<Result<_, _>>()?;
+            let mut axes: Vec<usize> = axes
+                .iter()
+                .map(|&a| cx.axis(a, r))
+                .collect::<Result<_, _>>()?;
             axes.sort();
             let mut shape = x.shape.clone();
             for a in axes {
@@ -400,13 +547,23 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         Op::Squeeze => {
             let x = cx.ty(0)?.clone();
             let axes: Vec<usize> = match cx.const_input(1, "axes")? {
-                Some(t) => t.to_i64().iter().map(|&a| cx.axis(a, x.rank())).collect::<Result<_, _>>()?,
+                Some(t) => t
+                    .to_i64()
+                    .iter()
+                    .map(|&a| cx.axis(a, x.rank()))
+                    .collect::<Result<_, _>>()?,
                 None => (0..x.rank()).filter(|&d| x.shape[d] == 1).collect(),
             };
             if let Some(&a) = axes.iter().find(|&&a| x.shape[a] != 1) {
                 return Err(cx.err(format!("cannot squeeze axis {a} of size {}", x.shape[a])));
             }
-            let shape = x.shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &s)| s).collect();
+            let shape = x
+                .shape
+                .iter()
+                .enumerate()
+                .filter(|(d, _)| !axes.contains(d))
+                .map(|(_, &s)| s)
+                .collect();
             alias(cx, shape)
         }
         Op::Identity | Op::Dropout => alias(cx, cx.ty(0)?.shape.clone()),
@@ -416,7 +573,10 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let mut seen = perm.clone();
             seen.sort();
             if seen != (0..x.rank()).collect::<Vec<_>>() {
-                return Err(cx.err(format!("perm {perm:?} is not a permutation of 0..{}", x.rank())));
+                return Err(cx.err(format!(
+                    "perm {perm:?} is not a permutation of 0..{}",
+                    x.rank()
+                )));
             }
             let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
             // Moving only size-1 axes keeps the element order: a reshape.
@@ -426,7 +586,11 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             }
             let cs = contiguous_strides(&x.shape);
             let strides = perm.iter().map(|&p| cs[p] as i64).collect();
-            one_input(cx, Op::StridedCopy { offset: 0, strides }, TensorType::new(x.dtype, shape))
+            one_input(
+                cx,
+                Op::StridedCopy { offset: 0, strides },
+                TensorType::new(x.dtype, shape),
+            )
         }
         Op::Expand => {
             let x = cx.ty(0)?.clone();
@@ -443,7 +607,11 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                 return alias(cx, shape);
             }
             let strides = broadcast_strides(&x.shape, &shape);
-            one_input(cx, Op::StridedCopy { offset: 0, strides }, TensorType::new(x.dtype, shape))
+            one_input(
+                cx,
+                Op::StridedCopy { offset: 0, strides },
+                TensorType::new(x.dtype, shape),
+            )
         }
         Op::Concat { axis } => {
             let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
@@ -455,17 +623,28 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                 let t = cx.g.ty(v);
                 if t.rank() != first.rank()
                     || t.dtype != first.dtype
-                    || t.shape.iter().enumerate().any(|(d, &s)| d != axis && s != first.shape[d])
+                    || t.shape
+                        .iter()
+                        .enumerate()
+                        .any(|(d, &s)| d != axis && s != first.shape[d])
                 {
                     return Err(cx.err(format!("input {} does not match {}", t, first)));
                 }
                 shape[axis] += t.shape[axis];
             }
             // Empty parts contribute nothing.
-            let inputs: Vec<Option<ValueId>> =
-                inputs.into_iter().filter(|&v| cx.g.ty(v).shape[axis] > 0).map(Some).collect();
+            let inputs: Vec<Option<ValueId>> = inputs
+                .into_iter()
+                .filter(|&v| cx.g.ty(v).shape[axis] > 0)
+                .map(Some)
+                .collect();
             if inputs.len() == 1 {
-                return Ok(Resolved { op: Op::Alias, inputs, outputs: vec![TensorType::new(first.dtype, shape)], folded: None });
+                return Ok(Resolved {
+                    op: Op::Alias,
+                    inputs,
+                    outputs: vec![TensorType::new(first.dtype, shape)],
+                    folded: None,
+                });
             }
             Ok(Resolved {
                 op: Op::Concat { axis: axis as i64 },
@@ -491,13 +670,25 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                 let n = x.shape[axis] as i64;
                 let idx: Vec<i64> = c.to_i64();
                 if let Some(&i) = idx.iter().find(|&&i| !(-n..n).contains(&i)) {
-                    return Err(cx.err(format!("index {i} is out of range for axis {axis} of size {n}")));
+                    return Err(cx.err(format!(
+                        "index {i} is out of range for axis {axis} of size {n}"
+                    )));
                 }
                 if ind.rank() == 0 && cx.g.const_data(cx.input(0)?).is_none() {
                     let i = if idx[0] < 0 { idx[0] + n } else { idx[0] };
                     let cs = contiguous_strides(&x.shape);
-                    let strides = (0..x.rank()).filter(|&d| d != axis).map(|d| cs[d] as i64).collect();
-                    return one_input(cx, Op::StridedCopy { offset: i * cs[axis] as i64, strides }, out);
+                    let strides = (0..x.rank())
+                        .filter(|&d| d != axis)
+                        .map(|d| cs[d] as i64)
+                        .collect();
+                    return one_input(
+                        cx,
+                        Op::StridedCopy {
+                            offset: i * cs[axis] as i64,
+                            strides,
+                        },
+                        out,
+                    );
                 }
             }
             Ok(keep(cx, Op::Gather { axis: axis as i64 }, vec![out]))
@@ -509,10 +700,18 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let (s, e) = (clamp(start), clamp(end.unwrap_or(r)));
             let dims: Vec<i64> = x.shape[s..e.max(s)].iter().map(|&d| d as i64).collect();
             let t = Tensor::i64(vec![dims.len()], dims);
-            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
+            Ok(Resolved {
+                op,
+                inputs: vec![],
+                outputs: vec![t.ty()],
+                folded: Some(vec![t]),
+            })
         }
         Op::ConstantOfShape(ref value) => {
-            let dims = cx.const_input(0, "shape")?.ok_or_else(|| cx.err("missing shape"))?.to_i64();
+            let dims = cx
+                .const_input(0, "shape")?
+                .ok_or_else(|| cx.err("missing shape"))?
+                .to_i64();
             let shape: Vec<usize> = dims
                 .iter()
                 .map(|&d| usize::try_from(d).map_err(|_| cx.err(format!("negative dim {d}"))))
@@ -521,12 +720,23 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             if n > FOLD_LIMIT * 4 {
                 return Err(cx.err(format!("a constant of {n} elements is too large to embed")));
             }
-            let t = Tensor { dtype: value.dtype, shape: shape.clone(), data: value.data.gather(&vec![0; n]) };
-            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
+            let t = Tensor {
+                dtype: value.dtype,
+                shape: shape.clone(),
+                data: value.data.gather(&vec![0; n]),
+            };
+            Ok(Resolved {
+                op,
+                inputs: vec![],
+                outputs: vec![t.ty()],
+                folded: Some(vec![t]),
+            })
         }
         Op::Range => {
             let get = |i: usize, w: &str| -> Result<Tensor, PassError> {
-                cx.const_input(i, w)?.cloned().ok_or_else(|| cx.err(format!("missing {w}")))
+                cx.const_input(i, w)?
+                    .cloned()
+                    .ok_or_else(|| cx.err(format!("missing {w}")))
             };
             let (s, l, d) = (get(0, "start")?, get(1, "limit")?, get(2, "delta")?);
             let (sv, lv, dv) = (s.to_f64()[0], l.to_f64()[0], d.to_f64()[0]);
@@ -539,11 +749,24 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             }
             let t = if s.dtype.is_int() {
                 let (si, di) = (s.to_i64()[0], d.to_i64()[0]);
-                Tensor { dtype: s.dtype, shape: vec![n], data: wgslc_ir::Data::I64((0..n as i64).map(|i| si + i * di).collect()) }
+                Tensor {
+                    dtype: s.dtype,
+                    shape: vec![n],
+                    data: wgslc_ir::Data::I64((0..n as i64).map(|i| si + i * di).collect()),
+                }
             } else {
-                Tensor::from_f64(s.dtype, vec![n], (0..n).map(|i| sv + i as f64 * dv).collect())
+                Tensor::from_f64(
+                    s.dtype,
+                    vec![n],
+                    (0..n).map(|i| sv + i as f64 * dv).collect(),
+                )
             };
-            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
+            Ok(Resolved {
+                op,
+                inputs: vec![],
+                outputs: vec![t.ty()],
+                folded: Some(vec![t]),
+            })
         }
         Op::Alias | Op::StridedCopy { .. } => {
             // Already resolved (passes may run inference again); the output types stand.
@@ -553,12 +776,20 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
     }
 }
 
-fn resolve_window(cx: &Ctx, mut w: Window, kernel: &[usize], spatial: &[usize]) -> Result<Window, PassError> {
+fn resolve_window(
+    cx: &Ctx,
+    mut w: Window,
+    kernel: &[usize],
+    spatial: &[usize],
+) -> Result<Window, PassError> {
     let r = spatial.len();
     if w.kernel.is_empty() {
         w.kernel = kernel.to_vec();
     } else if w.kernel != kernel {
-        return Err(cx.err(format!("kernel_shape {:?} does not match W {:?}", w.kernel, kernel)));
+        return Err(cx.err(format!(
+            "kernel_shape {:?} does not match W {:?}",
+            w.kernel, kernel
+        )));
     }
     if w.strides.is_empty() {
         w.strides = vec![1; r];
@@ -566,7 +797,11 @@ fn resolve_window(cx: &Ctx, mut w: Window, kernel: &[usize], spatial: &[usize]) 
     if w.dilations.is_empty() {
         w.dilations = vec![1; r];
     }
-    if w.strides.len() != r || w.dilations.len() != r || w.strides.contains(&0) || w.dilations.contains(&0) {
+    if w.strides.len() != r
+        || w.dilations.len() != r
+        || w.strides.contains(&0)
+        || w.dilations.contains(&0)
+    {
         return Err(cx.err("strides and dilations must be positive and match the spatial rank"));
     }
     match w.auto_pad {
@@ -586,7 +821,11 @@ fn resolve_window(cx: &Ctx, mut w: Window, kernel: &[usize], spatial: &[usize]) 
                 let span = (w.kernel[d] - 1) * w.dilations[d] + 1;
                 let total = ((out.max(1) - 1) * w.strides[d] + span).saturating_sub(spatial[d]);
                 let small = total / 2;
-                let (b, e) = if w.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
+                let (b, e) = if w.auto_pad == AutoPad::SameUpper {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                };
                 pads[d] = b;
                 pads[d + r] = e;
             }
@@ -604,10 +843,16 @@ fn window_out(cx: &Ctx, w: &Window, spatial: &[usize]) -> Result<Vec<usize>, Pas
             let padded = spatial[d] + w.pads[d] + w.pads[d + r];
             let span = (w.kernel[d].max(1) - 1) * w.dilations[d] + 1;
             if padded < span {
-                return Err(cx.err(format!("window {span} is larger than the padded input {padded}")));
+                return Err(cx.err(format!(
+                    "window {span} is larger than the padded input {padded}"
+                )));
             }
             let num = padded - span;
-            let mut out = if w.ceil_mode { num.div_ceil(w.strides[d]) + 1 } else { num / w.strides[d] + 1 };
+            let mut out = if w.ceil_mode {
+                num.div_ceil(w.strides[d]) + 1
+            } else {
+                num / w.strides[d] + 1
+            };
             // ONNX: the last window must start inside the input or the begin padding.
             if w.ceil_mode && (out - 1) * w.strides[d] >= spatial[d] + w.pads[d] {
                 out -= 1;
@@ -619,10 +864,22 @@ fn window_out(cx: &Ctx, w: &Window, spatial: &[usize]) -> Result<Vec<usize>, Pas
 
 fn slice(cx: &Ctx) -> Result<Resolved, PassError> {
     let x = cx.ty(0)?.clone();
-    let starts = cx.const_input(1, "starts")?.ok_or_else(|| cx.err("missing starts"))?.to_i64();
-    let ends = cx.const_input(2, "ends")?.ok_or_else(|| cx.err("missing ends"))?.to_i64();
-    let axes: Vec<i64> = cx.const_input(3, "axes")?.map(|t| t.to_i64()).unwrap_or_else(|| (0..starts.len() as i64).collect());
-    let steps: Vec<i64> = cx.const_input(4, "steps")?.map(|t| t.to_i64()).unwrap_or_else(|| vec![1; starts.len()]);
+    let starts = cx
+        .const_input(1, "starts")?
+        .ok_or_else(|| cx.err("missing starts"))?
+        .to_i64();
+    let ends = cx
+        .const_input(2, "ends")?
+        .ok_or_else(|| cx.err("missing ends"))?
+        .to_i64();
+    let axes: Vec<i64> = cx
+        .const_input(3, "axes")?
+        .map(|t| t.to_i64())
+        .unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps: Vec<i64> = cx
+        .const_input(4, "steps")?
+        .map(|t| t.to_i64())
+        .unwrap_or_else(|| vec![1; starts.len()]);
     if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return Err(cx.err("starts, ends, axes and steps differ in length"));
     }
@@ -645,9 +902,16 @@ fn slice(cx: &Ctx) -> Result<Resolved, PassError> {
         let (s, e) = if step > 0 {
             (norm(starts[i]).clamp(0, dim), norm(ends[i]).clamp(0, dim))
         } else {
-            (norm(starts[i]).clamp(0, dim - 1), norm(ends[i]).clamp(-1, dim - 1))
+            (
+                norm(starts[i]).clamp(0, dim - 1),
+                norm(ends[i]).clamp(-1, dim - 1),
+            )
         };
-        let len = if step > 0 { (e - s).max(0).div_euclid(1) } else { (s - e).max(0) };
+        let len = if step > 0 {
+            (e - s).max(0).div_euclid(1)
+        } else {
+            (s - e).max(0)
+        };
         let n = (len + step.abs() - 1) / step.abs();
         shape[a] = n as usize;
         if n > 0 {
@@ -656,7 +920,10 @@ fn slice(cx: &Ctx) -> Result<Resolved, PassError> {
         strides[a] = step * cs[a] as i64;
     }
     let out = TensorType::new(x.dtype, shape);
-    if out.numel() == x.numel() && offset == 0 && strides.iter().zip(&cs).all(|(&s, &c)| s == c as i64) {
+    if out.numel() == x.numel()
+        && offset == 0
+        && strides.iter().zip(&cs).all(|(&s, &c)| s == c as i64)
+    {
         return alias(cx, out.shape);
     }
     one_input(cx, Op::StridedCopy { offset, strides }, out)
@@ -672,11 +939,15 @@ fn split(cx: &Ctx, axis: i64) -> Result<Resolved, PassError> {
         Some(t) => t.to_i64().iter().map(|&s| s.max(0) as usize).collect(),
         None => {
             let part = dim.div_ceil(nout.max(1));
-            (0..nout).map(|i| part.min(dim.saturating_sub(i * part))).collect()
+            (0..nout)
+                .map(|i| part.min(dim.saturating_sub(i * part)))
+                .collect()
         }
     };
     if sizes.len() != nout || sizes.iter().sum::<usize>() != dim {
-        return Err(cx.err(format!("split sizes {sizes:?} do not cover axis {axis} of size {dim} in {nout} parts")));
+        return Err(cx.err(format!(
+            "split sizes {sizes:?} do not cover axis {axis} of size {dim} in {nout} parts"
+        )));
     }
     let outputs = sizes
         .iter()
@@ -686,7 +957,12 @@ fn split(cx: &Ctx, axis: i64) -> Result<Resolved, PassError> {
             TensorType::new(x.dtype, sh)
         })
         .collect();
-    Ok(Resolved { op: Op::Split { axis: axis as i64 }, inputs: vec![Some(cx.input(0)?)], outputs, folded: None })
+    Ok(Resolved {
+        op: Op::Split { axis: axis as i64 },
+        inputs: vec![Some(cx.input(0)?)],
+        outputs,
+        folded: None,
+    })
 }
 
 /// Replaces a typed Split node by one StridedCopy node per output.
@@ -697,7 +973,10 @@ fn expand_split(g: &mut Graph, n: NodeId, axis: usize) -> Result<Vec<NodeId>, Pa
     let mut start = 0usize;
     let mut parts = Vec::new();
     for (i, &o) in node.outputs.iter().enumerate() {
-        let op = Op::StridedCopy { offset: (start * cs[axis]) as i64, strides: cs.iter().map(|&s| s as i64).collect() };
+        let op = Op::StridedCopy {
+            offset: (start * cs[axis]) as i64,
+            strides: cs.iter().map(|&s| s as i64).collect(),
+        };
         start += g.ty(o).shape[axis];
         parts.push(g.add_node(format!("{}/{i}", node.name), op, vec![Some(x)], vec![o])?);
     }

@@ -13,7 +13,9 @@ pub use memory::ALIGN;
 mod schedule;
 
 pub use infer::infer_shapes;
-pub use lower::{eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, storage_of, Storage};
+pub use lower::{
+    eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, storage_of, Storage,
+};
 pub use memory::{plan_memory, BufferKind, MemoryPlan, PlannedBuffer, Slot};
 pub use schedule::{schedule, KernelGroup, Schedule};
 
@@ -22,7 +24,11 @@ use wgslc_ir::{Graph, GraphError};
 #[derive(Debug, thiserror::Error)]
 pub enum PassError {
     #[error("node '{node}' ({op}): {reason}")]
-    Node { node: String, op: String, reason: String },
+    Node {
+        node: String,
+        op: String,
+        reason: String,
+    },
     #[error("value '{value}': {reason}")]
     Value { value: String, reason: String },
     #[error(transparent)]
@@ -45,12 +51,19 @@ pub fn verify(g: &Graph, stage: Stage) -> Result<(), PassError> {
     let order = g.topo_order()?;
     for &v in &g.inputs {
         if g.value(v).ty.is_none() || g.value(v).data.is_some() {
-            return Err(PassError::Value { value: g.value(v).name.clone(), reason: "graph input without a type".into() });
+            return Err(PassError::Value {
+                value: g.value(v).name.clone(),
+                reason: "graph input without a type".into(),
+            });
         }
     }
     for n in order {
         let node = g.node(n);
-        let bad = |reason: &str| PassError::Node { node: node.name.clone(), op: node.op.name().into(), reason: reason.into() };
+        let bad = |reason: &str| PassError::Node {
+            node: node.name.clone(),
+            op: node.op.name().into(),
+            reason: reason.into(),
+        };
         for &o in &node.outputs {
             if g.value(o).producer != Some(n) {
                 return Err(bad("an output does not name this node as its producer"));
@@ -60,7 +73,13 @@ pub fn verify(g: &Graph, stage: Stage) -> Result<(), PassError> {
             if !node.op.is_resolved() {
                 return Err(bad("op is not resolved after inference"));
             }
-            if node.inputs.iter().flatten().chain(&node.outputs).any(|&v| g.value(v).ty.is_none()) {
+            if node
+                .inputs
+                .iter()
+                .flatten()
+                .chain(&node.outputs)
+                .any(|&v| g.value(v).ty.is_none())
+            {
                 return Err(bad("a value has no type after inference"));
             }
         }

@@ -99,12 +99,21 @@ impl Gpu {
         device.set_device_lost_callback(move |reason, msg| {
             *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
         });
-        Ok(Arc::new(Gpu { device, queue, info, lost, scope_lock: Mutex::new(()) }))
+        Ok(Arc::new(Gpu {
+            device,
+            queue,
+            info,
+            lost,
+            scope_lock: Mutex::new(()),
+        }))
     }
 
     /// "name (backend, driver)": which adapter runs the kernels.
     pub fn describe(&self) -> String {
-        format!("{} ({:?}, {} {})", self.info.name, self.info.backend, self.info.driver, self.info.driver_info)
+        format!(
+            "{} ({:?}, {} {})",
+            self.info.name, self.info.backend, self.info.driver, self.info.driver_info
+        )
     }
 
     fn check_lost(&self) -> Result<(), RuntimeError> {
@@ -161,33 +170,58 @@ impl Session {
         let mut sources = Vec::with_capacity(plan.kernels.len());
         for k in &plan.kernels {
             if k.bindings.len() as u32 > limits.max_storage_buffers_per_shader_stage {
-                return Err(RuntimeError::Limits(format!("kernel '{}' binds {} storage buffers", k.name, k.bindings.len())));
+                return Err(RuntimeError::Limits(format!(
+                    "kernel '{}' binds {} storage buffers",
+                    k.name,
+                    k.bindings.len()
+                )));
             }
-            if let Some(b) = k.bindings.iter().find(|b| b.size > limits.max_storage_buffer_binding_size as u64) {
-                return Err(RuntimeError::Limits(format!("kernel '{}' binds {} bytes at binding {}", k.name, b.size, b.binding)));
+            if let Some(b) = k
+                .bindings
+                .iter()
+                .find(|b| b.size > limits.max_storage_buffer_binding_size)
+            {
+                return Err(RuntimeError::Limits(format!(
+                    "kernel '{}' binds {} bytes at binding {}",
+                    k.name, b.size, b.binding
+                )));
             }
-            if k.workgroups.iter().any(|&w| w > limits.max_compute_workgroups_per_dimension) {
-                return Err(RuntimeError::Limits(format!("kernel '{}' dispatches {:?} workgroups", k.name, k.workgroups)));
+            if k.workgroups
+                .iter()
+                .any(|&w| w > limits.max_compute_workgroups_per_dimension)
+            {
+                return Err(RuntimeError::Limits(format!(
+                    "kernel '{}' dispatches {:?} workgroups",
+                    k.name, k.workgroups
+                )));
             }
             let path = dir.join(&k.wgsl);
-            let src = std::fs::read_to_string(&path)
-                .map_err(|e| RuntimeError::Invalid(format!("kernel '{}': cannot read '{}': {e}", k.name, k.wgsl)))?;
+            let src = std::fs::read_to_string(&path).map_err(|e| {
+                RuntimeError::Invalid(format!(
+                    "kernel '{}': cannot read '{}': {e}",
+                    k.name, k.wgsl
+                ))
+            })?;
             sources.push(src);
         }
 
         // Weights: memory-mapped, copied straight into buffers mapped at creation (one host copy: the map).
         let wpath = dir.join("weights.safetensors");
-        let file = std::fs::File::open(&wpath).map_err(|e| RuntimeError::Invalid(format!("cannot open weights.safetensors: {e}")))?;
+        let file = std::fs::File::open(&wpath)
+            .map_err(|e| RuntimeError::Invalid(format!("cannot open weights.safetensors: {e}")))?;
         // SAFETY: the file is opened read-only and only read while mapped; a concurrent writer would be a misuse
         // of the artifact directory that at worst yields wrong weights, which the size checks below bound.
-        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| RuntimeError::Invalid(format!("cannot map weights: {e}")))?;
+        let mmap = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| RuntimeError::Invalid(format!("cannot map weights: {e}")))?;
         let weights = safetensors::SafeTensors::deserialize(&mmap)
             .map_err(|e| RuntimeError::Invalid(format!("weights.safetensors: {e}")))?;
 
         let dev = &gpu.device;
         let mut buffers = Vec::with_capacity(plan.buffers.len());
         for b in &plan.buffers {
-            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+            let usage = wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC;
             let buf = if b.kind == BufferKind::Weight {
                 let t = weights
                     .tensor(&b.name)
@@ -202,8 +236,15 @@ impl Session {
                         b.size
                     )));
                 }
-                if !matches!(t.dtype(), safetensors::Dtype::F32 | safetensors::Dtype::I32 | safetensors::Dtype::U32) {
-                    return Err(RuntimeError::Invalid(format!("weight '{}' has dtype {:?}", b.name, t.dtype())));
+                if !matches!(
+                    t.dtype(),
+                    safetensors::Dtype::F32 | safetensors::Dtype::I32 | safetensors::Dtype::U32
+                ) {
+                    return Err(RuntimeError::Invalid(format!(
+                        "weight '{}' has dtype {:?}",
+                        b.name,
+                        t.dtype()
+                    )));
                 }
                 gpu.scoped(&format!("creating weight buffer '{}'", b.name), || {
                     let buf = dev.create_buffer(&wgpu::BufferDescriptor {
@@ -212,14 +253,24 @@ impl Session {
                         usage,
                         mapped_at_creation: true,
                     });
-                    let copied = buf.slice(..).get_mapped_range_mut().map(|mut m| m.slice(..data.len()).copy_from_slice(data));
+                    let copied = buf
+                        .slice(..)
+                        .get_mapped_range_mut()
+                        .map(|mut m| m.slice(..data.len()).copy_from_slice(data));
                     buf.unmap();
                     copied.map(|_| buf)
                 })?
-                .map_err(|e| RuntimeError::Gpu(format!("mapping weight buffer '{}': {e}", b.name)))?
+                .map_err(|e| {
+                    RuntimeError::Gpu(format!("mapping weight buffer '{}': {e}", b.name))
+                })?
             } else {
                 gpu.scoped(&format!("creating buffer '{}'", b.name), || {
-                    dev.create_buffer(&wgpu::BufferDescriptor { label: Some(&b.name), size: b.size, usage, mapped_at_creation: false })
+                    dev.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some(&b.name),
+                        size: b.size,
+                        usage,
+                        mapped_at_creation: false,
+                    })
                 })?
             };
             buffers.push(buf);
@@ -256,7 +307,11 @@ impl Session {
                         }),
                     })
                     .collect();
-                let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&k.name), layout: &layout, entries: &entries });
+                let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(&k.name),
+                    layout: &layout,
+                    entries: &entries,
+                });
                 (pipeline, bg)
             })?;
             pipelines.push(pipeline);
@@ -267,18 +322,29 @@ impl Session {
             .outputs
             .iter()
             .map(|o| {
-                gpu.scoped(&format!("creating read-back buffer for '{}'", o.name), || {
-                    dev.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some(&o.name),
-                        size: plan.buffers[o.buffer].size,
-                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                        mapped_at_creation: false,
-                    })
-                })
+                gpu.scoped(
+                    &format!("creating read-back buffer for '{}'", o.name),
+                    || {
+                        dev.create_buffer(&wgpu::BufferDescriptor {
+                            label: Some(&o.name),
+                            size: plan.buffers[o.buffer].size,
+                            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                            mapped_at_creation: false,
+                        })
+                    },
+                )
             })
             .collect::<Result<Vec<_>, _>>()?;
         gpu.check_lost()?;
-        Ok(Session { gpu, plan, buffers, pipelines, bind_groups, readback, run_lock: Mutex::new(()) })
+        Ok(Session {
+            gpu,
+            plan,
+            buffers,
+            pipelines,
+            bind_groups,
+            readback,
+            run_lock: Mutex::new(()),
+        })
     }
 
     pub fn inputs(&self) -> &[TensorSpec] {
@@ -310,10 +376,15 @@ impl Session {
         let gpu = &self.gpu;
         for (spec, t) in self.plan.inputs.iter().zip(inputs) {
             let bytes = input_bytes(spec, t)?;
-            gpu.queue.write_buffer(&self.buffers[spec.buffer], 0, &bytes);
+            gpu.queue
+                .write_buffer(&self.buffers[spec.buffer], 0, &bytes);
         }
         gpu.scoped("replay", || {
-            let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc replay") });
+            let mut enc = gpu
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("wgslc replay"),
+                });
             self.encode(&mut enc);
             for (o, rb) in self.plan.outputs.iter().zip(&self.readback) {
                 enc.copy_buffer_to_buffer(&self.buffers[o.buffer], 0, rb, 0, rb.size());
@@ -327,7 +398,9 @@ impl Session {
                 let _ = tx.send((i, r));
             });
         }
-        gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+        gpu.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| RuntimeError::Gpu(e.to_string()))?;
         gpu.check_lost()?;
         for _ in 0..self.readback.len() {
             let (_, r) = rx.recv().map_err(|e| RuntimeError::Gpu(e.to_string()))?;
@@ -349,7 +422,10 @@ impl Session {
 
     /// Records every dispatch into one compute pass.
     fn encode(&self, enc: &mut wgpu::CommandEncoder) {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("wgslc"),
+            timestamp_writes: None,
+        });
         for &d in &self.plan.dispatches {
             let k = &self.plan.kernels[d];
             pass.set_pipeline(&self.pipelines[d]);
@@ -365,10 +441,16 @@ impl Session {
         let gpu = &self.gpu;
         let start = std::time::Instant::now();
         for _ in 0..iterations {
-            let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc bench") });
+            let mut enc = gpu
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("wgslc bench"),
+                });
             self.encode(&mut enc);
             gpu.queue.submit([enc.finish()]);
-            gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+            gpu.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| RuntimeError::Gpu(e.to_string()))?;
         }
         gpu.check_lost()?;
         Ok(start.elapsed().as_secs_f64() / iterations.max(1) as f64)
@@ -377,9 +459,15 @@ impl Session {
 
 /// Converts one input to its storage bytes, checking shape, dtype and (for narrowed integers) range.
 fn input_bytes(spec: &TensorSpec, t: &HostTensor) -> Result<Vec<u8>, RuntimeError> {
-    let err = |reason: String| RuntimeError::Input { name: spec.name.clone(), reason };
+    let err = |reason: String| RuntimeError::Input {
+        name: spec.name.clone(),
+        reason,
+    };
     if t.shape != spec.shape {
-        return Err(err(format!("expected shape {:?}, got {:?}", spec.shape, t.shape)));
+        return Err(err(format!(
+            "expected shape {:?}, got {:?}",
+            spec.shape, t.shape
+        )));
     }
     let n: usize = spec.shape.iter().product();
     if t.data.len() != n {
@@ -391,13 +479,18 @@ fn input_bytes(spec: &TensorSpec, t: &HostTensor) -> Result<Vec<u8>, RuntimeErro
         (StorageType::I32, TensorData::I64(v)) => {
             let mut out = Vec::with_capacity(v.len() * 4);
             for &x in v {
-                let y = i32::try_from(x)
-                    .map_err(|_| err(format!("value {x} does not fit in i32 (int64 inputs are narrowed on the GPU)")))?;
+                let y = i32::try_from(x).map_err(|_| {
+                    err(format!(
+                        "value {x} does not fit in i32 (int64 inputs are narrowed on the GPU)"
+                    ))
+                })?;
                 out.extend(y.to_le_bytes());
             }
             out
         }
-        (StorageType::U32, TensorData::Bool(v)) => v.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect(),
+        (StorageType::U32, TensorData::Bool(v)) => {
+            v.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect()
+        }
         (_, d) => {
             let got = match d {
                 TensorData::F32(_) => "float32",
@@ -414,9 +507,14 @@ fn output_tensor(spec: &TensorSpec, bytes: &[u8]) -> HostTensor {
     let words = bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
     let data = match spec.storage {
         StorageType::F32 => TensorData::F32(words.map(f32::from_le_bytes).collect()),
-        StorageType::I32 if spec.dtype == "int64" => TensorData::I64(words.map(|w| i32::from_le_bytes(w) as i64).collect()),
+        StorageType::I32 if spec.dtype == "int64" => {
+            TensorData::I64(words.map(|w| i32::from_le_bytes(w) as i64).collect())
+        }
         StorageType::I32 => TensorData::I32(words.map(i32::from_le_bytes).collect()),
         StorageType::U32 => TensorData::Bool(words.map(|w| u32::from_le_bytes(w) != 0).collect()),
     };
-    HostTensor { shape: spec.shape.clone(), data }
+    HostTensor {
+        shape: spec.shape.clone(),
+        data,
+    }
 }

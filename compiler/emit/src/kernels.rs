@@ -4,8 +4,8 @@
 use crate::{EmitError, Limits};
 use askama::Template;
 use wgslc_ir::{
-    broadcast_strides, contiguous_strides, BinaryOp, Graph, NodeId, Op, PoolKind, ReduceOp, TensorType,
-    UnaryOp, ValueId,
+    broadcast_strides, contiguous_strides, BinaryOp, Graph, NodeId, Op, PoolKind, ReduceOp,
+    TensorType, UnaryOp, ValueId,
 };
 use wgslc_passes::{storage_of, Storage};
 
@@ -269,7 +269,11 @@ fn storage(g: &Graph, v: ValueId) -> Storage {
 impl Emitter<'_> {
     fn err(&self, n: NodeId, reason: impl Into<String>) -> EmitError {
         let node = self.g.node(n);
-        EmitError::Node { node: node.name.clone(), op: node.op.name().into(), reason: reason.into() }
+        EmitError::Node {
+            node: node.name.clone(),
+            op: node.op.name().into(),
+            reason: reason.into(),
+        }
     }
 
     /// Workgroup counts for `groups` workgroups, folded into y past the per-dimension limit; also returns the x
@@ -281,17 +285,35 @@ impl Emitter<'_> {
         }
         let y = groups.div_ceil(max);
         if y > max {
-            return Err(self.err(n, format!("needs {groups} workgroups, more than {max}x{max}")));
+            return Err(self.err(
+                n,
+                format!("needs {groups} workgroups, more than {max}x{max}"),
+            ));
         }
         Ok(([max as u32, y as u32, 1], max as u32))
     }
 
-    fn header(&self, n: NodeId, template: &'static str, bindings: &[(ValueId, bool, &str)]) -> Header {
+    fn header(
+        &self,
+        n: NodeId,
+        template: &'static str,
+        bindings: &[(ValueId, bool, &str)],
+    ) -> Header {
         let node = self.g.node(n);
-        let ins: Vec<String> = node.inputs.iter().flatten().map(|&v| self.g.ty(v).to_string()).collect();
+        let ins: Vec<String> = node
+            .inputs
+            .iter()
+            .flatten()
+            .map(|&v| self.g.ty(v).to_string())
+            .collect();
         Header {
             name: node.name.clone(),
-            comment: format!("{}({}) -> {}", node.op.name(), ins.join(", "), self.g.ty(node.outputs[0])),
+            comment: format!(
+                "{}({}) -> {}",
+                node.op.name(),
+                ins.join(", "),
+                self.g.ty(node.outputs[0])
+            ),
             template,
             bindings: bindings
                 .iter()
@@ -340,16 +362,27 @@ impl Emitter<'_> {
             Op::Gather { axis } => Ok(vec![self.gather(n, *axis as usize)?]),
             Op::MatMul | Op::Gemm { .. } => Ok(vec![self.matmul(n)?]),
             Op::Reduce { op, axes, .. } => {
-                let axes: Vec<usize> = axes.as_ref().expect("resolved").iter().map(|&a| a as usize).collect();
+                let axes: Vec<usize> = axes
+                    .as_ref()
+                    .expect("resolved")
+                    .iter()
+                    .map(|&a| a as usize)
+                    .collect();
                 Ok(vec![self.reduce(n, *op, &axes)?])
             }
             Op::GlobalPool(kind) => {
                 let r = self.g.ty(node.inputs[0].unwrap()).rank();
-                let op = if *kind == PoolKind::Max { ReduceOp::Max } else { ReduceOp::Mean };
+                let op = if *kind == PoolKind::Max {
+                    ReduceOp::Max
+                } else {
+                    ReduceOp::Mean
+                };
                 Ok(vec![self.reduce(n, op, &(2..r).collect::<Vec<_>>())?])
             }
             Op::Softmax { axis, legacy } => Ok(vec![self.softmax(n, *axis as usize, *legacy)?]),
-            Op::LayerNorm { axis, epsilon } => Ok(vec![self.layernorm(n, *axis as usize, *epsilon)?]),
+            Op::LayerNorm { axis, epsilon } => {
+                Ok(vec![self.layernorm(n, *axis as usize, *epsilon)?])
+            }
             Op::Conv { .. } => Ok(vec![self.conv(n)?]),
             Op::Pool { .. } => Ok(vec![self.pool(n)?]),
             other => Err(self.err(n, format!("no kernel for resolved op {}", other.name()))),
@@ -365,17 +398,29 @@ impl Emitter<'_> {
         let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
         let views: Vec<(i64, Vec<i64>)> = match &node.op {
             Op::StridedCopy { offset, strides } => vec![(*offset, strides.clone())],
-            _ => inputs.iter().map(|&v| (0, broadcast_strides(&g.ty(v).shape, &ot.shape))).collect(),
+            _ => inputs
+                .iter()
+                .map(|&v| (0, broadcast_strides(&g.ty(v).shape, &ot.shape)))
+                .collect(),
         };
         let args: Vec<String> = (0..inputs.len()).map(|k| format!("x{k}")).collect();
         let mut helpers = Helpers::default();
         let result = self.op_expr(n, &args, &inputs, &ot, &mut helpers)?;
-        let contiguous: Vec<i64> = contiguous_strides(&ot.shape).iter().map(|&s| s as i64).collect();
+        let contiguous: Vec<i64> = contiguous_strides(&ot.shape)
+            .iter()
+            .map(|&s| s as i64)
+            .collect();
         let (coords, loads) = self.strided_loads(&ot.shape, &views, &contiguous);
-        let mut bindings: Vec<(ValueId, bool, String)> =
-            inputs.iter().enumerate().map(|(k, &v)| (v, false, format!("in{k}"))).collect();
+        let mut bindings: Vec<(ValueId, bool, String)> = inputs
+            .iter()
+            .enumerate()
+            .map(|(k, &v)| (v, false, format!("in{k}")))
+            .collect();
         bindings.push((out, true, "out".into()));
-        let b: Vec<(ValueId, bool, &str)> = bindings.iter().map(|(v, w, s)| (*v, *w, s.as_str())).collect();
+        let b: Vec<(ValueId, bool, &str)> = bindings
+            .iter()
+            .map(|(v, w, s)| (*v, *w, s.as_str()))
+            .collect();
         let (wg, groups_x) = self.grid(n, ot.numel().div_ceil(256))?;
         let tpl = ElementwiseTpl {
             h: self.header(n, "elementwise.wgsl", &b),
@@ -385,32 +430,64 @@ impl Emitter<'_> {
             coords,
             loads,
             stmts: vec![],
-            store: Index { offset: "i".into(), terms: vec![] },
+            store: Index {
+                offset: "i".into(),
+                terms: vec![],
+            },
             result,
         };
         self.kernel(n, node.name.clone(), "elementwise", tpl.render(), &b, wg)
     }
 
     /// Coordinates over `shape` and one load per view; a view equal to the contiguous layout reads `[i]`.
-    fn strided_loads(&self, shape: &[usize], views: &[(i64, Vec<i64>)], contiguous: &[i64]) -> (Vec<Coord>, Vec<Load>) {
+    fn strided_loads(
+        &self,
+        shape: &[usize],
+        views: &[(i64, Vec<i64>)],
+        contiguous: &[i64],
+    ) -> (Vec<Coord>, Vec<Load>) {
         let cs = contiguous_strides(shape);
-        let coords: Vec<Coord> = shape.iter().zip(&cs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect();
+        let coords: Vec<Coord> = shape
+            .iter()
+            .zip(&cs)
+            .map(|(&e, &s)| Coord {
+                stride: s,
+                extent: e.max(1),
+            })
+            .collect();
         let loads = views
             .iter()
             .enumerate()
             .map(|(k, (offset, strides))| {
                 let plain = *offset == 0
-                    && strides.iter().zip(contiguous).zip(shape).all(|((s, c), &e)| e == 1 || s == c);
+                    && strides
+                        .iter()
+                        .zip(contiguous)
+                        .zip(shape)
+                        .all(|((s, c), &e)| e == 1 || s == c);
                 if plain {
-                    Load { name: format!("x{k}"), var: format!("in{k}"), offset: "i".into(), terms: vec![] }
+                    Load {
+                        name: format!("x{k}"),
+                        var: format!("in{k}"),
+                        offset: "i".into(),
+                        terms: vec![],
+                    }
                 } else {
                     let terms = strides
                         .iter()
                         .enumerate()
                         .filter(|&(d, &s)| s != 0 && shape[d] > 1)
-                        .map(|(d, &s)| Term { coord: d, stride: s })
+                        .map(|(d, &s)| Term {
+                            coord: d,
+                            stride: s,
+                        })
                         .collect();
-                    Load { name: format!("x{k}"), var: format!("in{k}"), offset: offset.to_string(), terms }
+                    Load {
+                        name: format!("x{k}"),
+                        var: format!("in{k}"),
+                        offset: offset.to_string(),
+                        terms,
+                    }
                 }
             })
             .collect();
@@ -442,7 +519,9 @@ impl Emitter<'_> {
                     (UnaryOp::Relu, false) => format!("max({a}, 0i)"),
                     (UnaryOp::Identity, _) => a,
                     (UnaryOp::Not, _) => format!("1u - {a}"),
-                    (UnaryOp::IsNaN, true) => format!("select(0u, 1u, (bitcast<u32>({a}) & 0x7fffffffu) > 0x7f800000u)"),
+                    (UnaryOp::IsNaN, true) => {
+                        format!("select(0u, 1u, (bitcast<u32>({a}) & 0x7fffffffu) > 0x7f800000u)")
+                    }
                     (UnaryOp::IsNaN, false) => "0u".into(),
                     (UnaryOp::Clip(lo, hi), true) => {
                         let mut e = a;
@@ -455,8 +534,16 @@ impl Emitter<'_> {
                         e
                     }
                     (UnaryOp::Clip(lo, hi), false) => {
-                        let lo = if lo.is_finite() { lo.ceil() as i64 } else { i32::MIN as i64 };
-                        let hi = if hi.is_finite() { hi.floor() as i64 } else { i32::MAX as i64 };
+                        let lo = if lo.is_finite() {
+                            lo.ceil() as i64
+                        } else {
+                            i32::MIN as i64
+                        };
+                        let hi = if hi.is_finite() {
+                            hi.floor() as i64
+                        } else {
+                            i32::MAX as i64
+                        };
                         format!("clamp({a}, {}, {})", i32_lit(lo), i32_lit(hi))
                     }
                     (_, false) => return Err(self.err(n, "this op needs a float input")),
@@ -485,7 +572,9 @@ impl Emitter<'_> {
                         helpers.tanh = true;
                         format!("0.5 * {a} * (1.0 + tanh_(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a})))")
                     }
-                    (UnaryOp::LeakyRelu(alpha), _) => format!("select({a}, {} * {a}, {a} < 0.0)", f32_lit(*alpha)),
+                    (UnaryOp::LeakyRelu(alpha), _) => {
+                        format!("select({a}, {} * {a}, {a} < 0.0)", f32_lit(*alpha))
+                    }
                     (UnaryOp::HardSigmoid(al, be), _) => {
                         format!("clamp({} * {a} + {}, 0.0, 1.0)", f32_lit(*al), f32_lit(*be))
                     }
@@ -503,15 +592,26 @@ impl Emitter<'_> {
                     BinaryOp::Max => format!("max({x}, {y})"),
                     BinaryOp::Min => format!("min({x}, {y})"),
                     BinaryOp::Pow => {
-                        let yf = if st(inputs[1]) == Storage::F32 { y.clone() } else { format!("f32({y})") };
-                        let xf = if float { x.clone() } else { format!("f32({x})") };
+                        let yf = if st(inputs[1]) == Storage::F32 {
+                            y.clone()
+                        } else {
+                            format!("f32({y})")
+                        };
+                        let xf = if float {
+                            x.clone()
+                        } else {
+                            format!("f32({x})")
+                        };
                         // A constant scalar exponent (x², √x: what exporters write) needs no general pow.
-                        let c = g.const_data(inputs[1]).filter(|t| t.numel() == 1).map(|t| t.to_f64()[0]);
+                        let c = g
+                            .const_data(inputs[1])
+                            .filter(|t| t.numel() == 1)
+                            .map(|t| t.to_f64()[0]);
                         let e = match c {
-                            Some(v) if v == 1.0 => xf,
-                            Some(v) if v == 2.0 => format!("{xf} * {xf}"),
-                            Some(v) if v == 3.0 => format!("{xf} * {xf} * {xf}"),
-                            Some(v) if v == 0.5 => format!("sqrt({xf})"),
+                            Some(1.0) => xf,
+                            Some(2.0) => format!("{xf} * {xf}"),
+                            Some(3.0) => format!("{xf} * {xf} * {xf}"),
+                            Some(0.5) => format!("sqrt({xf})"),
                             _ => {
                                 helpers.pow = true;
                                 format!("pow_({xf}, {yf})")
@@ -538,7 +638,9 @@ impl Emitter<'_> {
                 match (from, os) {
                     (f, t) if f == t => a,
                     (Storage::F32, Storage::I32) => format!("i32({a})"),
-                    (Storage::I32, Storage::F32) | (Storage::U32, Storage::F32) => format!("f32({a})"),
+                    (Storage::I32, Storage::F32) | (Storage::U32, Storage::F32) => {
+                        format!("f32({a})")
+                    }
                     (Storage::U32, Storage::I32) => format!("i32({a})"),
                     (Storage::F32, Storage::U32) => format!("select(0u, 1u, {a} != 0.0)"),
                     (Storage::I32, Storage::U32) => format!("select(0u, 1u, {a} != 0i)"),
@@ -554,7 +656,10 @@ impl Emitter<'_> {
         let g = self.g;
         let node = g.node(n);
         let out = node.outputs[0];
-        let ocs: Vec<i64> = contiguous_strides(&g.ty(out).shape).iter().map(|&s| s as i64).collect();
+        let ocs: Vec<i64> = contiguous_strides(&g.ty(out).shape)
+            .iter()
+            .map(|&s| s as i64)
+            .collect();
         let mut start = 0usize;
         let mut kernels = Vec::new();
         for (k, &v) in node.inputs.iter().flatten().enumerate() {
@@ -565,9 +670,19 @@ impl Emitter<'_> {
             if numel == 0 {
                 continue;
             }
-            let contiguous: Vec<i64> = contiguous_strides(&shape).iter().map(|&s| s as i64).collect();
-            let (coords, loads) = self.strided_loads(&shape, &[(0, contiguous.clone())], &contiguous);
-            let terms = (0..shape.len()).filter(|&d| shape[d] > 1).map(|d| Term { coord: d, stride: ocs[d] }).collect();
+            let contiguous: Vec<i64> = contiguous_strides(&shape)
+                .iter()
+                .map(|&s| s as i64)
+                .collect();
+            let (coords, loads) =
+                self.strided_loads(&shape, &[(0, contiguous.clone())], &contiguous);
+            let terms = (0..shape.len())
+                .filter(|&d| shape[d] > 1)
+                .map(|d| Term {
+                    coord: d,
+                    stride: ocs[d],
+                })
+                .collect();
             let b = [(v, false, "in0"), (out, true, "out")];
             let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
             let tpl = ElementwiseTpl {
@@ -578,10 +693,20 @@ impl Emitter<'_> {
                 coords,
                 loads,
                 stmts: vec![],
-                store: Index { offset: offset.to_string(), terms },
+                store: Index {
+                    offset: offset.to_string(),
+                    terms,
+                },
                 result: "x0".into(),
             };
-            kernels.push(self.kernel(n, format!("{}#{k}", node.name), "concat", tpl.render(), &b, wg)?);
+            kernels.push(self.kernel(
+                n,
+                format!("{}#{k}", node.name),
+                "concat",
+                tpl.render(),
+                &b,
+                wg,
+            )?);
         }
         Ok(kernels)
     }
@@ -589,12 +714,20 @@ impl Emitter<'_> {
     fn gather(&self, n: NodeId, axis: usize) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
-        let (data, ind, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let (data, ind, out) = (
+            node.inputs[0].unwrap(),
+            node.inputs[1].unwrap(),
+            node.outputs[0],
+        );
         let dt = g.ty(data);
         let positions = g.ty(ind).numel();
         let inner: usize = dt.shape[axis + 1..].iter().product();
         let numel = g.ty(out).numel();
-        let b = [(data, false, "data"), (ind, false, "indices"), (out, true, "out")];
+        let b = [
+            (data, false, "data"),
+            (ind, false, "indices"),
+            (out, true, "out"),
+        ];
         let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
         let tpl = GatherTpl {
             h: self.header(n, "gather.wgsl", &b),
@@ -611,12 +744,25 @@ impl Emitter<'_> {
     fn matmul(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
-        let (a, b, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let (a, b, out) = (
+            node.inputs[0].unwrap(),
+            node.inputs[1].unwrap(),
+            node.outputs[0],
+        );
         let (at, bt) = (g.ty(a).clone(), g.ty(b).clone());
         let (m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch_shape, a_batch, b_batch);
         match node.op {
-            Op::Gemm { alpha: al, beta: be, trans_a, trans_b } => {
-                (m, k) = if trans_a { (at.shape[1], at.shape[0]) } else { (at.shape[0], at.shape[1]) };
+            Op::Gemm {
+                alpha: al,
+                beta: be,
+                trans_a,
+                trans_b,
+            } => {
+                (m, k) = if trans_a {
+                    (at.shape[1], at.shape[0])
+                } else {
+                    (at.shape[0], at.shape[1])
+                };
                 nn = if trans_b { bt.shape[0] } else { bt.shape[1] };
                 (a_sm, a_sk) = if trans_a { (1, m) } else { (k, 1) };
                 (b_sk, b_sn) = if trans_b { (1, k) } else { (nn, 1) };
@@ -624,8 +770,16 @@ impl Emitter<'_> {
                 (batch_shape, a_batch, b_batch) = (vec![], vec![], vec![]);
             }
             _ => {
-                (m, k) = if at.rank() == 1 { (1, at.shape[0]) } else { (at.shape[at.rank() - 2], at.shape[at.rank() - 1]) };
-                nn = if bt.rank() == 1 { 1 } else { bt.shape[bt.rank() - 1] };
+                (m, k) = if at.rank() == 1 {
+                    (1, at.shape[0])
+                } else {
+                    (at.shape[at.rank() - 2], at.shape[at.rank() - 1])
+                };
+                nn = if bt.rank() == 1 {
+                    1
+                } else {
+                    bt.shape[bt.rank() - 1]
+                };
                 (a_sm, a_sk) = if at.rank() == 1 { (0, 1) } else { (k, 1) };
                 (b_sk, b_sn) = if bt.rank() == 1 { (1, 0) } else { (nn, 1) };
                 (alpha, beta) = (1.0, 0.0);
@@ -648,9 +802,17 @@ impl Emitter<'_> {
             .collect();
         let batches: usize = batch_shape.iter().product();
         if batches > self.limits.max_workgroups_per_dimension as usize {
-            return Err(self.err(n, format!("{batches} batched products exceed the workgroup limit")));
+            return Err(self.err(
+                n,
+                format!("{batches} batched products exceed the workgroup limit"),
+            ));
         }
-        let bias = node.inputs.get(2).copied().flatten().filter(|_| beta != 0.0);
+        let bias = node
+            .inputs
+            .get(2)
+            .copied()
+            .flatten()
+            .filter(|_| beta != 0.0);
         let (bias_sm, bias_sn) = match bias {
             Some(c) => {
                 let s = broadcast_strides(&g.ty(c).shape, &[m, nn]);
@@ -667,7 +829,10 @@ impl Emitter<'_> {
         let gy = m.div_ceil(64);
         let max = self.limits.max_workgroups_per_dimension as usize;
         if gx > max || gy > max {
-            return Err(self.err(n, format!("a {m}x{nn} product needs more than {max} workgroups per dimension")));
+            return Err(self.err(
+                n,
+                format!("a {m}x{nn} product needs more than {max} workgroups per dimension"),
+            ));
         }
         let tpl = MatmulTpl {
             h: self.header(n, "matmul.wgsl", &bindings),
@@ -686,7 +851,14 @@ impl Emitter<'_> {
             bias_sm,
             bias_sn,
         };
-        self.kernel(n, node.name.clone(), "matmul", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])
+        self.kernel(
+            n,
+            node.name.clone(),
+            "matmul",
+            tpl.render(),
+            &bindings,
+            [gx as u32, gy as u32, batches as u32],
+        )
     }
 
     fn reduce(&self, n: NodeId, op: ReduceOp, axes: &[usize]) -> Result<EmittedKernel, EmitError> {
@@ -701,7 +873,11 @@ impl Emitter<'_> {
             let mut div = 1;
             for &d in ds.iter().rev() {
                 if xt.shape[d] > 1 {
-                    out.push(RDim { div, extent: xt.shape[d], stride: cs[d] });
+                    out.push(RDim {
+                        div,
+                        extent: xt.shape[d],
+                        stride: cs[d],
+                    });
                 }
                 div *= xt.shape[d];
             }
@@ -784,7 +960,11 @@ impl Emitter<'_> {
     fn layernorm(&self, n: NodeId, axis: usize, epsilon: f32) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
-        let (x, scale, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let (x, scale, out) = (
+            node.inputs[0].unwrap(),
+            node.inputs[1].unwrap(),
+            node.outputs[0],
+        );
         let bias = node.inputs.get(2).copied().flatten();
         let shape = &g.ty(x).shape;
         let len: usize = shape[axis..].iter().product();
@@ -795,7 +975,14 @@ impl Emitter<'_> {
             if k == len || k == 1 {
                 Ok(k)
             } else {
-                Err(self.err(n, format!("scale/bias of shape {:?} broadcast only partly over {:?}", g.ty(v).shape, &shape[axis..])))
+                Err(self.err(
+                    n,
+                    format!(
+                        "scale/bias of shape {:?} broadcast only partly over {:?}",
+                        g.ty(v).shape,
+                        &shape[axis..]
+                    ),
+                ))
             }
         };
         let scale_len = check(scale)?;
@@ -817,10 +1004,23 @@ impl Emitter<'_> {
             has_bias: bias.is_some(),
             bias_len,
         };
-        self.kernel(n, node.name.clone(), "layernorm", tpl.render(), &bindings, wg)
+        self.kernel(
+            n,
+            node.name.clone(),
+            "layernorm",
+            tpl.render(),
+            &bindings,
+            wg,
+        )
     }
 
-    fn geometry(&self, n: NodeId, x: &[usize], out: &[usize], w: &wgslc_ir::Window) -> Result<Geometry, EmitError> {
+    fn geometry(
+        &self,
+        n: NodeId,
+        x: &[usize],
+        out: &[usize],
+        w: &wgslc_ir::Window,
+    ) -> Result<Geometry, EmitError> {
         match x.len() {
             3 => Ok(Geometry {
                 h: 1,
@@ -854,17 +1054,30 @@ impl Emitter<'_> {
                 pb: w.pads[2],
                 pr: w.pads[3],
             }),
-            r => Err(self.err(n, format!("only 1-D and 2-D windows are supported, not {}-D", r - 2))),
+            r => Err(self.err(
+                n,
+                format!("only 1-D and 2-D windows are supported, not {}-D", r - 2),
+            )),
         }
     }
 
     fn conv(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
-        let Op::Conv { window, group } = &node.op else { unreachable!() };
-        let (x, w, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let Op::Conv { window, group } = &node.op else {
+            unreachable!()
+        };
+        let (x, w, out) = (
+            node.inputs[0].unwrap(),
+            node.inputs[1].unwrap(),
+            node.outputs[0],
+        );
         let bias = node.inputs.get(2).copied().flatten();
-        let (xs, ws, os) = (g.ty(x).shape.clone(), g.ty(w).shape.clone(), g.ty(out).shape.clone());
+        let (xs, ws, os) = (
+            g.ty(x).shape.clone(),
+            g.ty(w).shape.clone(),
+            g.ty(out).shape.clone(),
+        );
         let geo = self.geometry(n, &xs, &os, window)?;
         let numel = g.ty(out).numel();
         let mut bindings = vec![(x, false, "x"), (w, false, "weight")];
@@ -896,7 +1109,14 @@ impl Emitter<'_> {
     fn pool(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
-        let Op::Pool { kind, window, count_include_pad } = &node.op else { unreachable!() };
+        let Op::Pool {
+            kind,
+            window,
+            count_include_pad,
+        } = &node.op
+        else {
+            unreachable!()
+        };
         let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
         let (xs, os) = (g.ty(x).shape.clone(), g.ty(out).shape.clone());
         if storage(g, x) != Storage::F32 {
@@ -910,7 +1130,11 @@ impl Emitter<'_> {
             h: self.header(n, "pool2d.wgsl", &b),
             groups_x,
             numel,
-            kind: if *kind == PoolKind::Max { "max" } else { "average" },
+            kind: if *kind == PoolKind::Max {
+                "max"
+            } else {
+                "average"
+            },
             is_max: *kind == PoolKind::Max,
             count_include_pad: *count_include_pad,
             hw: geo.h * geo.w,

@@ -121,39 +121,79 @@ pub enum Op {
     /// Batched, broadcasting matrix product (numpy semantics).
     MatMul,
     /// `alpha * op(A) @ op(B) + beta * C`.
-    Gemm { alpha: f32, beta: f32, trans_a: bool, trans_b: bool },
-    Conv { window: Window, group: usize },
-    Pool { kind: PoolKind, window: Window, count_include_pad: bool },
+    Gemm {
+        alpha: f32,
+        beta: f32,
+        trans_a: bool,
+        trans_b: bool,
+    },
+    Conv {
+        window: Window,
+        group: usize,
+    },
+    Pool {
+        kind: PoolKind,
+        window: Window,
+        count_include_pad: bool,
+    },
     /// GlobalAveragePool / GlobalMaxPool.
     GlobalPool(PoolKind),
     /// Inference-mode BatchNormalization; lowered into a per-channel scale and shift.
-    BatchNorm { epsilon: f32 },
+    BatchNorm {
+        epsilon: f32,
+    },
 
     // ---- reductions ----
     /// Softmax over `axis`. `legacy` is the opset < 13 form that flattens to 2-D at `axis`.
-    Softmax { axis: i64, legacy: bool },
+    Softmax {
+        axis: i64,
+        legacy: bool,
+    },
     /// LayerNormalization over the trailing dimensions from `axis`; inputs X, Scale, optional B.
-    LayerNorm { axis: i64, epsilon: f32 },
+    LayerNorm {
+        axis: i64,
+        epsilon: f32,
+    },
     /// A reduction; `axes` is `None` at import when axes come as an input, and resolved (sorted, non-negative)
     /// by shape inference. An empty resolved list reduces nothing (ONNX's `noop_with_empty_axes`).
-    Reduce { op: ReduceOp, axes: Option<Vec<i64>>, keepdims: bool, noop_with_empty_axes: bool },
+    Reduce {
+        op: ReduceOp,
+        axes: Option<Vec<i64>>,
+        keepdims: bool,
+        noop_with_empty_axes: bool,
+    },
 
     // ---- layout (import-level) ----
-    Reshape { allowzero: bool },
-    Flatten { axis: i64 },
-    Transpose { perm: Option<Vec<usize>> },
-    Concat { axis: i64 },
+    Reshape {
+        allowzero: bool,
+    },
+    Flatten {
+        axis: i64,
+    },
+    Transpose {
+        perm: Option<Vec<usize>>,
+    },
+    Concat {
+        axis: i64,
+    },
     /// Split along `axis`; sizes from the `split` input, or `num_outputs` equal parts.
-    Split { axis: i64 },
+    Split {
+        axis: i64,
+    },
     /// Slice(data, starts, ends, axes?, steps?).
     Slice,
-    Gather { axis: i64 },
+    Gather {
+        axis: i64,
+    },
     Unsqueeze,
     Squeeze,
     Expand,
     Identity,
     Dropout,
-    Shape { start: i64, end: Option<i64> },
+    Shape {
+        start: i64,
+        end: Option<i64>,
+    },
     ConstantOfShape(Tensor),
     Range,
 
@@ -163,7 +203,10 @@ pub enum Op {
     Alias,
     /// `out[i] = in[offset + Σ coord_d(i) * strides[d]]` over the output's coordinates: Transpose, Slice
     /// (negative steps give negative strides), Expand (stride 0) and Split parts.
-    StridedCopy { offset: i64, strides: Vec<i64> },
+    StridedCopy {
+        offset: i64,
+        strides: Vec<i64>,
+    },
 }
 
 impl Op {
@@ -216,8 +259,14 @@ impl Op {
             Op::MatMul => "MatMul",
             Op::Gemm { .. } => "Gemm",
             Op::Conv { .. } => "Conv",
-            Op::Pool { kind: PoolKind::Max, .. } => "MaxPool",
-            Op::Pool { kind: PoolKind::Avg, .. } => "AveragePool",
+            Op::Pool {
+                kind: PoolKind::Max,
+                ..
+            } => "MaxPool",
+            Op::Pool {
+                kind: PoolKind::Avg,
+                ..
+            } => "AveragePool",
             Op::GlobalPool(PoolKind::Max) => "GlobalMaxPool",
             Op::GlobalPool(PoolKind::Avg) => "GlobalAveragePool",
             Op::BatchNorm { .. } => "BatchNormalization",

@@ -1,0 +1,174 @@
+//! Snapshots of the emitted WGSL for representative kernels, so a change to a template or to the view structs is
+//! visible in review. Every snapshot is re-parsed and re-validated by naga here too.
+
+use wgslc_emit::{emit, validate, Limits};
+use wgslc_ir::{BinaryOp, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
+use wgslc_passes::{plan_memory, run_pipeline, schedule};
+
+fn input(g: &mut Graph, name: &str, shape: &[usize]) -> wgslc_ir::ValueId {
+    let v = g.add_value(name, Some(TensorType::new(DType::F32, shape.to_vec())));
+    g.inputs.push(v);
+    v
+}
+
+fn weight(g: &mut Graph, name: &str, shape: &[usize]) -> wgslc_ir::ValueId {
+    let n: usize = shape.iter().product();
+    g.add_const(
+        name,
+        Tensor::f32(shape.to_vec(), (0..n).map(|i| i as f32 * 0.01).collect()),
+    )
+}
+
+fn node(g: &mut Graph, op: Op, ins: &[wgslc_ir::ValueId]) -> wgslc_ir::ValueId {
+    let y = g.add_value(format!("{}_out", op.name()), None);
+    g.add_node(
+        op.name(),
+        op,
+        ins.iter().map(|&v| Some(v)).collect(),
+        vec![y],
+    )
+    .unwrap();
+    y
+}
+
+/// Compiles a graph and returns every kernel's WGSL, concatenated.
+fn kernels(mut g: Graph) -> String {
+    run_pipeline(&mut g, None).unwrap();
+    let sched = schedule(&g).unwrap();
+    let plan = plan_memory(&g, &sched).unwrap();
+    let ks = emit(&g, &sched, &plan, &Limits::default()).unwrap();
+    let mut all = String::new();
+    for k in ks {
+        // Re-validate exactly the text that goes into the snapshot.
+        validate(k.kernel.clone(), &Limits::default()).unwrap();
+        all += &format!(
+            "// ---- {} ({:?} workgroups)\n{}\n",
+            k.kernel.name, k.kernel.workgroups, k.kernel.wgsl
+        );
+    }
+    all
+}
+
+#[test]
+fn broadcast_binary_and_activation() {
+    let mut g = Graph::new();
+    let a = input(&mut g, "a", &[2, 3, 4]);
+    let b = input(&mut g, "b", &[3, 1]);
+    let s = node(&mut g, Op::Binary(BinaryOp::Sub), &[a, b]);
+    let y = node(&mut g, Op::Unary(UnaryOp::Gelu), &[s]);
+    g.outputs.push(y);
+    insta::assert_snapshot!(kernels(g));
+}
+
+#[test]
+fn gemm_transposed_with_bias() {
+    let mut g = Graph::new();
+    let a = input(&mut g, "a", &[5, 7]);
+    let w = weight(&mut g, "w", &[3, 7]);
+    let c = weight(&mut g, "c", &[3]);
+    let y = node(
+        &mut g,
+        Op::Gemm {
+            alpha: 1.0,
+            beta: 1.0,
+            trans_a: false,
+            trans_b: true,
+        },
+        &[a, w, c],
+    );
+    g.outputs.push(y);
+    insta::assert_snapshot!(kernels(g));
+}
+
+#[test]
+fn softmax_layernorm_and_reduce() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[2, 5, 6]);
+    let s = node(
+        &mut g,
+        Op::Softmax {
+            axis: 1,
+            legacy: false,
+        },
+        &[x],
+    );
+    let scale = weight(&mut g, "scale", &[6]);
+    let l = node(
+        &mut g,
+        Op::LayerNorm {
+            axis: -1,
+            epsilon: 1e-5,
+        },
+        &[s, scale],
+    );
+    let y = node(
+        &mut g,
+        Op::Reduce {
+            op: wgslc_ir::ReduceOp::Mean,
+            axes: Some(vec![0, 2]),
+            keepdims: false,
+            noop_with_empty_axes: false,
+        },
+        &[l],
+    );
+    g.outputs.push(y);
+    insta::assert_snapshot!(kernels(g));
+}
+
+#[test]
+fn conv_and_pool() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[1, 4, 8, 8]);
+    let w = weight(&mut g, "w", &[6, 2, 3, 3]);
+    let win = |k: usize, s: usize, p: usize| Window {
+        kernel: vec![k, k],
+        strides: vec![s, s],
+        pads: vec![p; 4],
+        dilations: vec![],
+        auto_pad: wgslc_ir::AutoPad::NotSet,
+        ceil_mode: false,
+    };
+    let c = node(
+        &mut g,
+        Op::Conv {
+            window: win(3, 1, 1),
+            group: 2,
+        },
+        &[x, w],
+    );
+    let y = node(
+        &mut g,
+        Op::Pool {
+            kind: wgslc_ir::PoolKind::Max,
+            window: win(2, 2, 0),
+            count_include_pad: false,
+        },
+        &[c],
+    );
+    g.outputs.push(y);
+    insta::assert_snapshot!(kernels(g));
+}
+
+#[test]
+fn layout_ops_become_strided_copies() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[2, 3, 4]);
+    let t = node(
+        &mut g,
+        Op::Transpose {
+            perm: Some(vec![2, 0, 1]),
+        },
+        &[x],
+    );
+    let other = input(&mut g, "z", &[4, 1, 3]);
+    let y = g.add_value("cat", None);
+    g.add_node(
+        "concat",
+        Op::Concat { axis: 1 },
+        vec![Some(t), Some(other)],
+        vec![y],
+    )
+    .unwrap();
+    g.outputs.push(y);
+    insta::assert_snapshot!(kernels(g));
+}
