@@ -10,7 +10,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let c{{ loop.index0 }} = i32((i / {{ c.stride }}u) % {{ c.extent }}u);
 {%- endfor %}
 {%- for l in loads %}
-    let {{ l.name }} = {{ l.var }}[{{ l.offset }}{% for t in l.terms %} + c{{ t.coord }} * {{ t.stride }}{% endfor %}];
+    let {{ l.name }} = {{ l.var }}[{{ l.offset }}{% for t in l.terms %}{% if t.modulo > 0 %} + (c{{ t.coord }} % {{ t.modulo }}) * {{ t.stride }}{% else %} + c{{ t.coord }} * {{ t.stride }}{% endif %}{% endfor %}];
 {%- endfor %}
 {%- for s in stmts %}
     let {{ s.name }} = {{ s.expr }};

@@ -24,11 +24,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     let base = row * {{ n }}u;
+{%- if rms %}
+    // RMSNormalization: no mean is subtracted.
+    let mean = 0.0;
+{%- else %}
     var s = 0.0;
     for (var j = lid; j < {{ n }}u; j = j + 64u) {
         s = s + x[base + j];
     }
     let mean = reduce_sum(lid, s) / {{ n_f }};
+{%- endif %}
     var q = 0.0;
     for (var j = lid; j < {{ n }}u; j = j + 64u) {
         let d = x[base + j] - mean;

@@ -11,7 +11,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base = 0u{% for d in kept %} + ((o / {{ d.div }}u) % {{ d.extent }}u) * {{ d.stride }}u{% endfor %};
     var acc: {{ ty }} = {{ init }};
     for (var r = lid; r < {{ count }}u; r = r + 64u) {
-        let v = x[base{% for d in reduced %} + ((r / {{ d.div }}u) % {{ d.extent }}u) * {{ d.stride }}u{% endfor %}];
+        let raw = x[base{% for d in reduced %} + ((r / {{ d.div }}u) % {{ d.extent }}u) * {{ d.stride }}u{% endfor %}];
+        let v = {{ prologue }};
         acc = {{ combine_acc_v }};
     }
     part[lid] = acc;

@@ -1,5 +1,5 @@
 {% include "header.wgsl" %}
-// Softmax over rows of {{ n }} elements spaced {{ inner }} apart; one workgroup of 64 threads per row.
+// {% if log %}LogSoftmax{% else %}Softmax{% endif %} over rows of {{ n }} elements spaced {{ inner }} apart; one workgroup of 64 threads per row.
 var<workgroup> part: array<f32, 64>;
 
 fn reduce_max(lid: u32, v: f32) -> f32 {
@@ -49,6 +49,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     s = reduce_sum(lid, s);
     for (var j = lid; j < {{ n }}u; j = j + 64u) {
         let idx = base + j * {{ inner }}u;
+{%- if log %}
+        out[idx] = x[idx] - m - log(s);
+{%- else %}
         out[idx] = exp(x[idx] - m) / s;
+{%- endif %}
     }
 }

@@ -7,6 +7,7 @@
 //! # Ok::<(), wgslc::CompileError>(())
 //! ```
 
+pub mod conformance;
 pub mod npy;
 
 use std::collections::HashMap;
@@ -37,6 +38,8 @@ pub struct CompileOptions {
     pub dims: HashMap<String, usize>,
     /// Whole input shapes (`--shape INPUT=AxBxC`).
     pub shapes: HashMap<String, Vec<usize>>,
+    /// Inputs specialized to constant values (`--const INPUT=FILE.npy`).
+    pub constants: HashMap<String, wgslc_ir::Tensor>,
     /// The device limits to compile for; WebGPU's defaults unless set.
     pub limits: Limits,
 }
@@ -59,6 +62,7 @@ pub fn import(model: &Path, opts: &CompileOptions) -> Result<wgslc_ir::Graph, Co
             &wgslc_onnx::ImportOptions {
                 dims: opts.dims.clone(),
                 shapes: opts.shapes.clone(),
+                constants: opts.constants.clone(),
             },
         )?),
         _ => Err(CompileError::Format(model.display().to_string())),
@@ -67,40 +71,43 @@ pub fn import(model: &Path, opts: &CompileOptions) -> Result<wgslc_ir::Graph, Co
 
 /// Compiles a model into an artifact directory: import, graph passes, schedule, memory plan, emission (every
 /// kernel naga-validated and checked against the limits), then plan.json, kernels/ and weights.safetensors.
-pub fn compile(
-    model: &Path,
-    out_dir: &Path,
-    opts: &CompileOptions,
-) -> Result<Summary, CompileError> {
+pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
     let mut g = import(model, opts)?;
     let source_nodes = g.num_nodes();
     wgslc_passes::run_pipeline(&mut g, None)?;
     let sched = wgslc_passes::schedule(&g)?;
     let mem = wgslc_passes::plan_memory(&g, &sched)?;
     let kernels = wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?;
-    std::fs::create_dir_all(out_dir).map_err(|source| wgslc_emit::EmitError::Io {
-        path: out_dir.display().to_string(),
-        source,
-    })?;
+    std::fs::create_dir_all(out_dir)
+        .map_err(|source| wgslc_emit::EmitError::Io { path: out_dir.display().to_string(), source })?;
     let plan = wgslc_emit::write_artifact(out_dir, &g, &mem, &kernels)?;
-    Ok(Summary {
-        source_nodes,
-        kernels: kernels.len(),
-        plan,
-    })
+    Ok(Summary { source_nodes, kernels: kernels.len(), plan })
 }
 
 /// Runs the graph passes up to `pass` and returns the IR as text, for finding which pass broke a model.
 pub fn dump_after(model: &Path, opts: &CompileOptions, pass: &str) -> Result<String, CompileError> {
     if !wgslc_passes::PASSES.contains(&pass) && pass != "import" {
-        return Err(CompileError::UnknownPass(
-            pass.into(),
-            wgslc_passes::PASSES.join(", "),
-        ));
+        return Err(CompileError::UnknownPass(pass.into(), wgslc_passes::PASSES.join(", ")));
     }
     let mut g = import(model, opts)?;
     if pass != "import" {
         wgslc_passes::run_pipeline(&mut g, Some(pass))?;
     }
     Ok(wgslc_ir::print(&g))
+}
+
+/// Converts a host tensor (from a .npy file) into a compile-time constant for `--const`.
+pub fn constant_from_host(t: &runtime::HostTensor) -> wgslc_ir::Tensor {
+    use runtime::TensorData;
+    let shape = t.shape.clone();
+    match &t.data {
+        TensorData::F32(v) => wgslc_ir::Tensor::f32(shape, v.clone()),
+        TensorData::I64(v) => wgslc_ir::Tensor::i64(shape, v.clone()),
+        TensorData::I32(v) => wgslc_ir::Tensor {
+            dtype: wgslc_ir::DType::I32,
+            shape,
+            data: wgslc_ir::Data::I64(v.iter().map(|&x| x as i64).collect()),
+        },
+        TensorData::Bool(v) => wgslc_ir::Tensor::bool(shape, v.clone()),
+    }
 }

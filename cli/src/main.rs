@@ -7,11 +7,7 @@ use std::path::{Path, PathBuf};
 use wgslc::runtime::{Gpu, HostTensor, Session};
 
 #[derive(Parser)]
-#[command(
-    name = "wgslc",
-    version,
-    about = "Compile ONNX models to fused WGSL and replay them on WebGPU"
-)]
+#[command(name = "wgslc", version, about = "Compile ONNX models to fused WGSL and replay them on WebGPU")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -32,6 +28,10 @@ enum Cmd {
         /// Override an input's shape: INPUT=AxBxC (repeatable).
         #[arg(long = "shape", value_name = "INPUT=AxBxC")]
         shapes: Vec<String>,
+        /// Specialize an input to a value at compile time: INPUT=FILE.npy (repeatable). The input stops being
+        /// a run-time input; use it for shape-like parameters a model leaves as inputs.
+        #[arg(long = "const", value_name = "INPUT=FILE.npy")]
+        constants: Vec<String>,
         /// Print the IR after a pass (import, infer, lower, dce, legalize) to stdout and stop.
         #[arg(long = "dump-after", value_name = "PASS")]
         dump_after: Option<String>,
@@ -73,9 +73,7 @@ fn main() {
 }
 
 fn parse_kv(s: &str, what: &str) -> Result<(String, String)> {
-    let (k, v) = s
-        .split_once('=')
-        .with_context(|| format!("{what} '{s}' is not of the form NAME=VALUE"))?;
+    let (k, v) = s.split_once('=').with_context(|| format!("{what} '{s}' is not of the form NAME=VALUE"))?;
     if k.is_empty() {
         bail!("{what} '{s}' has an empty name");
     }
@@ -85,19 +83,12 @@ fn parse_kv(s: &str, what: &str) -> Result<(String, String)> {
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Compile {
-            model,
-            out,
-            dims,
-            shapes,
-            dump_after,
-        } => {
+        Cmd::Compile { model, out, dims, shapes, constants, dump_after } => {
             let mut opts = wgslc::CompileOptions::default();
             for d in dims {
                 let (k, v) = parse_kv(&d, "--dim")?;
-                let n = v
-                    .parse::<usize>()
-                    .with_context(|| format!("--dim {k}: '{v}' is not a non-negative integer"))?;
+                let n =
+                    v.parse::<usize>().with_context(|| format!("--dim {k}: '{v}' is not a non-negative integer"))?;
                 opts.dims.insert(k, n);
             }
             for s in shapes {
@@ -107,20 +98,23 @@ fn real_main() -> Result<()> {
                 } else {
                     v.split('x')
                         .map(|d| {
-                            d.parse::<usize>().with_context(|| {
-                                format!("--shape {k}: '{d}' in '{v}' is not a dimension")
-                            })
+                            d.parse::<usize>()
+                                .with_context(|| format!("--shape {k}: '{d}' in '{v}' is not a dimension"))
                         })
                         .collect::<Result<Vec<_>>>()?
                 };
                 opts.shapes.insert(k, dims);
             }
+            for c in constants {
+                let (k, v) = parse_kv(&c, "--const")?;
+                let t = wgslc::npy::read(Path::new(&v)).with_context(|| format!("--const {k}"))?;
+                opts.constants.insert(k.clone(), wgslc::constant_from_host(&t));
+            }
             if let Some(pass) = dump_after {
                 print!("{}", wgslc::dump_after(&model, &opts, &pass)?);
                 return Ok(());
             }
-            let s = wgslc::compile(&model, &out, &opts)
-                .with_context(|| format!("compiling '{}'", model.display()))?;
+            let s = wgslc::compile(&model, &out, &opts).with_context(|| format!("compiling '{}'", model.display()))?;
             eprintln!(
                 "wgslc: compiled {} ONNX nodes into {} kernels ({} dispatches) in {}",
                 s.source_nodes,
@@ -130,31 +124,22 @@ fn real_main() -> Result<()> {
             );
         }
         Cmd::Run { dir, inputs, out } => {
-            let session =
-                Session::load(&dir).with_context(|| format!("loading '{}'", dir.display()))?;
+            let session = Session::load(&dir).with_context(|| format!("loading '{}'", dir.display()))?;
             eprintln!("wgslc: running on {}", session.gpu().describe());
             let tensors = load_inputs(&session, &inputs, false)?;
             let outputs = session.run(&tensors)?;
-            std::fs::create_dir_all(&out)
-                .with_context(|| format!("creating '{}'", out.display()))?;
+            std::fs::create_dir_all(&out).with_context(|| format!("creating '{}'", out.display()))?;
             let mut names = serde_json::Map::new();
             for (i, (t, spec)) in outputs.iter().zip(session.outputs()).enumerate() {
                 wgslc::npy::write(&out.join(format!("output_{i}.npy")), t)?;
                 names.insert(i.to_string(), serde_json::Value::String(spec.name.clone()));
             }
             let json = serde_json::to_string_pretty(&serde_json::Value::Object(names))? + "\n";
-            std::fs::write(out.join("outputs.json"), json)
-                .with_context(|| format!("writing '{}'", out.display()))?;
+            std::fs::write(out.join("outputs.json"), json).with_context(|| format!("writing '{}'", out.display()))?;
         }
-        Cmd::Bench {
-            dir,
-            inputs,
-            iterations,
-            warmup,
-        } => {
+        Cmd::Bench { dir, inputs, iterations, warmup } => {
             let gpu = Gpu::new()?;
-            let session = Session::load_with(&dir, gpu)
-                .with_context(|| format!("loading '{}'", dir.display()))?;
+            let session = Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()))?;
             let tensors = load_inputs(&session, &inputs, true)?;
             session.run(&tensors)?;
             session.time_replay(warmup)?;
@@ -182,36 +167,22 @@ fn load_inputs(session: &Session, args: &[String], fill_missing: bool) -> Result
             }
             Some((k, _)) if !Path::new(a).exists() => {
                 let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-                bail!(
-                    "--input {a}: the model has no input '{k}' (inputs: {})",
-                    names.join(", ")
-                );
+                bail!("--input {a}: the model has no input '{k}' (inputs: {})", names.join(", "));
             }
             _ => positional.push(PathBuf::from(a)),
         }
     }
     if positional.len() + by_name.len() > specs.len() {
-        bail!(
-            "{} inputs given, the model takes {}",
-            positional.len() + by_name.len(),
-            specs.len()
-        );
+        bail!("{} inputs given, the model takes {}", positional.len() + by_name.len(), specs.len());
     }
     let mut pos = positional.into_iter();
     let mut out = Vec::with_capacity(specs.len());
     for (i, spec) in specs.iter().enumerate() {
         let path = by_name.remove(&spec.name).or_else(|| pos.next());
         let t = match path {
-            Some(p) => {
-                wgslc::npy::read(&p).with_context(|| format!("input {i} '{}'", spec.name))?
-            }
+            Some(p) => wgslc::npy::read(&p).with_context(|| format!("input {i} '{}'", spec.name))?,
             None if fill_missing => pseudo_random(spec, i as u64),
-            None => bail!(
-                "missing input {i} '{}' ({} {:?})",
-                spec.name,
-                spec.dtype,
-                spec.shape
-            ),
+            None => bail!("missing input {i} '{}' ({} {:?})", spec.name, spec.dtype, spec.shape),
         };
         out.push(t);
     }
@@ -230,21 +201,14 @@ fn pseudo_random(spec: &wgslc::artifact::TensorSpec, seed: u64) -> HostTensor {
         x
     };
     let data = match spec.storage {
-        wgslc::artifact::StorageType::F32 => TensorData::F32(
-            (0..n)
-                .map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
-                .collect(),
-        ),
+        wgslc::artifact::StorageType::F32 => {
+            TensorData::F32((0..n).map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect())
+        }
         wgslc::artifact::StorageType::I32 if spec.dtype == "int64" => {
             TensorData::I64((0..n).map(|_| (next() % 16) as i64).collect())
         }
-        wgslc::artifact::StorageType::I32 => {
-            TensorData::I32((0..n).map(|_| (next() % 16) as i32).collect())
-        }
+        wgslc::artifact::StorageType::I32 => TensorData::I32((0..n).map(|_| (next() % 16) as i32).collect()),
         wgslc::artifact::StorageType::U32 => TensorData::Bool((0..n).map(|i| i % 2 == 0).collect()),
     };
-    HostTensor {
-        shape: spec.shape.clone(),
-        data,
-    }
+    HostTensor { shape: spec.shape.clone(), data }
 }

@@ -18,24 +18,15 @@ const MAX_ELEMENTS: u64 = 1 << 30;
 
 /// Reads float32, float64 (narrowed to f32), int64, int32 and bool arrays in C order, little-endian.
 pub fn read(path: &Path) -> Result<HostTensor, NpyError> {
-    let err = |reason: String| NpyError::Read {
-        path: path.display().to_string(),
-        reason,
-    };
+    let err = |reason: String| NpyError::Read { path: path.display().to_string(), reason };
     let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
-    let npy = npyz::NpyFile::new(std::io::BufReader::new(file))
-        .map_err(|e| err(format!("not a valid .npy file: {e}")))?;
+    let npy =
+        npyz::NpyFile::new(std::io::BufReader::new(file)).map_err(|e| err(format!("not a valid .npy file: {e}")))?;
     if npy.order() != npyz::Order::C {
-        return Err(err(
-            "Fortran-order arrays are not supported; save with np.ascontiguousarray".into(),
-        ));
+        return Err(err("Fortran-order arrays are not supported; save with np.ascontiguousarray".into()));
     }
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
-    let n = npy
-        .shape()
-        .iter()
-        .try_fold(1u64, |a, &d| a.checked_mul(d))
-        .filter(|&n| n <= MAX_ELEMENTS);
+    let n = npy.shape().iter().try_fold(1u64, |a, &d| a.checked_mul(d)).filter(|&n| n <= MAX_ELEMENTS);
     let n = n.ok_or_else(|| err(format!("shape {shape:?} is too large")))? as usize;
     let npyz::DType::Plain(ts) = npy.dtype() else {
         return Err(err("structured arrays are not supported".into()));
@@ -45,48 +36,25 @@ pub fn read(path: &Path) -> Result<HostTensor, NpyError> {
     }
     let (tc, size) = (ts.type_char(), ts.size_field() as usize);
     let mut bytes = Vec::new();
-    npy.into_inner()
-        .take((n * size) as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| err(e.to_string()))?;
+    npy.into_inner().take((n * size) as u64 + 1).read_to_end(&mut bytes).map_err(|e| err(e.to_string()))?;
     if bytes.len() != n * size {
-        return Err(err(format!(
-            "holds {} data bytes, the shape {shape:?} needs {}",
-            bytes.len(),
-            n * size
-        )));
+        return Err(err(format!("holds {} data bytes, the shape {shape:?} needs {}", bytes.len(), n * size)));
     }
     let data = match (tc, size) {
-        (TypeChar::Float, 4) => TensorData::F32(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        (TypeChar::Float, 8) => TensorData::F32(
-            bytes
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32)
-                .collect(),
-        ),
-        (TypeChar::Int, 8) => TensorData::I64(
-            bytes
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        (TypeChar::Int, 4) => TensorData::I32(
-            bytes
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        (TypeChar::Bool, 1) => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
-        _ => {
-            return Err(err(format!(
-                "dtype {ts} is not supported (float32, float64, int64, int32 or bool)"
-            )))
+        (TypeChar::Float, 4) => {
+            TensorData::F32(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
         }
+        (TypeChar::Float, 8) => {
+            TensorData::F32(bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32).collect())
+        }
+        (TypeChar::Int, 8) => {
+            TensorData::I64(bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect())
+        }
+        (TypeChar::Int, 4) => {
+            TensorData::I32(bytes.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect())
+        }
+        (TypeChar::Bool, 1) => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+        _ => return Err(err(format!("dtype {ts} is not supported (float32, float64, int64, int32 or bool)"))),
     };
     Ok(HostTensor { shape, data })
 }
@@ -94,13 +62,9 @@ pub fn read(path: &Path) -> Result<HostTensor, NpyError> {
 /// Writes a tensor as .npy in its own dtype.
 pub fn write(path: &Path, t: &HostTensor) -> Result<(), NpyError> {
     use npyz::WriterBuilder;
-    let err = |reason: String| NpyError::Write {
-        path: path.display().to_string(),
-        reason,
-    };
+    let err = |reason: String| NpyError::Write { path: path.display().to_string(), reason };
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
-    let file =
-        std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| err(e.to_string()))?);
+    let file = std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| err(e.to_string()))?);
     macro_rules! put {
         ($ty:ty, $v:expr) => {{
             let mut w = npyz::WriteOptions::<$ty>::new()
@@ -125,8 +89,7 @@ pub fn write(path: &Path, t: &HostTensor) -> Result<(), NpyError> {
                 .writer(file)
                 .begin_nd()
                 .map_err(|e| err(e.to_string()))?;
-            w.extend(v.iter().map(|&b| b as u8))
-                .map_err(|e| err(e.to_string()))?;
+            w.extend(v.iter().map(|&b| b as u8)).map_err(|e| err(e.to_string()))?;
             w.finish().map_err(|e| err(e.to_string()))
         }
     }

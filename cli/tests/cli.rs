@@ -6,15 +6,11 @@ use prost::Message;
 use std::path::Path;
 use std::process::{Command, Output};
 use wgslc_onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TypeProto,
-    TypeProtoTensor, ValueInfoProto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TypeProto, TypeProtoTensor, ValueInfoProto,
 };
 
 fn wgslc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wgslc"))
-        .args(args)
-        .output()
-        .expect("run wgslc")
+    Command::new(env!("CARGO_BIN_EXE_wgslc")).args(args).output().expect("run wgslc")
 }
 
 fn stderr(o: &Output) -> String {
@@ -23,11 +19,7 @@ fn stderr(o: &Output) -> String {
 
 /// The last stderr line, which is the error line (drivers may print noise before it).
 fn error_line(o: &Output) -> String {
-    stderr(o)
-        .lines()
-        .rfind(|l| l.starts_with("wgslc: error:"))
-        .unwrap_or_default()
-        .to_string()
+    stderr(o).lines().rfind(|l| l.starts_with("wgslc: error:")).unwrap_or_default().to_string()
 }
 
 fn tensor_input(name: &str, dims: &[i64]) -> ValueInfoProto {
@@ -38,13 +30,7 @@ fn tensor_input(name: &str, dims: &[i64]) -> ValueInfoProto {
             tensor_type: Some(TypeProtoTensor {
                 elem_type: 1,
                 shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            dim_value: Some(d),
-                            dim_param: None,
-                        })
-                        .collect(),
+                    dim: dims.iter().map(|&d| Dimension { dim_value: Some(d), dim_param: None }).collect(),
                 }),
             }),
             ..Default::default()
@@ -55,10 +41,7 @@ fn tensor_input(name: &str, dims: &[i64]) -> ValueInfoProto {
 fn one_node_model(op: &str, attrs: Vec<AttributeProto>) -> Vec<u8> {
     ModelProto {
         ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
         graph: Some(GraphProto {
             node: vec![NodeProto {
                 input: vec!["x".into()],
@@ -69,10 +52,7 @@ fn one_node_model(op: &str, attrs: Vec<AttributeProto>) -> Vec<u8> {
                 ..Default::default()
             }],
             input: vec![tensor_input("x", &[2, 3])],
-            output: vec![ValueInfoProto {
-                name: "y".into(),
-                r#type: None,
-            }],
+            output: vec![ValueInfoProto { name: "y".into(), r#type: None }],
             ..Default::default()
         }),
         ..Default::default()
@@ -87,14 +67,7 @@ fn compile_then_run_reproduces_onnxruntime() {
     let art = tmp.path().join("art");
     let out = tmp.path().join("out");
     let model = case.dir.join("model.onnx");
-    let o = wgslc(&[
-        "compile",
-        model.to_str().unwrap(),
-        "-o",
-        art.to_str().unwrap(),
-        "--dim",
-        "batch=4",
-    ]);
+    let o = wgslc(&["compile", model.to_str().unwrap(), "-o", art.to_str().unwrap(), "--dim", "batch=4"]);
     assert!(o.status.success(), "{}", stderr(&o));
     for f in ["plan.json", "weights.safetensors"] {
         assert!(art.join(f).exists(), "{f} missing");
@@ -103,24 +76,13 @@ fn compile_then_run_reproduces_onnxruntime() {
 
     // Positional input, then the NAME=FILE form: the same outputs.
     let input = case.dir.join("input_0.npy");
-    for arg in [
-        input.display().to_string(),
-        format!("x={}", input.display()),
-    ] {
-        let o = wgslc(&[
-            "run",
-            art.to_str().unwrap(),
-            "--input",
-            &arg,
-            "-o",
-            out.to_str().unwrap(),
-        ]);
+    for arg in [input.display().to_string(), format!("x={}", input.display())] {
+        let o = wgslc(&["run", art.to_str().unwrap(), "--input", &arg, "-o", out.to_str().unwrap()]);
         assert!(o.status.success(), "{}", stderr(&o));
         let got = wgslc::npy::read(&out.join("output_0.npy")).unwrap();
         common::compare(&[got], &case.expected, case.rtol, case.atol).unwrap();
         let names: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("outputs.json")).unwrap())
-                .unwrap();
+            serde_json::from_str(&std::fs::read_to_string(out.join("outputs.json")).unwrap()).unwrap();
         assert_eq!(names, serde_json::json!({"0": "y"}));
     }
 }
@@ -130,23 +92,11 @@ fn int64_outputs_are_written_as_int64() {
     let case = common::load_case(&common::testdata().join("ops/cast_f32_i64"));
     let tmp = tempfile::tempdir().unwrap();
     let (art, out) = (tmp.path().join("a"), tmp.path().join("o"));
-    assert!(wgslc(&[
-        "compile",
-        case.dir.join("model.onnx").to_str().unwrap(),
-        "-o",
-        art.to_str().unwrap()
-    ])
-    .status
-    .success());
+    assert!(wgslc(&["compile", case.dir.join("model.onnx").to_str().unwrap(), "-o", art.to_str().unwrap()])
+        .status
+        .success());
     let input = case.dir.join("input_0.npy");
-    let o = wgslc(&[
-        "run",
-        art.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = wgslc(&["run", art.to_str().unwrap(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let got = wgslc::npy::read(&out.join("output_0.npy")).unwrap();
     assert!(matches!(got.data, wgslc::runtime::TensorData::I64(_)));
@@ -157,25 +107,13 @@ fn int64_outputs_are_written_as_int64() {
 fn missing_dim_binding_is_a_one_line_error_naming_the_dim() {
     let model = common::testdata().join("models/mlp/model.onnx");
     let tmp = tempfile::tempdir().unwrap();
-    let o = wgslc(&[
-        "compile",
-        model.to_str().unwrap(),
-        "-o",
-        tmp.path().to_str().unwrap(),
-    ]);
+    let o = wgslc(&["compile", model.to_str().unwrap(), "-o", tmp.path().to_str().unwrap()]);
     assert!(!o.status.success());
     let line = error_line(&o);
     assert!(line.contains("'batch'") && line.contains("--dim"), "{line}");
 
     // --shape binds it too.
-    let o = wgslc(&[
-        "compile",
-        model.to_str().unwrap(),
-        "-o",
-        tmp.path().to_str().unwrap(),
-        "--shape",
-        "x=4x16",
-    ]);
+    let o = wgslc(&["compile", model.to_str().unwrap(), "-o", tmp.path().to_str().unwrap(), "--shape", "x=4x16"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
@@ -184,64 +122,31 @@ fn bad_models_fail_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("art");
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        (
-            "garbage.onnx",
-            b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x12".to_vec(),
-            "not a valid ONNX model",
-        ),
-        (
-            "unknown.onnx",
-            one_node_model("FancyOp", vec![]),
-            "node 'the_node': unsupported op 'FancyOp'",
-        ),
+        ("garbage.onnx", b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x12".to_vec(), "not a valid ONNX model"),
+        ("unknown.onnx", one_node_model("FancyOp", vec![]), "node 'the_node': unsupported op 'FancyOp'"),
         (
             "badattr.onnx",
             one_node_model(
                 "Gelu",
-                vec![AttributeProto {
-                    name: "approximate".into(),
-                    s: b"cubic".to_vec(),
-                    ..Default::default()
-                }],
+                vec![AttributeProto { name: "approximate".into(), s: b"cubic".to_vec(), ..Default::default() }],
             ),
             "node 'the_node' (Gelu): unknown approximate='cubic'",
         ),
         (
             "badaxis.onnx",
-            one_node_model(
-                "Softmax",
-                vec![AttributeProto {
-                    name: "axis".into(),
-                    i: 7,
-                    ..Default::default()
-                }],
-            ),
+            one_node_model("Softmax", vec![AttributeProto { name: "axis".into(), i: 7, ..Default::default() }]),
             "axis 7",
         ),
     ];
     for (name, bytes, want) in cases {
         let path = tmp.path().join(name);
         std::fs::write(&path, bytes).unwrap();
-        let o = wgslc(&[
-            "compile",
-            path.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ]);
+        let o = wgslc(&["compile", path.to_str().unwrap(), "-o", out.to_str().unwrap()]);
         assert!(!o.status.success(), "{name} compiled");
         assert!(error_line(&o).contains(want), "{name}: {}", stderr(&o));
     }
-    let o = wgslc(&[
-        "compile",
-        "/nonexistent/model.onnx",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(
-        !o.status.success() && error_line(&o).contains("cannot read"),
-        "{}",
-        stderr(&o)
-    );
+    let o = wgslc(&["compile", "/nonexistent/model.onnx", "-o", out.to_str().unwrap()]);
+    assert!(!o.status.success() && error_line(&o).contains("cannot read"), "{}", stderr(&o));
 }
 
 #[test]
@@ -249,14 +154,9 @@ fn wrong_inputs_are_named() {
     let case = common::testdata().join("ops/add_broadcast");
     let tmp = tempfile::tempdir().unwrap();
     let (art, out) = (tmp.path().join("a"), tmp.path().join("o"));
-    assert!(wgslc(&[
-        "compile",
-        case.join("model.onnx").to_str().unwrap(),
-        "-o",
-        art.to_str().unwrap()
-    ])
-    .status
-    .success());
+    assert!(wgslc(&["compile", case.join("model.onnx").to_str().unwrap(), "-o", art.to_str().unwrap()])
+        .status
+        .success());
     // input_1 has shape [4]; giving it as input a (shape [2, 3, 4]) is a shape error naming 'a'.
     let i1 = case.join("input_1.npy");
     let o = wgslc(&[
@@ -270,37 +170,11 @@ fn wrong_inputs_are_named() {
         out.to_str().unwrap(),
     ]);
     assert!(!o.status.success());
-    assert!(
-        error_line(&o).contains("input 'a'") && error_line(&o).contains("shape"),
-        "{}",
-        stderr(&o)
-    );
-    let o = wgslc(&[
-        "run",
-        art.to_str().unwrap(),
-        "--input",
-        i1.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(
-        !o.status.success() && error_line(&o).contains("missing input 1 'b'"),
-        "{}",
-        stderr(&o)
-    );
-    let o = wgslc(&[
-        "run",
-        art.to_str().unwrap(),
-        "--input",
-        "nope=x.npy",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(
-        !o.status.success() && error_line(&o).contains("no input 'nope'"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(error_line(&o).contains("input 'a'") && error_line(&o).contains("shape"), "{}", stderr(&o));
+    let o = wgslc(&["run", art.to_str().unwrap(), "--input", i1.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(!o.status.success() && error_line(&o).contains("missing input 1 'b'"), "{}", stderr(&o));
+    let o = wgslc(&["run", art.to_str().unwrap(), "--input", "nope=x.npy", "-o", out.to_str().unwrap()]);
+    assert!(!o.status.success() && error_line(&o).contains("no input 'nope'"), "{}", stderr(&o));
     let truncated = tmp.path().join("t.npy");
     let bytes = std::fs::read(&i1).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() - 3]).unwrap();
@@ -314,22 +188,12 @@ fn wrong_inputs_are_named() {
         "-o",
         out.to_str().unwrap(),
     ]);
-    assert!(
-        !o.status.success() && error_line(&o).contains("data bytes"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(!o.status.success() && error_line(&o).contains("data bytes"), "{}", stderr(&o));
 }
 
 #[test]
 fn help_and_version() {
-    for args in [
-        &["--help"][..],
-        &["compile", "--help"],
-        &["run", "--help"],
-        &["bench", "--help"],
-        &["--version"],
-    ] {
+    for args in [&["--help"][..], &["compile", "--help"], &["run", "--help"], &["bench", "--help"], &["--version"]] {
         let o = wgslc(args);
         assert!(o.status.success(), "{args:?}");
         assert!(!o.stdout.is_empty());
@@ -344,31 +208,14 @@ fn compiling_twice_gives_identical_artifacts() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     for d in [&a, &b] {
-        assert!(wgslc(&[
-            "compile",
-            model.to_str().unwrap(),
-            "-o",
-            d.to_str().unwrap()
-        ])
-        .status
-        .success());
+        assert!(wgslc(&["compile", model.to_str().unwrap(), "-o", d.to_str().unwrap()]).status.success());
     }
     let files = |d: &Path| {
         let mut v = vec![d.join("plan.json"), d.join("weights.safetensors")];
-        let mut k: Vec<_> = std::fs::read_dir(d.join("kernels"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
+        let mut k: Vec<_> = std::fs::read_dir(d.join("kernels")).unwrap().map(|e| e.unwrap().path()).collect();
         k.sort();
         v.extend(k);
-        v.iter()
-            .map(|p| {
-                (
-                    p.strip_prefix(d).unwrap().to_owned(),
-                    std::fs::read(p).unwrap(),
-                )
-            })
-            .collect::<Vec<_>>()
+        v.iter().map(|p| (p.strip_prefix(d).unwrap().to_owned(), std::fs::read(p).unwrap())).collect::<Vec<_>>()
     };
     assert!(files(&a) == files(&b), "artifacts differ");
 }

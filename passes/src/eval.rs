@@ -1,17 +1,10 @@
 //! The host evaluator used by constant folding: resolved elementwise and layout ops on host tensors.
 //! Floats compute in f64 and round to the declared dtype; integers compute in i64 with wrapping arithmetic.
 
-use wgslc_ir::{
-    broadcast_shapes, broadcast_strides, strided_indices, BinaryOp, DType, Data, Op, Tensor,
-    UnaryOp,
-};
+use wgslc_ir::{broadcast_shapes, broadcast_strides, strided_indices, BinaryOp, DType, Data, Op, Tensor, UnaryOp};
 
 /// Evaluates a resolved op on constant inputs; `None` if the op is not host-evaluable.
-pub(crate) fn eval(
-    op: &Op,
-    inputs: &[&Tensor],
-    out_types: &[wgslc_ir::TensorType],
-) -> Option<Vec<Tensor>> {
+pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorType]) -> Option<Vec<Tensor>> {
     let out = &out_types[0];
     let t = match op {
         Op::Unary(u) => unary(*u, inputs[0], out.dtype),
@@ -22,44 +15,28 @@ pub(crate) fn eval(
             let xi = strided_indices(&out.shape, 0, &broadcast_strides(&x.shape, &out.shape));
             let yi = strided_indices(&out.shape, 0, &broadcast_strides(&y.shape, &out.shape));
             let cv = c.to_f64();
-            let idx: Vec<(bool, usize, usize)> = ci
-                .iter()
-                .zip(&xi)
-                .zip(&yi)
-                .map(|((&c, &x), &y)| (cv[c] != 0.0, x, y))
-                .collect();
+            let idx: Vec<(bool, usize, usize)> =
+                ci.iter().zip(&xi).zip(&yi).map(|((&c, &x), &y)| (cv[c] != 0.0, x, y)).collect();
             let data = match (&x.data, &y.data) {
-                (Data::F32(a), Data::F32(b)) => Data::F32(
-                    idx.iter()
-                        .map(|&(c, i, j)| if c { a[i] } else { b[j] })
-                        .collect(),
-                ),
-                (Data::I64(a), Data::I64(b)) => Data::I64(
-                    idx.iter()
-                        .map(|&(c, i, j)| if c { a[i] } else { b[j] })
-                        .collect(),
-                ),
-                (Data::Bool(a), Data::Bool(b)) => Data::Bool(
-                    idx.iter()
-                        .map(|&(c, i, j)| if c { a[i] } else { b[j] })
-                        .collect(),
-                ),
+                (Data::F32(a), Data::F32(b)) => {
+                    Data::F32(idx.iter().map(|&(c, i, j)| if c { a[i] } else { b[j] }).collect())
+                }
+                (Data::I64(a), Data::I64(b)) => {
+                    Data::I64(idx.iter().map(|&(c, i, j)| if c { a[i] } else { b[j] }).collect())
+                }
+                (Data::Bool(a), Data::Bool(b)) => {
+                    Data::Bool(idx.iter().map(|&(c, i, j)| if c { a[i] } else { b[j] }).collect())
+                }
                 _ => return None,
             };
-            Tensor {
-                dtype: out.dtype,
-                shape: out.shape.clone(),
-                data,
-            }
+            Tensor { dtype: out.dtype, shape: out.shape.clone(), data }
         }
         Op::Cast(to) => cast(inputs[0], *to),
         Op::Alias => inputs[0].reshaped(out.shape.clone()),
         Op::StridedCopy { offset, strides } => Tensor {
             dtype: out.dtype,
             shape: out.shape.clone(),
-            data: inputs[0]
-                .data
-                .gather(&strided_indices(&out.shape, *offset, strides)),
+            data: inputs[0].data.gather(&strided_indices(&out.shape, *offset, strides)),
         },
         Op::Concat { axis } => {
             let axis = *axis as usize;
@@ -68,23 +45,12 @@ pub(crate) fn eval(
             for o in 0..outer {
                 for t in inputs {
                     let inner: usize = t.shape[axis..].iter().product();
-                    idx_parts.push(
-                        t.data
-                            .gather(&(o * inner..(o + 1) * inner).collect::<Vec<_>>()),
-                    );
+                    idx_parts.push(t.data.gather(&(o * inner..(o + 1) * inner).collect::<Vec<_>>()));
                 }
             }
             let parts: Vec<&Data> = idx_parts.iter().collect();
-            let data = if parts.is_empty() {
-                empty_like(&inputs[0].data)
-            } else {
-                Data::concat(&parts)
-            };
-            Tensor {
-                dtype: out.dtype,
-                shape: out.shape.clone(),
-                data,
-            }
+            let data = if parts.is_empty() { empty_like(&inputs[0].data) } else { Data::concat(&parts) };
+            Tensor { dtype: out.dtype, shape: out.shape.clone(), data }
         }
         Op::Gather { axis } => {
             let axis = *axis as usize;
@@ -103,11 +69,7 @@ pub(crate) fn eval(
                     idx.extend(base..base + inner);
                 }
             }
-            Tensor {
-                dtype: out.dtype,
-                shape: out.shape.clone(),
-                data: d.data.gather(&idx),
-            }
+            Tensor { dtype: out.dtype, shape: out.shape.clone(), data: d.data.gather(&idx) }
         }
         _ => return None,
     };
@@ -130,17 +92,11 @@ pub(crate) fn cast(t: &Tensor, to: DType) -> Tensor {
         (Data::I64(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| x as f32).collect()),
         (Data::I64(v), DType::Bool) => Data::Bool(v.iter().map(|&x| x != 0).collect()),
         (Data::I64(v), _) => Data::I64(v.clone()),
-        (Data::Bool(v), d) if d.is_float() => {
-            Data::F32(v.iter().map(|&x| x as u8 as f32).collect())
-        }
+        (Data::Bool(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| x as u8 as f32).collect()),
         (Data::Bool(v), DType::Bool) => Data::Bool(v.clone()),
         (Data::Bool(v), _) => Data::I64(v.iter().map(|&x| x as i64).collect()),
     };
-    Tensor {
-        dtype: to,
-        shape: t.shape.clone(),
-        data,
-    }
+    Tensor { dtype: to, shape: t.shape.clone(), data }
 }
 
 /// erf with |error| < 1.2e-7 (Numerical Recipes' erfc Chebyshev fit), the same accuracy class as the shader's.
@@ -154,8 +110,7 @@ pub(crate) fn erf(x: f64) -> f64 {
                     + t * (0.09678418
                         + t * (-0.18628806
                             + t * (0.27886807
-                                + t * (-1.13520398
-                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+                                + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
             .exp();
     if x >= 0.0 {
         1.0 - r
@@ -172,6 +127,8 @@ fn unary(u: UnaryOp, t: &Tensor, out: DType) -> Tensor {
                 UnaryOp::Abs => x.wrapping_abs(),
                 UnaryOp::Relu => x.max(0),
                 UnaryOp::Clip(lo, hi) => (x as f64).clamp(lo as f64, hi as f64) as i64,
+                UnaryOp::BitwiseNot => !x,
+                UnaryOp::Sign => x.signum(),
                 _ => x,
             }
         };
@@ -193,9 +150,7 @@ fn unary(u: UnaryOp, t: &Tensor, out: DType) -> Tensor {
             UnaryOp::Relu => x.max(0.0),
             UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
             UnaryOp::GeluTanh => {
-                0.5 * x
-                    * (1.0
-                        + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+                0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
             }
             UnaryOp::LeakyRelu(a) => {
                 if x < 0.0 {
@@ -214,6 +169,55 @@ fn unary(u: UnaryOp, t: &Tensor, out: DType) -> Tensor {
             UnaryOp::Ceil => x.ceil(),
             UnaryOp::Sin => x.sin(),
             UnaryOp::Cos => x.cos(),
+            UnaryOp::Tan => x.tan(),
+            UnaryOp::Asin => x.asin(),
+            UnaryOp::Acos => x.acos(),
+            UnaryOp::Atan => x.atan(),
+            UnaryOp::Sinh => x.sinh(),
+            UnaryOp::Cosh => x.cosh(),
+            UnaryOp::Asinh => x.asinh(),
+            UnaryOp::Acosh => x.acosh(),
+            UnaryOp::Atanh => x.atanh(),
+            UnaryOp::Softplus => x.exp().ln_1p(),
+            UnaryOp::Softsign => x / (1.0 + x.abs()),
+            UnaryOp::Elu(a) => {
+                if x < 0.0 {
+                    a as f64 * (x.exp() - 1.0)
+                } else {
+                    x
+                }
+            }
+            UnaryOp::Selu(a, g) => g as f64 * if x <= 0.0 { a as f64 * (x.exp() - 1.0) } else { x },
+            UnaryOp::Celu(a) => x.max(0.0) + (a as f64 * ((x / a as f64).exp() - 1.0)).min(0.0),
+            UnaryOp::ThresholdedRelu(a) => {
+                if x > a as f64 {
+                    x
+                } else {
+                    0.0
+                }
+            }
+            UnaryOp::Mish => x * x.exp().ln_1p().tanh(),
+            UnaryOp::Sign => {
+                if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    x
+                }
+            }
+            UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::IsInf(p, n) => ((p && x == f64::INFINITY) || (n && x == f64::NEG_INFINITY)) as u8 as f64,
+            UnaryOp::Shrink(b, l) => {
+                if x < -l as f64 {
+                    x + b as f64
+                } else if x > l as f64 {
+                    x - b as f64
+                } else {
+                    0.0
+                }
+            }
+            UnaryOp::BitwiseNot => !(x as i64) as f64,
         })
         .collect();
     Tensor::from_f64(out, t.shape.clone(), r)
@@ -245,6 +249,32 @@ fn binary(b: BinaryOp, x: &Tensor, y: &Tensor, shape: &[usize], out: DType) -> T
                     BinaryOp::Pow => (a as f64).powf(c as f64) as i64,
                     BinaryOp::Max => a.max(c),
                     BinaryOp::Min => a.min(c),
+                    BinaryOp::Mod { fmod: true } => {
+                        if c == 0 {
+                            0
+                        } else {
+                            a.wrapping_rem(c)
+                        }
+                    }
+                    BinaryOp::Mod { fmod: false } => {
+                        if c == 0 {
+                            0
+                        } else {
+                            a.wrapping_rem(c).wrapping_add(c).wrapping_rem(c)
+                        }
+                    }
+                    BinaryOp::BitwiseAnd => a & c,
+                    BinaryOp::BitwiseOr => a | c,
+                    BinaryOp::BitwiseXor => a ^ c,
+                    BinaryOp::BitShiftLeft => a.wrapping_shl(c as u32),
+                    BinaryOp::BitShiftRight => ((a as u64).wrapping_shr(c as u32)) as i64,
+                    BinaryOp::PRelu => {
+                        if a < 0 {
+                            a.wrapping_mul(c)
+                        } else {
+                            a
+                        }
+                    }
                     _ => unreachable!("bool-returning ops are handled below"),
                 }
             })
@@ -272,6 +302,21 @@ fn binary(b: BinaryOp, x: &Tensor, y: &Tensor, shape: &[usize], out: DType) -> T
                 BinaryOp::GreaterOrEqual => (a >= c) as u8 as f64,
                 BinaryOp::And => (a != 0.0 && c != 0.0) as u8 as f64,
                 BinaryOp::Or => (a != 0.0 || c != 0.0) as u8 as f64,
+                BinaryOp::Xor => ((a != 0.0) != (c != 0.0)) as u8 as f64,
+                BinaryOp::Mod { fmod: true } => a % c,
+                BinaryOp::Mod { fmod: false } => a - c * (a / c).floor(),
+                BinaryOp::PRelu => {
+                    if a < 0.0 {
+                        a * c
+                    } else {
+                        a
+                    }
+                }
+                BinaryOp::BitwiseAnd
+                | BinaryOp::BitwiseOr
+                | BinaryOp::BitwiseXor
+                | BinaryOp::BitShiftLeft
+                | BinaryOp::BitShiftRight => f64::NAN,
             }
         })
         .collect();

@@ -3,8 +3,8 @@
 use crate::eval;
 use crate::PassError;
 use wgslc_ir::{
-    broadcast_shapes, broadcast_strides, contiguous_strides, AutoPad, DType, Graph, NodeId, Op,
-    Tensor, TensorType, UnaryOp, ValueId, Window,
+    broadcast_shapes, broadcast_strides, contiguous_strides, AutoPad, DType, Graph, NodeId, Op, Tensor, TensorType,
+    UnaryOp, ValueId, Window,
 };
 
 /// Folding stops at this many output elements: larger all-constant results are computed on the GPU instead of
@@ -32,32 +32,21 @@ struct Ctx<'g> {
 impl Ctx<'_> {
     fn err(&self, reason: impl Into<String>) -> PassError {
         let node = self.g.node(self.n);
-        PassError::Node {
-            node: node.name.clone(),
-            op: node.op.name().into(),
-            reason: reason.into(),
-        }
+        PassError::Node { node: node.name.clone(), op: node.op.name().into(), reason: reason.into() }
     }
     fn input(&self, i: usize) -> Result<ValueId, PassError> {
-        self.g
-            .node(self.n)
-            .inputs
-            .get(i)
-            .copied()
-            .flatten()
-            .ok_or_else(|| self.err(format!("missing input {i}")))
+        self.g.node(self.n).inputs.get(i).copied().flatten().ok_or_else(|| self.err(format!("missing input {i}")))
     }
     fn opt_input(&self, i: usize) -> Option<ValueId> {
         self.g.node(self.n).inputs.get(i).copied().flatten()
     }
     fn ty(&self, i: usize) -> Result<&TensorType, PassError> {
         let v = self.input(i)?;
-        self.g.value(v).ty.as_ref().ok_or_else(|| {
-            self.err(format!(
-                "input '{}' has no known type",
-                self.g.value(v).name
-            ))
-        })
+        self.g
+            .value(v)
+            .ty
+            .as_ref()
+            .ok_or_else(|| self.err(format!("input '{}' has no known type", self.g.value(v).name)))
     }
     /// A parameter input that must be known at compile time.
     fn const_input(&self, i: usize, what: &str) -> Result<Option<&Tensor>, PassError> {
@@ -106,11 +95,7 @@ fn infer_node(g: &mut Graph, n: NodeId) -> Result<(), PassError> {
     }
     let mut r = resolve(&cx)?;
     for t in &r.outputs {
-        if t.shape
-            .iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .is_none_or(|n| n > (1usize << 40))
-        {
+        if t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > (1usize << 40)) {
             return Err(cx.err(format!("output shape {:?} is too large", t.shape)));
         }
     }
@@ -129,19 +114,10 @@ fn infer_node(g: &mut Graph, n: NodeId) -> Result<(), PassError> {
     }
 
     if r.folded.is_none() {
-        let all_const = r
-            .inputs
-            .iter()
-            .flatten()
-            .all(|&v| g.const_data(v).is_some());
+        let all_const = r.inputs.iter().flatten().all(|&v| g.const_data(v).is_some());
         let small = r.outputs.iter().all(|t| t.numel() <= FOLD_LIMIT);
         if all_const && small && !r.inputs.is_empty() {
-            let ins: Vec<&Tensor> = r
-                .inputs
-                .iter()
-                .flatten()
-                .map(|&v| g.const_data(v).unwrap())
-                .collect();
+            let ins: Vec<&Tensor> = r.inputs.iter().flatten().map(|&v| g.const_data(v).unwrap()).collect();
             r.folded = eval::eval(&r.op, &ins, &r.outputs);
         }
     }
@@ -158,32 +134,17 @@ fn infer_node(g: &mut Graph, n: NodeId) -> Result<(), PassError> {
 }
 
 fn keep(cx: &Ctx, op: Op, outputs: Vec<TensorType>) -> Resolved {
-    Resolved {
-        op,
-        inputs: cx.g.node(cx.n).inputs.clone(),
-        outputs,
-        folded: None,
-    }
+    Resolved { op, inputs: cx.g.node(cx.n).inputs.clone(), outputs, folded: None }
 }
 
 fn one_input(cx: &Ctx, op: Op, out: TensorType) -> Result<Resolved, PassError> {
-    Ok(Resolved {
-        op,
-        inputs: vec![Some(cx.input(0)?)],
-        outputs: vec![out],
-        folded: None,
-    })
+    Ok(Resolved { op, inputs: vec![Some(cx.input(0)?)], outputs: vec![out], folded: None })
 }
 
 fn alias(cx: &Ctx, shape: Vec<usize>) -> Result<Resolved, PassError> {
     let t = cx.ty(0)?;
     if shape.iter().product::<usize>() != t.numel() {
-        return Err(cx.err(format!(
-            "cannot reshape {:?} ({} elements) to {:?}",
-            t.shape,
-            t.numel(),
-            shape
-        )));
+        return Err(cx.err(format!("cannot reshape {:?} ({} elements) to {:?}", t.shape, t.numel(), shape)));
     }
     one_input(cx, Op::Alias, TensorType::new(t.dtype, shape))
 }
@@ -201,27 +162,34 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                     }
                     DType::Bool
                 }
-                UnaryOp::IsNaN => DType::Bool,
+                UnaryOp::IsNaN | UnaryOp::IsInf(..) => DType::Bool,
+                UnaryOp::BitwiseNot if !t.dtype.is_int() => {
+                    return Err(cx.err(format!("BitwiseNot needs an integer input, got {}", t.dtype)))
+                }
                 _ => t.dtype,
             };
             Ok(keep(cx, op, vec![TensorType::new(dtype, t.shape)]))
         }
         Op::Binary(b) => {
             let (x, y) = (cx.ty(0)?, cx.ty(1)?);
-            if b != wgslc_ir::BinaryOp::Pow {
+            use wgslc_ir::BinaryOp as B;
+            if !matches!(b, B::Pow) {
                 cx.check_same_dtype(x, y)?;
             }
-            let shape = broadcast_shapes(&x.shape, &y.shape).ok_or_else(|| {
-                cx.err(format!(
-                    "shapes {:?} and {:?} do not broadcast",
-                    x.shape, y.shape
-                ))
-            })?;
-            let dtype = if b.returns_bool() {
-                DType::Bool
-            } else {
-                x.dtype
-            };
+            if matches!(b, B::BitwiseAnd | B::BitwiseOr | B::BitwiseXor | B::BitShiftLeft | B::BitShiftRight)
+                && !x.dtype.is_int()
+            {
+                return Err(cx.err(format!("bitwise ops need integers, got {}", x.dtype)));
+            }
+            if matches!(b, B::And | B::Or | B::Xor) && x.dtype != DType::Bool {
+                return Err(cx.err(format!("logical ops need bool, got {}", x.dtype)));
+            }
+            if b == B::PRelu && broadcast_shapes(&x.shape, &y.shape).as_deref() != Some(&x.shape[..]) {
+                return Err(cx.err(format!("slope {:?} does not broadcast to X {:?}", y.shape, x.shape)));
+            }
+            let shape = broadcast_shapes(&x.shape, &y.shape)
+                .ok_or_else(|| cx.err(format!("shapes {:?} and {:?} do not broadcast", x.shape, y.shape)))?;
+            let dtype = if b.returns_bool() { DType::Bool } else { x.dtype };
             Ok(keep(cx, op, vec![TensorType::new(dtype, shape)]))
         }
         Op::Where => {
@@ -263,30 +231,15 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             if a.rank() == 0 || b.rank() == 0 {
                 return Err(cx.err("MatMul inputs must have rank ≥ 1"));
             }
-            let (m, k) = if a.rank() == 1 {
-                (1, a.shape[0])
-            } else {
-                (a.shape[a.rank() - 2], a.shape[a.rank() - 1])
-            };
-            let (k2, nn) = if b.rank() == 1 {
-                (b.shape[0], 1)
-            } else {
-                (b.shape[b.rank() - 2], b.shape[b.rank() - 1])
-            };
+            let (m, k) = if a.rank() == 1 { (1, a.shape[0]) } else { (a.shape[a.rank() - 2], a.shape[a.rank() - 1]) };
+            let (k2, nn) = if b.rank() == 1 { (b.shape[0], 1) } else { (b.shape[b.rank() - 2], b.shape[b.rank() - 1]) };
             if k != k2 {
-                return Err(cx.err(format!(
-                    "inner dimensions differ: {:?} @ {:?}",
-                    a.shape, b.shape
-                )));
+                return Err(cx.err(format!("inner dimensions differ: {:?} @ {:?}", a.shape, b.shape)));
             }
             let ab = &a.shape[..a.rank().saturating_sub(2)];
             let bb = &b.shape[..b.rank().saturating_sub(2)];
-            let mut shape = broadcast_shapes(ab, bb).ok_or_else(|| {
-                cx.err(format!(
-                    "batch dimensions do not broadcast: {:?} and {:?}",
-                    a.shape, b.shape
-                ))
-            })?;
+            let mut shape = broadcast_shapes(ab, bb)
+                .ok_or_else(|| cx.err(format!("batch dimensions do not broadcast: {:?} and {:?}", a.shape, b.shape)))?;
             if a.rank() > 1 {
                 shape.push(m);
             }
@@ -295,36 +248,20 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             }
             Ok(keep(cx, op, vec![TensorType::new(a.dtype, shape)]))
         }
-        Op::Gemm {
-            trans_a, trans_b, ..
-        } => {
+        Op::Gemm { trans_a, trans_b, .. } => {
             let (a, b) = (cx.ty(0)?, cx.ty(1)?);
             if a.rank() != 2 || b.rank() != 2 {
                 return Err(cx.err("Gemm inputs must be 2-D"));
             }
-            let (m, k) = if trans_a {
-                (a.shape[1], a.shape[0])
-            } else {
-                (a.shape[0], a.shape[1])
-            };
-            let (k2, nn) = if trans_b {
-                (b.shape[1], b.shape[0])
-            } else {
-                (b.shape[0], b.shape[1])
-            };
+            let (m, k) = if trans_a { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
+            let (k2, nn) = if trans_b { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
             if k != k2 {
-                return Err(cx.err(format!(
-                    "inner dimensions differ: {:?} and {:?}",
-                    a.shape, b.shape
-                )));
+                return Err(cx.err(format!("inner dimensions differ: {:?} and {:?}", a.shape, b.shape)));
             }
             if cx.opt_input(2).is_some() {
                 let c = cx.ty(2)?;
                 if broadcast_shapes(&c.shape, &[m, nn]).as_deref() != Some(&[m, nn][..]) {
-                    return Err(cx.err(format!(
-                        "C of shape {:?} does not broadcast to [{m}, {nn}]",
-                        c.shape
-                    )));
+                    return Err(cx.err(format!("C of shape {:?} does not broadcast to [{m}, {nn}]", c.shape)));
                 }
             }
             Ok(keep(cx, op, vec![TensorType::new(a.dtype, vec![m, nn])]))
@@ -332,42 +269,25 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         Op::Conv { window, group } => {
             let (x, w) = (cx.ty(0)?, cx.ty(1)?);
             if x.rank() < 3 || w.rank() != x.rank() {
-                return Err(cx.err(format!(
-                    "X {:?} and W {:?} must have the same rank ≥ 3",
-                    x.shape, w.shape
-                )));
+                return Err(cx.err(format!("X {:?} and W {:?} must have the same rank ≥ 3", x.shape, w.shape)));
             }
             let c = x.shape[1];
             if group == 0 || c % group != 0 || w.shape[0] % group != 0 || w.shape[1] * group != c {
-                return Err(cx.err(format!(
-                    "channels {c} do not match W {:?} with group {group}",
-                    w.shape
-                )));
+                return Err(cx.err(format!("channels {c} do not match W {:?} with group {group}", w.shape)));
             }
             if let Some(b) = cx.opt_input(2) {
                 let bt = cx.g.ty(b);
                 if bt.shape != [w.shape[0]] {
-                    return Err(cx.err(format!(
-                        "bias shape {:?} must be [{}]",
-                        bt.shape, w.shape[0]
-                    )));
+                    return Err(cx.err(format!("bias shape {:?} must be [{}]", bt.shape, w.shape[0])));
                 }
             }
             let spatial = &x.shape[2..];
             let window = resolve_window(cx, window, &w.shape[2..], spatial)?;
             let mut shape = vec![x.shape[0], w.shape[0]];
             shape.extend(window_out(cx, &window, spatial)?);
-            Ok(keep(
-                cx,
-                Op::Conv { window, group },
-                vec![TensorType::new(x.dtype, shape)],
-            ))
+            Ok(keep(cx, Op::Conv { window, group }, vec![TensorType::new(x.dtype, shape)]))
         }
-        Op::Pool {
-            kind,
-            window,
-            count_include_pad,
-        } => {
+        Op::Pool { kind, window, count_include_pad } => {
             let x = cx.ty(0)?.clone();
             if x.rank() < 3 {
                 return Err(cx.err("pooling needs rank ≥ 3"));
@@ -379,15 +299,7 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let window = resolve_window(cx, window, &k, &x.shape[2..])?;
             let mut shape = x.shape[..2].to_vec();
             shape.extend(window_out(cx, &window, &x.shape[2..])?);
-            one_input(
-                cx,
-                Op::Pool {
-                    kind,
-                    window,
-                    count_include_pad,
-                },
-                TensorType::new(x.dtype, shape),
-            )
+            one_input(cx, Op::Pool { kind, window, count_include_pad }, TensorType::new(x.dtype, shape))
         }
         Op::GlobalPool(_) => {
             let x = cx.ty(0)?.clone();
@@ -406,24 +318,85 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             for i in 1..5 {
                 let t = cx.ty(i)?;
                 if t.shape != [x.shape[1]] {
-                    return Err(cx.err(format!(
-                        "parameter {i} has shape {:?}, expected [{}]",
-                        t.shape, x.shape[1]
-                    )));
+                    return Err(cx.err(format!("parameter {i} has shape {:?}, expected [{}]", t.shape, x.shape[1])));
                 }
             }
             Ok(keep(cx, op, vec![x]))
         }
-        Op::Softmax { axis, legacy } => {
+        Op::Softmax { axis, legacy, log } => {
             let x = cx.ty(0)?.clone();
-            let axis = if x.rank() == 0 {
-                0
-            } else {
-                cx.axis(axis, x.rank())? as i64
-            };
-            Ok(keep(cx, Op::Softmax { axis, legacy }, vec![x]))
+            let axis = if x.rank() == 0 { 0 } else { cx.axis(axis, x.rank())? as i64 };
+            Ok(keep(cx, Op::Softmax { axis, legacy, log }, vec![x]))
         }
-        Op::LayerNorm { axis, epsilon } => {
+        Op::ArgReduce { max, axis, keepdims, select_last } => {
+            let x = cx.ty(0)?.clone();
+            let axis = cx.axis(axis, x.rank())?;
+            let mut shape = x.shape.clone();
+            if keepdims {
+                shape[axis] = 1;
+            } else {
+                shape.remove(axis);
+            }
+            let op = Op::ArgReduce { max, axis: axis as i64, keepdims, select_last };
+            one_input(cx, op, TensorType::new(DType::I64, shape))
+        }
+        Op::Trilu { upper, .. } => {
+            let x = cx.ty(0)?.clone();
+            if x.rank() < 2 {
+                return Err(cx.err("Trilu needs rank ≥ 2"));
+            }
+            let k = cx.const_input(1, "k")?.map(|t| t.to_i64()[0]).unwrap_or(0);
+            one_input(cx, Op::Trilu { upper, k: Some(k) }, x)
+        }
+        Op::GatherElements { axis } => {
+            let (x, ind) = (cx.ty(0)?.clone(), cx.ty(1)?.clone());
+            let axis = cx.axis(axis, x.rank())?;
+            if ind.rank() != x.rank() || !ind.dtype.is_int() {
+                return Err(cx.err("indices must be integers of the data's rank"));
+            }
+            Ok(keep(cx, Op::GatherElements { axis: axis as i64 }, vec![TensorType::new(x.dtype, ind.shape)]))
+        }
+        Op::CumSum { exclusive, reverse, .. } => {
+            let x = cx.ty(0)?.clone();
+            let a = cx.const_input(1, "axis")?.ok_or_else(|| cx.err("missing axis"))?.to_i64()[0];
+            let axis = cx.axis(a, x.rank())? as i64;
+            one_input(cx, Op::CumSum { axis: Some(axis), exclusive, reverse }, x)
+        }
+        Op::Tile => {
+            let x = cx.ty(0)?.clone();
+            let reps = cx.const_input(1, "repeats")?.ok_or_else(|| cx.err("missing repeats"))?.to_i64();
+            if reps.len() != x.rank() || reps.iter().any(|&r| r < 0) {
+                return Err(cx.err(format!("repeats {reps:?} must be {} non-negative counts", x.rank())));
+            }
+            let shape: Vec<usize> = x.shape.iter().zip(&reps).map(|(&d, &r)| d * r as usize).collect();
+            if reps.iter().all(|&r| r == 1) {
+                return alias(cx, shape);
+            }
+            one_input(cx, Op::TileCopy, TensorType::new(x.dtype, shape))
+        }
+        Op::CastLike => {
+            let (x, like) = (cx.ty(0)?.clone(), cx.ty(1)?.dtype);
+            if x.dtype == like {
+                return alias(cx, x.shape);
+            }
+            one_input(cx, Op::Cast(like), TensorType::new(like, x.shape))
+        }
+        Op::Size => {
+            let t = Tensor::i64(vec![], vec![cx.ty(0)?.numel() as i64]);
+            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
+        }
+        Op::EyeLike { k, dtype } => {
+            let x = cx.ty(0)?;
+            if x.rank() != 2 {
+                return Err(cx.err("EyeLike needs a 2-D input"));
+            }
+            let c = x.shape[1];
+            let v: Vec<f64> =
+                (0..x.numel()).map(|i| if (i % c) as i64 - (i / c) as i64 == k { 1.0 } else { 0.0 }).collect();
+            let t = Tensor::from_f64(dtype.unwrap_or(x.dtype), x.shape.clone(), v);
+            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
+        }
+        Op::LayerNorm { axis, epsilon, rms } => {
             let x = cx.ty(0)?.clone();
             let axis = cx.axis(axis, x.rank())?;
             let norm = &x.shape[axis..];
@@ -431,38 +404,20 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                 if cx.opt_input(i).is_some() {
                     let t = cx.ty(i)?;
                     if broadcast_shapes(&t.shape, norm).as_deref() != Some(norm) {
-                        return Err(cx.err(format!(
-                            "scale/bias {:?} do not broadcast to {:?}",
-                            t.shape, norm
-                        )));
+                        return Err(cx.err(format!("scale/bias {:?} do not broadcast to {:?}", t.shape, norm)));
                     }
                 }
             }
-            Ok(keep(
-                cx,
-                Op::LayerNorm {
-                    axis: axis as i64,
-                    epsilon,
-                },
-                vec![x],
-            ))
+            Ok(keep(cx, Op::LayerNorm { axis: axis as i64, epsilon, rms }, vec![x]))
         }
-        Op::Reduce {
-            op: rop,
-            axes,
-            keepdims,
-            noop_with_empty_axes,
-        } => {
+        Op::Reduce { op: rop, axes, keepdims, noop_with_empty_axes } => {
             let x = cx.ty(0)?.clone();
             let given = match axes {
                 Some(a) => Some(a),
                 None => cx.const_input(1, "axes")?.map(|t| t.to_i64()),
             };
             let mut axes: Vec<usize> = match given {
-                Some(a) if !a.is_empty() => a
-                    .iter()
-                    .map(|&a| cx.axis(a, x.rank()))
-                    .collect::<Result<_, _>>()?,
+                Some(a) if !a.is_empty() => a.iter().map(|&a| cx.axis(a, x.rank())).collect::<Result<_, _>>()?,
                 _ if noop_with_empty_axes => return alias(cx, x.shape.clone()),
                 _ => (0..x.rank()).collect(),
             };
@@ -486,10 +441,7 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         }
         Op::Reshape { allowzero } => {
             let x = cx.ty(0)?.clone();
-            let spec = cx
-                .const_input(1, "shape")?
-                .ok_or_else(|| cx.err("missing shape"))?
-                .to_i64();
+            let spec = cx.const_input(1, "shape")?.ok_or_else(|| cx.err("missing shape"))?.to_i64();
             let mut shape = Vec::with_capacity(spec.len());
             let mut infer_at = None;
             for (i, &s) in spec.iter().enumerate() {
@@ -498,9 +450,11 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                         infer_at = Some(i);
                         shape.push(1);
                     }
-                    0 if !allowzero => shape.push(*x.shape.get(i).ok_or_else(|| {
-                        cx.err(format!("shape[{i}] = 0 copies a dim the input lacks"))
-                    })?),
+                    0 if !allowzero => shape.push(
+                        *x.shape
+                            .get(i)
+                            .ok_or_else(|| cx.err(format!("shape[{i}] = 0 copies a dim the input lacks")))?,
+                    ),
                     s if s >= 0 => shape.push(s as usize),
                     _ => return Err(cx.err(format!("invalid shape {spec:?}"))),
                 }
@@ -516,27 +470,14 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         }
         Op::Flatten { axis } => {
             let x = cx.ty(0)?.clone();
-            let a = if axis == x.rank() as i64 {
-                x.rank()
-            } else {
-                cx.axis(axis, x.rank().max(1))?
-            };
-            alias(
-                cx,
-                vec![x.shape[..a].iter().product(), x.shape[a..].iter().product()],
-            )
+            let a = if axis == x.rank() as i64 { x.rank() } else { cx.axis(axis, x.rank().max(1))? };
+            alias(cx, vec![x.shape[..a].iter().product(), x.shape[a..].iter().product()])
         }
         Op::Unsqueeze => {
             let x = cx.ty(0)?.clone();
-            let axes = cx
-                .const_input(1, "axes")?
-                .ok_or_else(|| cx.err("missing axes"))?
-                .to_i64();
+            let axes = cx.const_input(1, "axes")?.ok_or_else(|| cx.err("missing axes"))?.to_i64();
             let r = x.rank() + axes.len();
-            let mut axes: Vec<usize> = axes
-                .iter()
-                .map(|&a| cx.axis(a, r))
-                .collect::<Result<_, _>>()?;
+            let mut axes: Vec<usize> = axes.iter().map(|&a| cx.axis(a, r)).collect::<Result<_, _>>()?;
             axes.sort();
             let mut shape = x.shape.clone();
             for a in axes {
@@ -547,36 +488,31 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         Op::Squeeze => {
             let x = cx.ty(0)?.clone();
             let axes: Vec<usize> = match cx.const_input(1, "axes")? {
-                Some(t) => t
-                    .to_i64()
-                    .iter()
-                    .map(|&a| cx.axis(a, x.rank()))
-                    .collect::<Result<_, _>>()?,
+                Some(t) => t.to_i64().iter().map(|&a| cx.axis(a, x.rank())).collect::<Result<_, _>>()?,
                 None => (0..x.rank()).filter(|&d| x.shape[d] == 1).collect(),
             };
             if let Some(&a) = axes.iter().find(|&&a| x.shape[a] != 1) {
                 return Err(cx.err(format!("cannot squeeze axis {a} of size {}", x.shape[a])));
             }
-            let shape = x
-                .shape
-                .iter()
-                .enumerate()
-                .filter(|(d, _)| !axes.contains(d))
-                .map(|(_, &s)| s)
-                .collect();
+            let shape = x.shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &s)| s).collect();
             alias(cx, shape)
         }
-        Op::Identity | Op::Dropout => alias(cx, cx.ty(0)?.shape.clone()),
+        Op::Identity => alias(cx, cx.ty(0)?.shape.clone()),
+        Op::Dropout => {
+            let ratio = cx.const_input(1, "ratio")?.map(|t| t.to_f64()[0]).unwrap_or(0.5);
+            let training = cx.const_input(2, "training_mode")?.is_some_and(|t| t.to_f64()[0] != 0.0);
+            if training && ratio != 0.0 {
+                return Err(cx.err("training-mode Dropout is random; export in eval mode"));
+            }
+            alias(cx, cx.ty(0)?.shape.clone())
+        }
         Op::Transpose { perm } => {
             let x = cx.ty(0)?.clone();
             let perm = perm.unwrap_or_else(|| (0..x.rank()).rev().collect());
             let mut seen = perm.clone();
             seen.sort();
             if seen != (0..x.rank()).collect::<Vec<_>>() {
-                return Err(cx.err(format!(
-                    "perm {perm:?} is not a permutation of 0..{}",
-                    x.rank()
-                )));
+                return Err(cx.err(format!("perm {perm:?} is not a permutation of 0..{}", x.rank())));
             }
             let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
             // Moving only size-1 axes keeps the element order: a reshape.
@@ -586,11 +522,7 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             }
             let cs = contiguous_strides(&x.shape);
             let strides = perm.iter().map(|&p| cs[p] as i64).collect();
-            one_input(
-                cx,
-                Op::StridedCopy { offset: 0, strides },
-                TensorType::new(x.dtype, shape),
-            )
+            one_input(cx, Op::StridedCopy { offset: 0, strides }, TensorType::new(x.dtype, shape))
         }
         Op::Expand => {
             let x = cx.ty(0)?.clone();
@@ -607,11 +539,7 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                 return alias(cx, shape);
             }
             let strides = broadcast_strides(&x.shape, &shape);
-            one_input(
-                cx,
-                Op::StridedCopy { offset: 0, strides },
-                TensorType::new(x.dtype, shape),
-            )
+            one_input(cx, Op::StridedCopy { offset: 0, strides }, TensorType::new(x.dtype, shape))
         }
         Op::Concat { axis } => {
             let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
@@ -623,21 +551,15 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                 let t = cx.g.ty(v);
                 if t.rank() != first.rank()
                     || t.dtype != first.dtype
-                    || t.shape
-                        .iter()
-                        .enumerate()
-                        .any(|(d, &s)| d != axis && s != first.shape[d])
+                    || t.shape.iter().enumerate().any(|(d, &s)| d != axis && s != first.shape[d])
                 {
                     return Err(cx.err(format!("input {} does not match {}", t, first)));
                 }
                 shape[axis] += t.shape[axis];
             }
             // Empty parts contribute nothing.
-            let inputs: Vec<Option<ValueId>> = inputs
-                .into_iter()
-                .filter(|&v| cx.g.ty(v).shape[axis] > 0)
-                .map(Some)
-                .collect();
+            let inputs: Vec<Option<ValueId>> =
+                inputs.into_iter().filter(|&v| cx.g.ty(v).shape[axis] > 0).map(Some).collect();
             if inputs.len() == 1 {
                 return Ok(Resolved {
                     op: Op::Alias,
@@ -670,25 +592,13 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                 let n = x.shape[axis] as i64;
                 let idx: Vec<i64> = c.to_i64();
                 if let Some(&i) = idx.iter().find(|&&i| !(-n..n).contains(&i)) {
-                    return Err(cx.err(format!(
-                        "index {i} is out of range for axis {axis} of size {n}"
-                    )));
+                    return Err(cx.err(format!("index {i} is out of range for axis {axis} of size {n}")));
                 }
                 if ind.rank() == 0 && cx.g.const_data(cx.input(0)?).is_none() {
                     let i = if idx[0] < 0 { idx[0] + n } else { idx[0] };
                     let cs = contiguous_strides(&x.shape);
-                    let strides = (0..x.rank())
-                        .filter(|&d| d != axis)
-                        .map(|d| cs[d] as i64)
-                        .collect();
-                    return one_input(
-                        cx,
-                        Op::StridedCopy {
-                            offset: i * cs[axis] as i64,
-                            strides,
-                        },
-                        out,
-                    );
+                    let strides = (0..x.rank()).filter(|&d| d != axis).map(|d| cs[d] as i64).collect();
+                    return one_input(cx, Op::StridedCopy { offset: i * cs[axis] as i64, strides }, out);
                 }
             }
             Ok(keep(cx, Op::Gather { axis: axis as i64 }, vec![out]))
@@ -700,18 +610,10 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let (s, e) = (clamp(start), clamp(end.unwrap_or(r)));
             let dims: Vec<i64> = x.shape[s..e.max(s)].iter().map(|&d| d as i64).collect();
             let t = Tensor::i64(vec![dims.len()], dims);
-            Ok(Resolved {
-                op,
-                inputs: vec![],
-                outputs: vec![t.ty()],
-                folded: Some(vec![t]),
-            })
+            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
         }
         Op::ConstantOfShape(ref value) => {
-            let dims = cx
-                .const_input(0, "shape")?
-                .ok_or_else(|| cx.err("missing shape"))?
-                .to_i64();
+            let dims = cx.const_input(0, "shape")?.ok_or_else(|| cx.err("missing shape"))?.to_i64();
             let shape: Vec<usize> = dims
                 .iter()
                 .map(|&d| usize::try_from(d).map_err(|_| cx.err(format!("negative dim {d}"))))
@@ -720,23 +622,12 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             if n > FOLD_LIMIT * 4 {
                 return Err(cx.err(format!("a constant of {n} elements is too large to embed")));
             }
-            let t = Tensor {
-                dtype: value.dtype,
-                shape: shape.clone(),
-                data: value.data.gather(&vec![0; n]),
-            };
-            Ok(Resolved {
-                op,
-                inputs: vec![],
-                outputs: vec![t.ty()],
-                folded: Some(vec![t]),
-            })
+            let t = Tensor { dtype: value.dtype, shape: shape.clone(), data: value.data.gather(&vec![0; n]) };
+            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
         }
         Op::Range => {
             let get = |i: usize, w: &str| -> Result<Tensor, PassError> {
-                cx.const_input(i, w)?
-                    .cloned()
-                    .ok_or_else(|| cx.err(format!("missing {w}")))
+                cx.const_input(i, w)?.cloned().ok_or_else(|| cx.err(format!("missing {w}")))
             };
             let (s, l, d) = (get(0, "start")?, get(1, "limit")?, get(2, "delta")?);
             let (sv, lv, dv) = (s.to_f64()[0], l.to_f64()[0], d.to_f64()[0]);
@@ -755,20 +646,11 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                     data: wgslc_ir::Data::I64((0..n as i64).map(|i| si + i * di).collect()),
                 }
             } else {
-                Tensor::from_f64(
-                    s.dtype,
-                    vec![n],
-                    (0..n).map(|i| sv + i as f64 * dv).collect(),
-                )
+                Tensor::from_f64(s.dtype, vec![n], (0..n).map(|i| sv + i as f64 * dv).collect())
             };
-            Ok(Resolved {
-                op,
-                inputs: vec![],
-                outputs: vec![t.ty()],
-                folded: Some(vec![t]),
-            })
+            Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
         }
-        Op::Alias | Op::StridedCopy { .. } => {
+        Op::Alias | Op::StridedCopy { .. } | Op::TileCopy => {
             // Already resolved (passes may run inference again); the output types stand.
             let outs = node.outputs.iter().map(|&o| cx.g.ty(o).clone()).collect();
             Ok(keep(cx, op, outs))
@@ -776,20 +658,12 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
     }
 }
 
-fn resolve_window(
-    cx: &Ctx,
-    mut w: Window,
-    kernel: &[usize],
-    spatial: &[usize],
-) -> Result<Window, PassError> {
+fn resolve_window(cx: &Ctx, mut w: Window, kernel: &[usize], spatial: &[usize]) -> Result<Window, PassError> {
     let r = spatial.len();
     if w.kernel.is_empty() {
         w.kernel = kernel.to_vec();
     } else if w.kernel != kernel {
-        return Err(cx.err(format!(
-            "kernel_shape {:?} does not match W {:?}",
-            w.kernel, kernel
-        )));
+        return Err(cx.err(format!("kernel_shape {:?} does not match W {:?}", w.kernel, kernel)));
     }
     if w.strides.is_empty() {
         w.strides = vec![1; r];
@@ -797,11 +671,7 @@ fn resolve_window(
     if w.dilations.is_empty() {
         w.dilations = vec![1; r];
     }
-    if w.strides.len() != r
-        || w.dilations.len() != r
-        || w.strides.contains(&0)
-        || w.dilations.contains(&0)
-    {
+    if w.strides.len() != r || w.dilations.len() != r || w.strides.contains(&0) || w.dilations.contains(&0) {
         return Err(cx.err("strides and dilations must be positive and match the spatial rank"));
     }
     match w.auto_pad {
@@ -821,11 +691,8 @@ fn resolve_window(
                 let span = (w.kernel[d] - 1) * w.dilations[d] + 1;
                 let total = ((out.max(1) - 1) * w.strides[d] + span).saturating_sub(spatial[d]);
                 let small = total / 2;
-                let (b, e) = if w.auto_pad == AutoPad::SameUpper {
-                    (small, total - small)
-                } else {
-                    (total - small, small)
-                };
+                let (b, e) =
+                    if w.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
                 pads[d] = b;
                 pads[d + r] = e;
             }
@@ -843,16 +710,10 @@ fn window_out(cx: &Ctx, w: &Window, spatial: &[usize]) -> Result<Vec<usize>, Pas
             let padded = spatial[d] + w.pads[d] + w.pads[d + r];
             let span = (w.kernel[d].max(1) - 1) * w.dilations[d] + 1;
             if padded < span {
-                return Err(cx.err(format!(
-                    "window {span} is larger than the padded input {padded}"
-                )));
+                return Err(cx.err(format!("window {span} is larger than the padded input {padded}")));
             }
             let num = padded - span;
-            let mut out = if w.ceil_mode {
-                num.div_ceil(w.strides[d]) + 1
-            } else {
-                num / w.strides[d] + 1
-            };
+            let mut out = if w.ceil_mode { num.div_ceil(w.strides[d]) + 1 } else { num / w.strides[d] + 1 };
             // ONNX: the last window must start inside the input or the begin padding.
             if w.ceil_mode && (out - 1) * w.strides[d] >= spatial[d] + w.pads[d] {
                 out -= 1;
@@ -864,22 +725,11 @@ fn window_out(cx: &Ctx, w: &Window, spatial: &[usize]) -> Result<Vec<usize>, Pas
 
 fn slice(cx: &Ctx) -> Result<Resolved, PassError> {
     let x = cx.ty(0)?.clone();
-    let starts = cx
-        .const_input(1, "starts")?
-        .ok_or_else(|| cx.err("missing starts"))?
-        .to_i64();
-    let ends = cx
-        .const_input(2, "ends")?
-        .ok_or_else(|| cx.err("missing ends"))?
-        .to_i64();
-    let axes: Vec<i64> = cx
-        .const_input(3, "axes")?
-        .map(|t| t.to_i64())
-        .unwrap_or_else(|| (0..starts.len() as i64).collect());
-    let steps: Vec<i64> = cx
-        .const_input(4, "steps")?
-        .map(|t| t.to_i64())
-        .unwrap_or_else(|| vec![1; starts.len()]);
+    let starts = cx.const_input(1, "starts")?.ok_or_else(|| cx.err("missing starts"))?.to_i64();
+    let ends = cx.const_input(2, "ends")?.ok_or_else(|| cx.err("missing ends"))?.to_i64();
+    let axes: Vec<i64> =
+        cx.const_input(3, "axes")?.map(|t| t.to_i64()).unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps: Vec<i64> = cx.const_input(4, "steps")?.map(|t| t.to_i64()).unwrap_or_else(|| vec![1; starts.len()]);
     if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return Err(cx.err("starts, ends, axes and steps differ in length"));
     }
@@ -902,16 +752,9 @@ fn slice(cx: &Ctx) -> Result<Resolved, PassError> {
         let (s, e) = if step > 0 {
             (norm(starts[i]).clamp(0, dim), norm(ends[i]).clamp(0, dim))
         } else {
-            (
-                norm(starts[i]).clamp(0, dim - 1),
-                norm(ends[i]).clamp(-1, dim - 1),
-            )
+            (norm(starts[i]).clamp(0, dim - 1), norm(ends[i]).clamp(-1, dim - 1))
         };
-        let len = if step > 0 {
-            (e - s).max(0).div_euclid(1)
-        } else {
-            (s - e).max(0)
-        };
+        let len = if step > 0 { (e - s).max(0).div_euclid(1) } else { (s - e).max(0) };
         let n = (len + step.abs() - 1) / step.abs();
         shape[a] = n as usize;
         if n > 0 {
@@ -920,10 +763,7 @@ fn slice(cx: &Ctx) -> Result<Resolved, PassError> {
         strides[a] = step * cs[a] as i64;
     }
     let out = TensorType::new(x.dtype, shape);
-    if out.numel() == x.numel()
-        && offset == 0
-        && strides.iter().zip(&cs).all(|(&s, &c)| s == c as i64)
-    {
+    if out.numel() == x.numel() && offset == 0 && strides.iter().zip(&cs).all(|(&s, &c)| s == c as i64) {
         return alias(cx, out.shape);
     }
     one_input(cx, Op::StridedCopy { offset, strides }, out)
@@ -939,15 +779,11 @@ fn split(cx: &Ctx, axis: i64) -> Result<Resolved, PassError> {
         Some(t) => t.to_i64().iter().map(|&s| s.max(0) as usize).collect(),
         None => {
             let part = dim.div_ceil(nout.max(1));
-            (0..nout)
-                .map(|i| part.min(dim.saturating_sub(i * part)))
-                .collect()
+            (0..nout).map(|i| part.min(dim.saturating_sub(i * part))).collect()
         }
     };
     if sizes.len() != nout || sizes.iter().sum::<usize>() != dim {
-        return Err(cx.err(format!(
-            "split sizes {sizes:?} do not cover axis {axis} of size {dim} in {nout} parts"
-        )));
+        return Err(cx.err(format!("split sizes {sizes:?} do not cover axis {axis} of size {dim} in {nout} parts")));
     }
     let outputs = sizes
         .iter()
@@ -957,12 +793,7 @@ fn split(cx: &Ctx, axis: i64) -> Result<Resolved, PassError> {
             TensorType::new(x.dtype, sh)
         })
         .collect();
-    Ok(Resolved {
-        op: Op::Split { axis: axis as i64 },
-        inputs: vec![Some(cx.input(0)?)],
-        outputs,
-        folded: None,
-    })
+    Ok(Resolved { op: Op::Split { axis: axis as i64 }, inputs: vec![Some(cx.input(0)?)], outputs, folded: None })
 }
 
 /// Replaces a typed Split node by one StridedCopy node per output.
@@ -973,10 +804,7 @@ fn expand_split(g: &mut Graph, n: NodeId, axis: usize) -> Result<Vec<NodeId>, Pa
     let mut start = 0usize;
     let mut parts = Vec::new();
     for (i, &o) in node.outputs.iter().enumerate() {
-        let op = Op::StridedCopy {
-            offset: (start * cs[axis]) as i64,
-            strides: cs.iter().map(|&s| s as i64).collect(),
-        };
+        let op = Op::StridedCopy { offset: (start * cs[axis]) as i64, strides: cs.iter().map(|&s| s as i64).collect() };
         start += g.ty(o).shape[axis];
         parts.push(g.add_node(format!("{}/{i}", node.name), op, vec![Some(x)], vec![o])?);
     }

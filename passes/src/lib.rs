@@ -13,9 +13,7 @@ pub use memory::ALIGN;
 mod schedule;
 
 pub use infer::infer_shapes;
-pub use lower::{
-    eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, storage_of, Storage,
-};
+pub use lower::{eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, storage_of, Storage};
 pub use memory::{plan_memory, BufferKind, MemoryPlan, PlannedBuffer, Slot};
 pub use schedule::{schedule, KernelGroup, Schedule};
 
@@ -24,11 +22,7 @@ use wgslc_ir::{Graph, GraphError};
 #[derive(Debug, thiserror::Error)]
 pub enum PassError {
     #[error("node '{node}' ({op}): {reason}")]
-    Node {
-        node: String,
-        op: String,
-        reason: String,
-    },
+    Node { node: String, op: String, reason: String },
     #[error("value '{value}': {reason}")]
     Value { value: String, reason: String },
     #[error(transparent)]
@@ -73,13 +67,7 @@ pub fn verify(g: &Graph, stage: Stage) -> Result<(), PassError> {
             if !node.op.is_resolved() {
                 return Err(bad("op is not resolved after inference"));
             }
-            if node
-                .inputs
-                .iter()
-                .flatten()
-                .chain(&node.outputs)
-                .any(|&v| g.value(v).ty.is_none())
-            {
+            if node.inputs.iter().flatten().chain(&node.outputs).any(|&v| g.value(v).ty.is_none()) {
                 return Err(bad("a value has no type after inference"));
             }
         }

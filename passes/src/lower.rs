@@ -33,14 +33,9 @@ impl Storage {
 pub fn storage_of(d: DType) -> Result<Storage, String> {
     match d {
         DType::F32 | DType::F16 => Ok(Storage::F32),
-        DType::I64
-        | DType::I32
-        | DType::I16
-        | DType::I8
-        | DType::U8
-        | DType::U16
-        | DType::U32
-        | DType::U64 => Ok(Storage::I32),
+        DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
+            Ok(Storage::I32)
+        }
         DType::Bool => Ok(Storage::U32),
         DType::F64 => Err("float64 is not supported on WebGPU (WGSL has no f64)".into()),
     }
@@ -51,67 +46,34 @@ pub fn storage_of(d: DType) -> Result<Storage, String> {
 ///
 /// Requires: [`crate::infer_shapes`] has run. Establishes: no BatchNorm node remains.
 pub fn lower_batchnorm(g: &mut Graph) -> Result<(), PassError> {
-    let bns: Vec<NodeId> = g
-        .node_ids()
-        .filter(|&n| matches!(g.node(n).op, Op::BatchNorm { .. }))
-        .collect();
+    let bns: Vec<NodeId> = g.node_ids().filter(|&n| matches!(g.node(n).op, Op::BatchNorm { .. })).collect();
     for n in bns {
         let node = g.node(n).clone();
-        let Op::BatchNorm { epsilon } = node.op else {
-            unreachable!()
-        };
+        let Op::BatchNorm { epsilon } = node.op else { unreachable!() };
         let p: Vec<Vec<f64>> = (1..5)
             .map(|i| {
                 let v = node.inputs[i].expect("typed BatchNorm has 5 inputs");
-                g.const_data(v)
-                    .map(|t| t.to_f64())
-                    .ok_or_else(|| PassError::Node {
-                        node: node.name.clone(),
-                        op: "BatchNormalization".into(),
-                        reason: format!(
-                            "parameter '{}' must be a constant in inference mode",
-                            g.value(v).name
-                        ),
-                    })
+                g.const_data(v).map(|t| t.to_f64()).ok_or_else(|| PassError::Node {
+                    node: node.name.clone(),
+                    op: "BatchNormalization".into(),
+                    reason: format!("parameter '{}' must be a constant in inference mode", g.value(v).name),
+                })
             })
             .collect::<Result<_, _>>()?;
         let (scale, bias, mean, var) = (&p[0], &p[1], &p[2], &p[3]);
-        let a: Vec<f32> = (0..scale.len())
-            .map(|c| (scale[c] / (var[c] + epsilon as f64).sqrt()) as f32)
-            .collect();
-        let b: Vec<f32> = (0..scale.len())
-            .map(|c| (bias[c] - mean[c] * a[c] as f64) as f32)
-            .collect();
+        let a: Vec<f32> = (0..scale.len()).map(|c| (scale[c] / (var[c] + epsilon as f64).sqrt()) as f32).collect();
+        let b: Vec<f32> = (0..scale.len()).map(|c| (bias[c] - mean[c] * a[c] as f64) as f32).collect();
         let x = node.inputs[0].expect("input");
         let xt = g.ty(x).clone();
         let mut shape = vec![xt.shape[1]];
         shape.extend(std::iter::repeat_n(1, xt.rank() - 2));
-        let av = g.add_const(
-            g.fresh_name(&format!("{}.scale", node.name)),
-            Tensor::f32(shape.clone(), a),
-        );
-        let bv = g.add_const(
-            g.fresh_name(&format!("{}.shift", node.name)),
-            Tensor::f32(shape, b),
-        );
+        let av = g.add_const(g.fresh_name(&format!("{}.scale", node.name)), Tensor::f32(shape.clone(), a));
+        let bv = g.add_const(g.fresh_name(&format!("{}.shift", node.name)), Tensor::f32(shape, b));
         let out = node.outputs[0];
-        let mid = g.add_value(
-            g.fresh_name(&format!("{}.scaled", node.name)),
-            Some(xt.clone()),
-        );
+        let mid = g.add_value(g.fresh_name(&format!("{}.scaled", node.name)), Some(xt.clone()));
         g.remove_node(n);
-        g.add_node(
-            format!("{}/mul", node.name),
-            Op::Binary(BinaryOp::Mul),
-            vec![Some(x), Some(av)],
-            vec![mid],
-        )?;
-        g.add_node(
-            format!("{}/add", node.name),
-            Op::Binary(BinaryOp::Add),
-            vec![Some(mid), Some(bv)],
-            vec![out],
-        )?;
+        g.add_node(format!("{}/mul", node.name), Op::Binary(BinaryOp::Mul), vec![Some(x), Some(av)], vec![mid])?;
+        g.add_node(format!("{}/add", node.name), Op::Binary(BinaryOp::Add), vec![Some(mid), Some(bv)], vec![out])?;
     }
     Ok(())
 }
@@ -150,18 +112,13 @@ pub fn legalize(g: &mut Graph) -> Result<(), PassError> {
     for v in used {
         let val = g.value(v);
         let ty = val.ty.as_ref().expect("typed");
-        storage_of(ty.dtype).map_err(|reason| PassError::Value {
-            value: val.name.clone(),
-            reason,
-        })?;
+        storage_of(ty.dtype).map_err(|reason| PassError::Value { value: val.name.clone(), reason })?;
         if let Some(t) = &val.data {
             if ty.dtype.is_int() {
                 if let Some(x) = t.to_i64().into_iter().find(|&x| i32::try_from(x).is_err()) {
                     return Err(PassError::Value {
                         value: val.name.clone(),
-                        reason: format!(
-                            "integer constant {x} does not fit in i32, WebGPU's widest integer"
-                        ),
+                        reason: format!("integer constant {x} does not fit in i32, WebGPU's widest integer"),
                     });
                 }
             }
@@ -186,16 +143,8 @@ pub fn materialize_outputs(g: &mut Graph) -> Result<(), PassError> {
         }
         let ty = g.ty(v).clone();
         let copy = g.add_value(g.fresh_name(&g.value(v).name), Some(ty.clone()));
-        let strides = wgslc_ir::contiguous_strides(&ty.shape)
-            .into_iter()
-            .map(|s| s as i64)
-            .collect();
-        g.add_node(
-            format!("output_copy_{i}"),
-            Op::StridedCopy { offset: 0, strides },
-            vec![Some(v)],
-            vec![copy],
-        )?;
+        let strides = wgslc_ir::contiguous_strides(&ty.shape).into_iter().map(|s| s as i64).collect();
+        g.add_node(format!("output_copy_{i}"), Op::StridedCopy { offset: 0, strides }, vec![Some(v)], vec![copy])?;
         // The output keeps its name: swap names so plan.json reports the model's output name.
         let name = g.value(v).name.clone();
         g.value_mut(v).name = g.value(copy).name.clone();

@@ -62,16 +62,8 @@ pub fn plan_memory(g: &Graph, sched: &Schedule) -> Result<MemoryPlan, PassError>
             BufferKind::Intermediate if g.const_data(root).is_some() => BufferKind::Weight(root),
             k => k,
         };
-        plan.buffers.push(PlannedBuffer {
-            name: g.value(root).name.clone(),
-            size,
-            kind,
-        });
-        let slot = Slot {
-            buffer: plan.buffers.len() - 1,
-            offset: 0,
-            size,
-        };
+        plan.buffers.push(PlannedBuffer { name: g.value(root).name.clone(), size, kind });
+        let slot = Slot { buffer: plan.buffers.len() - 1, offset: 0, size };
         root_slot.insert(root, slot);
         slot
     };

@@ -99,21 +99,12 @@ impl Gpu {
         device.set_device_lost_callback(move |reason, msg| {
             *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
         });
-        Ok(Arc::new(Gpu {
-            device,
-            queue,
-            info,
-            lost,
-            scope_lock: Mutex::new(()),
-        }))
+        Ok(Arc::new(Gpu { device, queue, info, lost, scope_lock: Mutex::new(()) }))
     }
 
     /// "name (backend, driver)": which adapter runs the kernels.
     pub fn describe(&self) -> String {
-        format!(
-            "{} ({:?}, {} {})",
-            self.info.name, self.info.backend, self.info.driver, self.info.driver_info
-        )
+        format!("{} ({:?}, {} {})", self.info.name, self.info.backend, self.info.driver, self.info.driver_info)
     }
 
     fn check_lost(&self) -> Result<(), RuntimeError> {
@@ -176,32 +167,21 @@ impl Session {
                     k.bindings.len()
                 )));
             }
-            if let Some(b) = k
-                .bindings
-                .iter()
-                .find(|b| b.size > limits.max_storage_buffer_binding_size)
-            {
+            if let Some(b) = k.bindings.iter().find(|b| b.size > limits.max_storage_buffer_binding_size) {
                 return Err(RuntimeError::Limits(format!(
                     "kernel '{}' binds {} bytes at binding {}",
                     k.name, b.size, b.binding
                 )));
             }
-            if k.workgroups
-                .iter()
-                .any(|&w| w > limits.max_compute_workgroups_per_dimension)
-            {
+            if k.workgroups.iter().any(|&w| w > limits.max_compute_workgroups_per_dimension) {
                 return Err(RuntimeError::Limits(format!(
                     "kernel '{}' dispatches {:?} workgroups",
                     k.name, k.workgroups
                 )));
             }
             let path = dir.join(&k.wgsl);
-            let src = std::fs::read_to_string(&path).map_err(|e| {
-                RuntimeError::Invalid(format!(
-                    "kernel '{}': cannot read '{}': {e}",
-                    k.name, k.wgsl
-                ))
-            })?;
+            let src = std::fs::read_to_string(&path)
+                .map_err(|e| RuntimeError::Invalid(format!("kernel '{}': cannot read '{}': {e}", k.name, k.wgsl)))?;
             sources.push(src);
         }
 
@@ -219,13 +199,10 @@ impl Session {
         let dev = &gpu.device;
         let mut buffers = Vec::with_capacity(plan.buffers.len());
         for b in &plan.buffers {
-            let usage = wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_DST
-                | wgpu::BufferUsages::COPY_SRC;
+            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
             let buf = if b.kind == BufferKind::Weight {
-                let t = weights
-                    .tensor(&b.name)
-                    .map_err(|e| RuntimeError::Invalid(format!("weight '{}': {e}", b.name)))?;
+                let t =
+                    weights.tensor(&b.name).map_err(|e| RuntimeError::Invalid(format!("weight '{}': {e}", b.name)))?;
                 let data = t.data();
                 // Exactly the buffer, or nothing for an empty tensor (whose buffer is the 4-byte minimum).
                 if !(data.len() as u64 == b.size || data.is_empty()) {
@@ -236,15 +213,8 @@ impl Session {
                         b.size
                     )));
                 }
-                if !matches!(
-                    t.dtype(),
-                    safetensors::Dtype::F32 | safetensors::Dtype::I32 | safetensors::Dtype::U32
-                ) {
-                    return Err(RuntimeError::Invalid(format!(
-                        "weight '{}' has dtype {:?}",
-                        b.name,
-                        t.dtype()
-                    )));
+                if !matches!(t.dtype(), safetensors::Dtype::F32 | safetensors::Dtype::I32 | safetensors::Dtype::U32) {
+                    return Err(RuntimeError::Invalid(format!("weight '{}' has dtype {:?}", b.name, t.dtype())));
                 }
                 gpu.scoped(&format!("creating weight buffer '{}'", b.name), || {
                     let buf = dev.create_buffer(&wgpu::BufferDescriptor {
@@ -253,16 +223,12 @@ impl Session {
                         usage,
                         mapped_at_creation: true,
                     });
-                    let copied = buf
-                        .slice(..)
-                        .get_mapped_range_mut()
-                        .map(|mut m| m.slice(..data.len()).copy_from_slice(data));
+                    let copied =
+                        buf.slice(..).get_mapped_range_mut().map(|mut m| m.slice(..data.len()).copy_from_slice(data));
                     buf.unmap();
                     copied.map(|_| buf)
                 })?
-                .map_err(|e| {
-                    RuntimeError::Gpu(format!("mapping weight buffer '{}': {e}", b.name))
-                })?
+                .map_err(|e| RuntimeError::Gpu(format!("mapping weight buffer '{}': {e}", b.name)))?
             } else {
                 gpu.scoped(&format!("creating buffer '{}'", b.name), || {
                     dev.create_buffer(&wgpu::BufferDescriptor {
@@ -322,29 +288,18 @@ impl Session {
             .outputs
             .iter()
             .map(|o| {
-                gpu.scoped(
-                    &format!("creating read-back buffer for '{}'", o.name),
-                    || {
-                        dev.create_buffer(&wgpu::BufferDescriptor {
-                            label: Some(&o.name),
-                            size: plan.buffers[o.buffer].size,
-                            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                            mapped_at_creation: false,
-                        })
-                    },
-                )
+                gpu.scoped(&format!("creating read-back buffer for '{}'", o.name), || {
+                    dev.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some(&o.name),
+                        size: plan.buffers[o.buffer].size,
+                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    })
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         gpu.check_lost()?;
-        Ok(Session {
-            gpu,
-            plan,
-            buffers,
-            pipelines,
-            bind_groups,
-            readback,
-            run_lock: Mutex::new(()),
-        })
+        Ok(Session { gpu, plan, buffers, pipelines, bind_groups, readback, run_lock: Mutex::new(()) })
     }
 
     pub fn inputs(&self) -> &[TensorSpec] {
@@ -376,15 +331,11 @@ impl Session {
         let gpu = &self.gpu;
         for (spec, t) in self.plan.inputs.iter().zip(inputs) {
             let bytes = input_bytes(spec, t)?;
-            gpu.queue
-                .write_buffer(&self.buffers[spec.buffer], 0, &bytes);
+            gpu.queue.write_buffer(&self.buffers[spec.buffer], 0, &bytes);
         }
         gpu.scoped("replay", || {
-            let mut enc = gpu
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("wgslc replay"),
-                });
+            let mut enc =
+                gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc replay") });
             self.encode(&mut enc);
             for (o, rb) in self.plan.outputs.iter().zip(&self.readback) {
                 enc.copy_buffer_to_buffer(&self.buffers[o.buffer], 0, rb, 0, rb.size());
@@ -398,9 +349,7 @@ impl Session {
                 let _ = tx.send((i, r));
             });
         }
-        gpu.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+        gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
         gpu.check_lost()?;
         for _ in 0..self.readback.len() {
             let (_, r) = rx.recv().map_err(|e| RuntimeError::Gpu(e.to_string()))?;
@@ -422,10 +371,8 @@ impl Session {
 
     /// Records every dispatch into one compute pass.
     fn encode(&self, enc: &mut wgpu::CommandEncoder) {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("wgslc"),
-            timestamp_writes: None,
-        });
+        let mut pass =
+            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
         for &d in &self.plan.dispatches {
             let k = &self.plan.kernels[d];
             pass.set_pipeline(&self.pipelines[d]);
@@ -441,16 +388,11 @@ impl Session {
         let gpu = &self.gpu;
         let start = std::time::Instant::now();
         for _ in 0..iterations {
-            let mut enc = gpu
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("wgslc bench"),
-                });
+            let mut enc =
+                gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc bench") });
             self.encode(&mut enc);
             gpu.queue.submit([enc.finish()]);
-            gpu.device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+            gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
         }
         gpu.check_lost()?;
         Ok(start.elapsed().as_secs_f64() / iterations.max(1) as f64)
@@ -459,15 +401,9 @@ impl Session {
 
 /// Converts one input to its storage bytes, checking shape, dtype and (for narrowed integers) range.
 fn input_bytes(spec: &TensorSpec, t: &HostTensor) -> Result<Vec<u8>, RuntimeError> {
-    let err = |reason: String| RuntimeError::Input {
-        name: spec.name.clone(),
-        reason,
-    };
+    let err = |reason: String| RuntimeError::Input { name: spec.name.clone(), reason };
     if t.shape != spec.shape {
-        return Err(err(format!(
-            "expected shape {:?}, got {:?}",
-            spec.shape, t.shape
-        )));
+        return Err(err(format!("expected shape {:?}, got {:?}", spec.shape, t.shape)));
     }
     let n: usize = spec.shape.iter().product();
     if t.data.len() != n {
@@ -480,17 +416,13 @@ fn input_bytes(spec: &TensorSpec, t: &HostTensor) -> Result<Vec<u8>, RuntimeErro
             let mut out = Vec::with_capacity(v.len() * 4);
             for &x in v {
                 let y = i32::try_from(x).map_err(|_| {
-                    err(format!(
-                        "value {x} does not fit in i32 (int64 inputs are narrowed on the GPU)"
-                    ))
+                    err(format!("value {x} does not fit in i32 (int64 inputs are narrowed on the GPU)"))
                 })?;
                 out.extend(y.to_le_bytes());
             }
             out
         }
-        (StorageType::U32, TensorData::Bool(v)) => {
-            v.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect()
-        }
+        (StorageType::U32, TensorData::Bool(v)) => v.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect(),
         (_, d) => {
             let got = match d {
                 TensorData::F32(_) => "float32",
@@ -513,8 +445,5 @@ fn output_tensor(spec: &TensorSpec, bytes: &[u8]) -> HostTensor {
         StorageType::I32 => TensorData::I32(words.map(i32::from_le_bytes).collect()),
         StorageType::U32 => TensorData::Bool(words.map(|w| u32::from_le_bytes(w) != 0).collect()),
     };
-    HostTensor {
-        shape: spec.shape.clone(),
-        data,
-    }
+    HostTensor { shape: spec.shape.clone(), data }
 }

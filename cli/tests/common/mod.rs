@@ -10,8 +10,7 @@ use wgslc::runtime::{Gpu, HostTensor, Session, TensorData};
 pub fn gpu() -> Arc<Gpu> {
     static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
     GPU.get_or_init(|| {
-        let g = Gpu::new()
-            .expect("a Vulkan adapter is required (install mesa-vulkan-drivers for lavapipe)");
+        let g = Gpu::new().expect("a Vulkan adapter is required (install mesa-vulkan-drivers for lavapipe)");
         eprintln!("tests run on {}", g.describe());
         g
     })
@@ -48,8 +47,7 @@ pub fn load_case(dir: &Path) -> Case {
         let meta: serde_json::Value = serde_json::from_str(&text).expect("meta.json");
         if let Some(dims) = meta.get("dims").and_then(|d| d.as_object()) {
             for (k, v) in dims {
-                opts.dims
-                    .insert(k.clone(), v.as_u64().expect("dim value") as usize);
+                opts.dims.insert(k.clone(), v.as_u64().expect("dim value") as usize);
             }
         }
         rtol = meta.get("rtol").and_then(|v| v.as_f64()).unwrap_or(rtol);
@@ -77,34 +75,22 @@ pub fn cases(suite: &str) -> Vec<Case> {
 }
 
 /// Compiles a case into a fresh directory and runs it on the shared GPU.
-pub fn compile_and_run(
-    case: &Case,
-    opts: &wgslc::CompileOptions,
-) -> Result<Vec<HostTensor>, String> {
+pub fn compile_and_run(case: &Case, opts: &wgslc::CompileOptions) -> Result<Vec<HostTensor>, String> {
     let out = tempfile::tempdir().map_err(|e| e.to_string())?;
-    wgslc::compile(&case.dir.join("model.onnx"), out.path(), opts)
-        .map_err(|e| format!("compile: {e}"))?;
+    wgslc::compile(&case.dir.join("model.onnx"), out.path(), opts).map_err(|e| format!("compile: {e}"))?;
     let session = Session::load_with(out.path(), gpu()).map_err(|e| format!("load: {e}"))?;
     session.run(&case.inputs).map_err(|e| format!("run: {e}"))
 }
 
 /// ONNX's comparison: |got - want| <= atol + rtol * |want| elementwise, NaN only where NaN is expected, equal
 /// shapes and dtype classes; integers and bools exactly.
-pub fn compare(
-    got: &[HostTensor],
-    want: &[HostTensor],
-    rtol: f64,
-    atol: f64,
-) -> Result<(), String> {
+pub fn compare(got: &[HostTensor], want: &[HostTensor], rtol: f64, atol: f64) -> Result<(), String> {
     if got.len() != want.len() {
         return Err(format!("{} outputs, expected {}", got.len(), want.len()));
     }
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         if g.shape != w.shape {
-            return Err(format!(
-                "output {i}: shape {:?}, expected {:?}",
-                g.shape, w.shape
-            ));
+            return Err(format!("output {i}: shape {:?}, expected {:?}", g.shape, w.shape));
         }
         match (&g.data, &w.data) {
             (TensorData::F32(a), TensorData::F32(b)) => {
@@ -119,9 +105,7 @@ pub fn compare(
                         (x - y).abs() <= atol + rtol * y.abs()
                     };
                     if !ok {
-                        return Err(format!(
-                            "output {i}[{j}]: got {x}, expected {y} (rtol {rtol}, atol {atol})"
-                        ));
+                        return Err(format!("output {i}[{j}]: got {x}, expected {y} (rtol {rtol}, atol {atol})"));
                     }
                     if y.is_finite() && (x - y).abs() > worst.0 {
                         worst = ((x - y).abs(), j);
@@ -139,11 +123,7 @@ pub fn compare(
                     TensorData::Bool(_) => "bool",
                 };
                 if kind(x) != kind(y) {
-                    return Err(format!(
-                        "output {i}: dtype {}, expected {}",
-                        kind(x),
-                        kind(y)
-                    ));
+                    return Err(format!("output {i}: dtype {}, expected {}", kind(x), kind(y)));
                 }
                 return Err(format!("output {i}: {x:?} differs from {y:?}"));
             }
@@ -159,8 +139,7 @@ pub fn run_suite(suite: &str) {
     assert!(!cases.is_empty(), "no cases in testdata/{suite}");
     let mut failures = Vec::new();
     for case in &cases {
-        let r = compile_and_run(case, &case.opts)
-            .and_then(|got| compare(&got, &case.expected, case.rtol, case.atol));
+        let r = compile_and_run(case, &case.opts).and_then(|got| compare(&got, &case.expected, case.rtol, case.atol));
         match r {
             Ok(()) => eprintln!("ok   {suite}/{}", case.name),
             Err(e) => {
@@ -169,16 +148,6 @@ pub fn run_suite(suite: &str) {
             }
         }
     }
-    eprintln!(
-        "{suite}: {} passed, {} failed",
-        cases.len() - failures.len(),
-        failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases failed:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    eprintln!("{suite}: {} passed, {} failed", cases.len() - failures.len(), failures.len());
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }

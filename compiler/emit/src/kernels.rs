@@ -4,8 +4,8 @@
 use crate::{EmitError, Limits};
 use askama::Template;
 use wgslc_ir::{
-    broadcast_strides, contiguous_strides, BinaryOp, Graph, NodeId, Op, PoolKind, ReduceOp,
-    TensorType, UnaryOp, ValueId,
+    broadcast_strides, contiguous_strides, BinaryOp, Graph, NodeId, Op, PoolKind, ReduceOp, TensorType, UnaryOp,
+    ValueId,
 };
 use wgslc_passes::{storage_of, Storage};
 
@@ -55,6 +55,8 @@ struct Coord {
 struct Term {
     coord: usize,
     stride: i64,
+    /// When non-zero, the coordinate is taken modulo this (Tile).
+    modulo: usize,
 }
 
 /// An index expression: `offset + Σ c{coord} * stride`.
@@ -145,6 +147,7 @@ struct ReduceTpl {
     reduced: Vec<RDim>,
     count: usize,
     init: String,
+    prologue: String,
     combine_acc_v: String,
     combine_a_v: String,
     finish: String,
@@ -154,6 +157,7 @@ struct ReduceTpl {
 #[template(path = "softmax.wgsl", escape = "none")]
 struct SoftmaxTpl {
     h: Header,
+    log: bool,
     groups_x: u32,
     rows: usize,
     n: usize,
@@ -165,6 +169,7 @@ struct SoftmaxTpl {
 #[template(path = "layernorm.wgsl", escape = "none")]
 struct LayerNormTpl {
     h: Header,
+    rms: bool,
     groups_x: u32,
     rows: usize,
     n: usize,
@@ -226,6 +231,46 @@ struct PoolTpl {
     g: Geometry,
 }
 
+#[derive(Template)]
+#[template(path = "argreduce.wgsl", escape = "none")]
+struct ArgReduceTpl {
+    h: Header,
+    kind: &'static str,
+    cmp: &'static str,
+    groups_x: u32,
+    numel: usize,
+    n: usize,
+    inner: usize,
+    span: usize,
+}
+
+#[derive(Template)]
+#[template(path = "gather_elements.wgsl", escape = "none")]
+struct GatherElementsTpl {
+    h: Header,
+    groups_x: u32,
+    numel: usize,
+    axis: usize,
+    coords: Vec<Coord>,
+    terms: Vec<Term>,
+    axis_len: usize,
+    axis_stride: usize,
+}
+
+#[derive(Template)]
+#[template(path = "cumsum.wgsl", escape = "none")]
+struct CumSumTpl {
+    h: Header,
+    groups_x: u32,
+    numel: usize,
+    n: usize,
+    inner: usize,
+    span: usize,
+    exclusive: bool,
+    reverse: bool,
+    zero: &'static str,
+}
+
 // ---- literals -------------------------------------------------------------------------------------------
 
 /// A WGSL f32 expression for any value (non-finite values have no literal form).
@@ -269,11 +314,7 @@ fn storage(g: &Graph, v: ValueId) -> Storage {
 impl Emitter<'_> {
     fn err(&self, n: NodeId, reason: impl Into<String>) -> EmitError {
         let node = self.g.node(n);
-        EmitError::Node {
-            node: node.name.clone(),
-            op: node.op.name().into(),
-            reason: reason.into(),
-        }
+        EmitError::Node { node: node.name.clone(), op: node.op.name().into(), reason: reason.into() }
     }
 
     /// Workgroup counts for `groups` workgroups, folded into y past the per-dimension limit; also returns the x
@@ -285,35 +326,17 @@ impl Emitter<'_> {
         }
         let y = groups.div_ceil(max);
         if y > max {
-            return Err(self.err(
-                n,
-                format!("needs {groups} workgroups, more than {max}x{max}"),
-            ));
+            return Err(self.err(n, format!("needs {groups} workgroups, more than {max}x{max}")));
         }
         Ok(([max as u32, y as u32, 1], max as u32))
     }
 
-    fn header(
-        &self,
-        n: NodeId,
-        template: &'static str,
-        bindings: &[(ValueId, bool, &str)],
-    ) -> Header {
+    fn header(&self, n: NodeId, template: &'static str, bindings: &[(ValueId, bool, &str)]) -> Header {
         let node = self.g.node(n);
-        let ins: Vec<String> = node
-            .inputs
-            .iter()
-            .flatten()
-            .map(|&v| self.g.ty(v).to_string())
-            .collect();
+        let ins: Vec<String> = node.inputs.iter().flatten().map(|&v| self.g.ty(v).to_string()).collect();
         Header {
             name: node.name.clone(),
-            comment: format!(
-                "{}({}) -> {}",
-                node.op.name(),
-                ins.join(", "),
-                self.g.ty(node.outputs[0])
-            ),
+            comment: format!("{}({}) -> {}", node.op.name(), ins.join(", "), self.g.ty(node.outputs[0])),
             template,
             bindings: bindings
                 .iter()
@@ -355,33 +378,33 @@ impl Emitter<'_> {
             return Ok(vec![]);
         }
         match &node.op {
-            Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_) | Op::StridedCopy { .. } => {
-                Ok(vec![self.elementwise(n)?])
-            }
+            Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Where
+            | Op::Cast(_)
+            | Op::StridedCopy { .. }
+            | Op::TileCopy
+            | Op::Trilu { .. } => Ok(vec![self.elementwise(n)?]),
             Op::Concat { axis } => self.concat(n, *axis as usize),
             Op::Gather { axis } => Ok(vec![self.gather(n, *axis as usize)?]),
             Op::MatMul | Op::Gemm { .. } => Ok(vec![self.matmul(n)?]),
             Op::Reduce { op, axes, .. } => {
-                let axes: Vec<usize> = axes
-                    .as_ref()
-                    .expect("resolved")
-                    .iter()
-                    .map(|&a| a as usize)
-                    .collect();
+                let axes: Vec<usize> = axes.as_ref().expect("resolved").iter().map(|&a| a as usize).collect();
                 Ok(vec![self.reduce(n, *op, &axes)?])
             }
             Op::GlobalPool(kind) => {
                 let r = self.g.ty(node.inputs[0].unwrap()).rank();
-                let op = if *kind == PoolKind::Max {
-                    ReduceOp::Max
-                } else {
-                    ReduceOp::Mean
-                };
+                let op = if *kind == PoolKind::Max { ReduceOp::Max } else { ReduceOp::Mean };
                 Ok(vec![self.reduce(n, op, &(2..r).collect::<Vec<_>>())?])
             }
-            Op::Softmax { axis, legacy } => Ok(vec![self.softmax(n, *axis as usize, *legacy)?]),
-            Op::LayerNorm { axis, epsilon } => {
-                Ok(vec![self.layernorm(n, *axis as usize, *epsilon)?])
+            Op::Softmax { axis, legacy, log } => Ok(vec![self.softmax(n, *axis as usize, *legacy, *log)?]),
+            Op::LayerNorm { axis, epsilon, rms } => Ok(vec![self.layernorm(n, *axis as usize, *epsilon, *rms)?]),
+            Op::ArgReduce { max, axis, select_last, .. } => {
+                Ok(vec![self.argreduce(n, *max, *axis as usize, *select_last)?])
+            }
+            Op::GatherElements { axis } => Ok(vec![self.gather_elements(n, *axis as usize)?]),
+            Op::CumSum { axis, exclusive, reverse } => {
+                Ok(vec![self.cumsum(n, axis.expect("resolved") as usize, *exclusive, *reverse)?])
             }
             Op::Conv { .. } => Ok(vec![self.conv(n)?]),
             Op::Pool { .. } => Ok(vec![self.pool(n)?]),
@@ -398,29 +421,27 @@ impl Emitter<'_> {
         let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
         let views: Vec<(i64, Vec<i64>)> = match &node.op {
             Op::StridedCopy { offset, strides } => vec![(*offset, strides.clone())],
-            _ => inputs
-                .iter()
-                .map(|&v| (0, broadcast_strides(&g.ty(v).shape, &ot.shape)))
-                .collect(),
+            _ => inputs.iter().map(|&v| (0, broadcast_strides(&g.ty(v).shape, &ot.shape))).collect(),
         };
         let args: Vec<String> = (0..inputs.len()).map(|k| format!("x{k}")).collect();
         let mut helpers = Helpers::default();
         let result = self.op_expr(n, &args, &inputs, &ot, &mut helpers)?;
-        let contiguous: Vec<i64> = contiguous_strides(&ot.shape)
-            .iter()
-            .map(|&s| s as i64)
-            .collect();
-        let (coords, loads) = self.strided_loads(&ot.shape, &views, &contiguous);
-        let mut bindings: Vec<(ValueId, bool, String)> = inputs
-            .iter()
-            .enumerate()
-            .map(|(k, &v)| (v, false, format!("in{k}")))
-            .collect();
+        let contiguous: Vec<i64> = contiguous_strides(&ot.shape).iter().map(|&s| s as i64).collect();
+        let (coords, mut loads) = self.strided_loads(&ot.shape, &views, &contiguous);
+        if node.op == Op::TileCopy {
+            // Each output coordinate wraps around the input's extent.
+            let xs = &g.ty(inputs[0]).shape;
+            let cs = contiguous_strides(xs);
+            loads[0].offset = "0".into();
+            loads[0].terms = (0..xs.len())
+                .filter(|&d| xs[d] > 1)
+                .map(|d| Term { coord: d, stride: cs[d] as i64, modulo: xs[d] })
+                .collect();
+        }
+        let mut bindings: Vec<(ValueId, bool, String)> =
+            inputs.iter().enumerate().map(|(k, &v)| (v, false, format!("in{k}"))).collect();
         bindings.push((out, true, "out".into()));
-        let b: Vec<(ValueId, bool, &str)> = bindings
-            .iter()
-            .map(|(v, w, s)| (*v, *w, s.as_str()))
-            .collect();
+        let b: Vec<(ValueId, bool, &str)> = bindings.iter().map(|(v, w, s)| (*v, *w, s.as_str())).collect();
         let (wg, groups_x) = self.grid(n, ot.numel().div_ceil(256))?;
         let tpl = ElementwiseTpl {
             h: self.header(n, "elementwise.wgsl", &b),
@@ -430,64 +451,32 @@ impl Emitter<'_> {
             coords,
             loads,
             stmts: vec![],
-            store: Index {
-                offset: "i".into(),
-                terms: vec![],
-            },
+            store: Index { offset: "i".into(), terms: vec![] },
             result,
         };
         self.kernel(n, node.name.clone(), "elementwise", tpl.render(), &b, wg)
     }
 
     /// Coordinates over `shape` and one load per view; a view equal to the contiguous layout reads `[i]`.
-    fn strided_loads(
-        &self,
-        shape: &[usize],
-        views: &[(i64, Vec<i64>)],
-        contiguous: &[i64],
-    ) -> (Vec<Coord>, Vec<Load>) {
+    fn strided_loads(&self, shape: &[usize], views: &[(i64, Vec<i64>)], contiguous: &[i64]) -> (Vec<Coord>, Vec<Load>) {
         let cs = contiguous_strides(shape);
-        let coords: Vec<Coord> = shape
-            .iter()
-            .zip(&cs)
-            .map(|(&e, &s)| Coord {
-                stride: s,
-                extent: e.max(1),
-            })
-            .collect();
+        let coords: Vec<Coord> = shape.iter().zip(&cs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect();
         let loads = views
             .iter()
             .enumerate()
             .map(|(k, (offset, strides))| {
-                let plain = *offset == 0
-                    && strides
-                        .iter()
-                        .zip(contiguous)
-                        .zip(shape)
-                        .all(|((s, c), &e)| e == 1 || s == c);
+                let plain =
+                    *offset == 0 && strides.iter().zip(contiguous).zip(shape).all(|((s, c), &e)| e == 1 || s == c);
                 if plain {
-                    Load {
-                        name: format!("x{k}"),
-                        var: format!("in{k}"),
-                        offset: "i".into(),
-                        terms: vec![],
-                    }
+                    Load { name: format!("x{k}"), var: format!("in{k}"), offset: "i".into(), terms: vec![] }
                 } else {
                     let terms = strides
                         .iter()
                         .enumerate()
                         .filter(|&(d, &s)| s != 0 && shape[d] > 1)
-                        .map(|(d, &s)| Term {
-                            coord: d,
-                            stride: s,
-                        })
+                        .map(|(d, &s)| Term { coord: d, stride: s, modulo: 0 })
                         .collect();
-                    Load {
-                        name: format!("x{k}"),
-                        var: format!("in{k}"),
-                        offset: offset.to_string(),
-                        terms,
-                    }
+                    Load { name: format!("x{k}"), var: format!("in{k}"), offset: offset.to_string(), terms }
                 }
             })
             .collect();
@@ -509,16 +498,32 @@ impl Emitter<'_> {
         let os = storage_of(out.dtype).expect("legalized");
         let a = args.first().cloned().unwrap_or_default();
         Ok(match &node.op {
-            Op::StridedCopy { .. } => a,
+            Op::StridedCopy { .. } | Op::TileCopy => a,
+            Op::Trilu { upper, k } => {
+                let r = out.rank();
+                let zero = if os == Storage::F32 {
+                    "0.0"
+                } else if os == Storage::I32 {
+                    "0i"
+                } else {
+                    "0u"
+                };
+                let cmp = if *upper { ">=" } else { "<=" };
+                format!("select({zero}, {a}, c{} - c{} {cmp} {})", r - 1, r - 2, i32_lit(k.expect("resolved")))
+            }
             Op::Unary(u) => {
                 let float = st(inputs[0]) == Storage::F32;
                 match (u, float) {
+                    (UnaryOp::Neg, false) => narrow(format!("-{a}"), out.dtype),
                     (UnaryOp::Neg, _) => format!("-{a}"),
                     (UnaryOp::Abs, _) => format!("abs({a})"),
                     (UnaryOp::Relu, true) => format!("max({a}, 0.0)"),
                     (UnaryOp::Relu, false) => format!("max({a}, 0i)"),
                     (UnaryOp::Identity, _) => a,
                     (UnaryOp::Not, _) => format!("1u - {a}"),
+                    (UnaryOp::Sign, _) => format!("sign({a})"),
+                    (UnaryOp::BitwiseNot, false) => narrow(format!("~{a}"), out.dtype),
+                    (UnaryOp::BitwiseNot, true) => return Err(self.err(n, "BitwiseNot needs an integer input")),
                     (UnaryOp::IsNaN, true) => {
                         format!("select(0u, 1u, (bitcast<u32>({a}) & 0x7fffffffu) > 0x7f800000u)")
                     }
@@ -534,16 +539,8 @@ impl Emitter<'_> {
                         e
                     }
                     (UnaryOp::Clip(lo, hi), false) => {
-                        let lo = if lo.is_finite() {
-                            lo.ceil() as i64
-                        } else {
-                            i32::MIN as i64
-                        };
-                        let hi = if hi.is_finite() {
-                            hi.floor() as i64
-                        } else {
-                            i32::MAX as i64
-                        };
+                        let lo = if lo.is_finite() { lo.ceil() as i64 } else { i32::MIN as i64 };
+                        let hi = if hi.is_finite() { hi.floor() as i64 } else { i32::MAX as i64 };
                         format!("clamp({a}, {}, {})", i32_lit(lo), i32_lit(hi))
                     }
                     (_, false) => return Err(self.err(n, "this op needs a float input")),
@@ -555,6 +552,40 @@ impl Emitter<'_> {
                     (UnaryOp::Ceil, _) => format!("ceil({a})"),
                     (UnaryOp::Sin, _) => format!("sin({a})"),
                     (UnaryOp::Cos, _) => format!("cos({a})"),
+                    (UnaryOp::Tan, _) => format!("tan({a})"),
+                    (UnaryOp::Asin, _) => format!("asin({a})"),
+                    (UnaryOp::Acos, _) => format!("acos({a})"),
+                    (UnaryOp::Atan, _) => format!("atan({a})"),
+                    (UnaryOp::Sinh, _) => format!("sinh({a})"),
+                    (UnaryOp::Cosh, _) => format!("cosh({a})"),
+                    (UnaryOp::Asinh, _) => format!("asinh({a})"),
+                    (UnaryOp::Acosh, _) => format!("acosh({a})"),
+                    (UnaryOp::Atanh, _) => format!("atanh({a})"),
+                    // Stable: max(x, 0) + log1p(exp(-|x|)).
+                    (UnaryOp::Softplus, _) => format!("(max({a}, 0.0) + log(1.0 + exp(-abs({a}))))"),
+                    (UnaryOp::Softsign, _) => format!("{a} / (1.0 + abs({a}))"),
+                    (UnaryOp::Elu(al), _) => format!("select({a}, {} * (exp({a}) - 1.0), {a} < 0.0)", f32_lit(*al)),
+                    (UnaryOp::Selu(al, ga), _) => {
+                        format!("{} * select({a}, {} * (exp({a}) - 1.0), {a} <= 0.0)", f32_lit(*ga), f32_lit(*al))
+                    }
+                    (UnaryOp::Celu(al), _) => {
+                        format!("(max({a}, 0.0) + min(0.0, {al} * (exp({a} / {al}) - 1.0)))", al = f32_lit(*al))
+                    }
+                    (UnaryOp::ThresholdedRelu(al), _) => format!("select(0.0, {a}, {a} > {})", f32_lit(*al)),
+                    (UnaryOp::Mish, _) => {
+                        helpers.tanh = true;
+                        format!("{a} * tanh_(max({a}, 0.0) + log(1.0 + exp(-abs({a}))))")
+                    }
+                    (UnaryOp::Round, _) => format!("round({a})"),
+                    (UnaryOp::IsInf(p, ng), _) => format!(
+                        "select(0u, 1u, ({} && bitcast<u32>({a}) == 0x7f800000u) || ({} && bitcast<u32>({a}) == 0xff800000u))",
+                        p, ng
+                    ),
+                    (UnaryOp::Shrink(bias, l), _) => format!(
+                        "select(select(0.0, {a} - {b}, {a} > {l}), {a} + {b}, {a} < -{l})",
+                        b = f32_lit(*bias),
+                        l = f32_lit(*l)
+                    ),
                     (UnaryOp::Erf, _) => {
                         helpers.erf = true;
                         format!("erf_({a})")
@@ -585,6 +616,9 @@ impl Emitter<'_> {
                 let (x, y) = (&args[0], &args[1]);
                 let float = st(inputs[0]) == Storage::F32;
                 match b {
+                    BinaryOp::Add if !float => narrow(format!("({x} + {y})"), out.dtype),
+                    BinaryOp::Sub if !float => narrow(format!("({x} - {y})"), out.dtype),
+                    BinaryOp::Mul if !float => narrow(format!("({x} * {y})"), out.dtype),
                     BinaryOp::Add => format!("{x} + {y}"),
                     BinaryOp::Sub => format!("{x} - {y}"),
                     BinaryOp::Mul => format!("{x} * {y}"),
@@ -592,21 +626,10 @@ impl Emitter<'_> {
                     BinaryOp::Max => format!("max({x}, {y})"),
                     BinaryOp::Min => format!("min({x}, {y})"),
                     BinaryOp::Pow => {
-                        let yf = if st(inputs[1]) == Storage::F32 {
-                            y.clone()
-                        } else {
-                            format!("f32({y})")
-                        };
-                        let xf = if float {
-                            x.clone()
-                        } else {
-                            format!("f32({x})")
-                        };
+                        let yf = if st(inputs[1]) == Storage::F32 { y.clone() } else { format!("f32({y})") };
+                        let xf = if float { x.clone() } else { format!("f32({x})") };
                         // A constant scalar exponent (x², √x: what exporters write) needs no general pow.
-                        let c = g
-                            .const_data(inputs[1])
-                            .filter(|t| t.numel() == 1)
-                            .map(|t| t.to_f64()[0]);
+                        let c = g.const_data(inputs[1]).filter(|t| t.numel() == 1).map(|t| t.to_f64()[0]);
                         let e = match c {
                             Some(1.0) => xf,
                             Some(2.0) => format!("{xf} * {xf}"),
@@ -630,6 +653,21 @@ impl Emitter<'_> {
                     BinaryOp::GreaterOrEqual => format!("select(0u, 1u, {x} >= {y})"),
                     BinaryOp::And => format!("{x} & {y}"),
                     BinaryOp::Or => format!("{x} | {y}"),
+                    BinaryOp::Xor => format!("{x} ^ {y}"),
+                    BinaryOp::BitwiseAnd => format!("{x} & {y}"),
+                    BinaryOp::BitwiseOr => format!("{x} | {y}"),
+                    BinaryOp::BitwiseXor => format!("{x} ^ {y}"),
+                    BinaryOp::BitShiftLeft => narrow(format!("({x} << u32({y}))"), out.dtype),
+                    BinaryOp::BitShiftRight => format!("i32(u32({x}) >> u32({y}))"),
+                    BinaryOp::Mod { fmod: true } if float => format!("{x} % {y}"),
+                    BinaryOp::Mod { fmod: true } => format!("select({x} % {y}, 0i, {y} == 0i)"),
+                    BinaryOp::Mod { fmod: false } if float => format!("{x} - {y} * floor({x} / {y})"),
+                    // Python's rule: the result takes the divisor's sign.
+                    BinaryOp::Mod { fmod: false } => {
+                        format!("select((({x} % {y}) + {y}) % {y}, 0i, {y} == 0i)")
+                    }
+                    BinaryOp::PRelu if float => format!("select({x}, {y} * {x}, {x} < 0.0)"),
+                    BinaryOp::PRelu => format!("select({x}, {y} * {x}, {x} < 0i)"),
                 }
             }
             Op::Where => format!("select({}, {}, {} != 0u)", args[2], args[1], args[0]),
@@ -656,10 +694,7 @@ impl Emitter<'_> {
         let g = self.g;
         let node = g.node(n);
         let out = node.outputs[0];
-        let ocs: Vec<i64> = contiguous_strides(&g.ty(out).shape)
-            .iter()
-            .map(|&s| s as i64)
-            .collect();
+        let ocs: Vec<i64> = contiguous_strides(&g.ty(out).shape).iter().map(|&s| s as i64).collect();
         let mut start = 0usize;
         let mut kernels = Vec::new();
         for (k, &v) in node.inputs.iter().flatten().enumerate() {
@@ -670,18 +705,11 @@ impl Emitter<'_> {
             if numel == 0 {
                 continue;
             }
-            let contiguous: Vec<i64> = contiguous_strides(&shape)
-                .iter()
-                .map(|&s| s as i64)
-                .collect();
-            let (coords, loads) =
-                self.strided_loads(&shape, &[(0, contiguous.clone())], &contiguous);
+            let contiguous: Vec<i64> = contiguous_strides(&shape).iter().map(|&s| s as i64).collect();
+            let (coords, loads) = self.strided_loads(&shape, &[(0, contiguous.clone())], &contiguous);
             let terms = (0..shape.len())
                 .filter(|&d| shape[d] > 1)
-                .map(|d| Term {
-                    coord: d,
-                    stride: ocs[d],
-                })
+                .map(|d| Term { coord: d, stride: ocs[d], modulo: 0 })
                 .collect();
             let b = [(v, false, "in0"), (out, true, "out")];
             let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
@@ -693,20 +721,10 @@ impl Emitter<'_> {
                 coords,
                 loads,
                 stmts: vec![],
-                store: Index {
-                    offset: offset.to_string(),
-                    terms,
-                },
+                store: Index { offset: offset.to_string(), terms },
                 result: "x0".into(),
             };
-            kernels.push(self.kernel(
-                n,
-                format!("{}#{k}", node.name),
-                "concat",
-                tpl.render(),
-                &b,
-                wg,
-            )?);
+            kernels.push(self.kernel(n, format!("{}#{k}", node.name), "concat", tpl.render(), &b, wg)?);
         }
         Ok(kernels)
     }
@@ -714,20 +732,12 @@ impl Emitter<'_> {
     fn gather(&self, n: NodeId, axis: usize) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
-        let (data, ind, out) = (
-            node.inputs[0].unwrap(),
-            node.inputs[1].unwrap(),
-            node.outputs[0],
-        );
+        let (data, ind, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
         let dt = g.ty(data);
         let positions = g.ty(ind).numel();
         let inner: usize = dt.shape[axis + 1..].iter().product();
         let numel = g.ty(out).numel();
-        let b = [
-            (data, false, "data"),
-            (ind, false, "indices"),
-            (out, true, "out"),
-        ];
+        let b = [(data, false, "data"), (ind, false, "indices"), (out, true, "out")];
         let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
         let tpl = GatherTpl {
             h: self.header(n, "gather.wgsl", &b),
@@ -744,25 +754,12 @@ impl Emitter<'_> {
     fn matmul(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
-        let (a, b, out) = (
-            node.inputs[0].unwrap(),
-            node.inputs[1].unwrap(),
-            node.outputs[0],
-        );
+        let (a, b, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
         let (at, bt) = (g.ty(a).clone(), g.ty(b).clone());
         let (m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch_shape, a_batch, b_batch);
         match node.op {
-            Op::Gemm {
-                alpha: al,
-                beta: be,
-                trans_a,
-                trans_b,
-            } => {
-                (m, k) = if trans_a {
-                    (at.shape[1], at.shape[0])
-                } else {
-                    (at.shape[0], at.shape[1])
-                };
+            Op::Gemm { alpha: al, beta: be, trans_a, trans_b } => {
+                (m, k) = if trans_a { (at.shape[1], at.shape[0]) } else { (at.shape[0], at.shape[1]) };
                 nn = if trans_b { bt.shape[0] } else { bt.shape[1] };
                 (a_sm, a_sk) = if trans_a { (1, m) } else { (k, 1) };
                 (b_sk, b_sn) = if trans_b { (1, k) } else { (nn, 1) };
@@ -770,16 +767,9 @@ impl Emitter<'_> {
                 (batch_shape, a_batch, b_batch) = (vec![], vec![], vec![]);
             }
             _ => {
-                (m, k) = if at.rank() == 1 {
-                    (1, at.shape[0])
-                } else {
-                    (at.shape[at.rank() - 2], at.shape[at.rank() - 1])
-                };
-                nn = if bt.rank() == 1 {
-                    1
-                } else {
-                    bt.shape[bt.rank() - 1]
-                };
+                (m, k) =
+                    if at.rank() == 1 { (1, at.shape[0]) } else { (at.shape[at.rank() - 2], at.shape[at.rank() - 1]) };
+                nn = if bt.rank() == 1 { 1 } else { bt.shape[bt.rank() - 1] };
                 (a_sm, a_sk) = if at.rank() == 1 { (0, 1) } else { (k, 1) };
                 (b_sk, b_sn) = if bt.rank() == 1 { (1, 0) } else { (nn, 1) };
                 (alpha, beta) = (1.0, 0.0);
@@ -802,17 +792,9 @@ impl Emitter<'_> {
             .collect();
         let batches: usize = batch_shape.iter().product();
         if batches > self.limits.max_workgroups_per_dimension as usize {
-            return Err(self.err(
-                n,
-                format!("{batches} batched products exceed the workgroup limit"),
-            ));
+            return Err(self.err(n, format!("{batches} batched products exceed the workgroup limit")));
         }
-        let bias = node
-            .inputs
-            .get(2)
-            .copied()
-            .flatten()
-            .filter(|_| beta != 0.0);
+        let bias = node.inputs.get(2).copied().flatten().filter(|_| beta != 0.0);
         let (bias_sm, bias_sn) = match bias {
             Some(c) => {
                 let s = broadcast_strides(&g.ty(c).shape, &[m, nn]);
@@ -829,10 +811,7 @@ impl Emitter<'_> {
         let gy = m.div_ceil(64);
         let max = self.limits.max_workgroups_per_dimension as usize;
         if gx > max || gy > max {
-            return Err(self.err(
-                n,
-                format!("a {m}x{nn} product needs more than {max} workgroups per dimension"),
-            ));
+            return Err(self.err(n, format!("a {m}x{nn} product needs more than {max} workgroups per dimension")));
         }
         let tpl = MatmulTpl {
             h: self.header(n, "matmul.wgsl", &bindings),
@@ -851,14 +830,7 @@ impl Emitter<'_> {
             bias_sm,
             bias_sn,
         };
-        self.kernel(
-            n,
-            node.name.clone(),
-            "matmul",
-            tpl.render(),
-            &bindings,
-            [gx as u32, gy as u32, batches as u32],
-        )
+        self.kernel(n, node.name.clone(), "matmul", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])
     }
 
     fn reduce(&self, n: NodeId, op: ReduceOp, axes: &[usize]) -> Result<EmittedKernel, EmitError> {
@@ -873,11 +845,7 @@ impl Emitter<'_> {
             let mut div = 1;
             for &d in ds.iter().rev() {
                 if xt.shape[d] > 1 {
-                    out.push(RDim {
-                        div,
-                        extent: xt.shape[d],
-                        stride: cs[d],
-                    });
+                    out.push(RDim { div, extent: xt.shape[d], stride: cs[d] });
                 }
                 div *= xt.shape[d];
             }
@@ -897,7 +865,18 @@ impl Emitter<'_> {
             (ReduceOp::Max, false) => (i32_lit(i32::MIN as i64), "max"),
             (ReduceOp::Min, true) => (f32_lit(f32::INFINITY), "min"),
             (ReduceOp::Min, false) => (i32_lit(i32::MAX as i64), "min"),
+            (_, true) => ("0.0".to_string(), "+"),
+            (_, false) => ("0i".to_string(), "+"),
         };
+        let prologue = match op {
+            ReduceOp::SumSquare | ReduceOp::L2 => "raw * raw",
+            ReduceOp::L1 => "abs(raw)",
+            ReduceOp::LogSumExp if float => "exp(raw)",
+            _ => "raw",
+        };
+        if !float && matches!(op, ReduceOp::L2 | ReduceOp::LogSum | ReduceOp::LogSumExp) {
+            return Err(self.err(n, "this reduction needs a float input"));
+        }
         let combine = |l: &str, r: &str| {
             if comb.len() == 1 {
                 format!("{l} {comb} {r}")
@@ -908,6 +887,8 @@ impl Emitter<'_> {
         let finish = match (op, float) {
             (ReduceOp::Mean, true) => format!("part[0] / {}", f32_lit(count as f32)),
             (ReduceOp::Mean, false) => format!("part[0] / {}", i32_lit(count.max(1) as i64)),
+            (ReduceOp::L2, _) => "sqrt(part[0])".to_string(),
+            (ReduceOp::LogSum | ReduceOp::LogSumExp, _) => "log(part[0])".to_string(),
             _ => "part[0]".to_string(),
         };
         let numel = g.ty(out).numel();
@@ -922,6 +903,7 @@ impl Emitter<'_> {
             reduced,
             count,
             init,
+            prologue: prologue.to_string(),
             combine_acc_v: combine("acc", "v"),
             combine_a_v: combine("a", "v"),
             finish,
@@ -929,7 +911,7 @@ impl Emitter<'_> {
         self.kernel(n, node.name.clone(), "reduce", tpl.render(), &b, wg)
     }
 
-    fn softmax(&self, n: NodeId, axis: usize, legacy: bool) -> Result<EmittedKernel, EmitError> {
+    fn softmax(&self, n: NodeId, axis: usize, legacy: bool, log: bool) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
         let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
@@ -948,6 +930,7 @@ impl Emitter<'_> {
         let (wg, groups_x) = self.grid(n, rows)?;
         let tpl = SoftmaxTpl {
             h: self.header(n, "softmax.wgsl", &b),
+            log,
             groups_x,
             rows,
             n: len,
@@ -957,14 +940,10 @@ impl Emitter<'_> {
         self.kernel(n, node.name.clone(), "softmax", tpl.render(), &b, wg)
     }
 
-    fn layernorm(&self, n: NodeId, axis: usize, epsilon: f32) -> Result<EmittedKernel, EmitError> {
+    fn layernorm(&self, n: NodeId, axis: usize, epsilon: f32, rms: bool) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
-        let (x, scale, out) = (
-            node.inputs[0].unwrap(),
-            node.inputs[1].unwrap(),
-            node.outputs[0],
-        );
+        let (x, scale, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
         let bias = node.inputs.get(2).copied().flatten();
         let shape = &g.ty(x).shape;
         let len: usize = shape[axis..].iter().product();
@@ -977,11 +956,7 @@ impl Emitter<'_> {
             } else {
                 Err(self.err(
                     n,
-                    format!(
-                        "scale/bias of shape {:?} broadcast only partly over {:?}",
-                        g.ty(v).shape,
-                        &shape[axis..]
-                    ),
+                    format!("scale/bias of shape {:?} broadcast only partly over {:?}", g.ty(v).shape, &shape[axis..]),
                 ))
             }
         };
@@ -995,6 +970,7 @@ impl Emitter<'_> {
         let (wg, groups_x) = self.grid(n, rows)?;
         let tpl = LayerNormTpl {
             h: self.header(n, "layernorm.wgsl", &bindings),
+            rms,
             groups_x,
             rows,
             n: len,
@@ -1004,23 +980,89 @@ impl Emitter<'_> {
             has_bias: bias.is_some(),
             bias_len,
         };
-        self.kernel(
-            n,
-            node.name.clone(),
-            "layernorm",
-            tpl.render(),
-            &bindings,
-            wg,
-        )
+        self.kernel(n, node.name.clone(), "layernorm", tpl.render(), &bindings, wg)
     }
 
-    fn geometry(
-        &self,
-        n: NodeId,
-        x: &[usize],
-        out: &[usize],
-        w: &wgslc_ir::Window,
-    ) -> Result<Geometry, EmitError> {
+    fn argreduce(&self, n: NodeId, max: bool, axis: usize, last: bool) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let shape = &g.ty(x).shape;
+        let inner: usize = shape[axis + 1..].iter().product();
+        let numel = g.ty(out).numel();
+        let b = [(x, false, "x"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let cmp = match (max, last) {
+            (true, false) => ">",
+            (true, true) => ">=",
+            (false, false) => "<",
+            (false, true) => "<=",
+        };
+        let tpl = ArgReduceTpl {
+            h: self.header(n, "argreduce.wgsl", &b),
+            kind: if max { "Max" } else { "Min" },
+            cmp,
+            groups_x,
+            numel,
+            n: shape[axis],
+            inner,
+            span: shape[axis] * inner,
+        };
+        self.kernel(n, node.name.clone(), "argreduce", tpl.render(), &b, wg)
+    }
+
+    fn gather_elements(&self, n: NodeId, axis: usize) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (data, ind, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let (ds, os) = (g.ty(data).shape.clone(), g.ty(out).shape.clone());
+        let dcs = contiguous_strides(&ds);
+        let ocs = contiguous_strides(&os);
+        let coords = os.iter().zip(&ocs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect();
+        let terms = (0..os.len())
+            .filter(|&d| d != axis && os[d] > 1)
+            .map(|d| Term { coord: d, stride: dcs[d] as i64, modulo: 0 })
+            .collect();
+        let numel = g.ty(out).numel();
+        let b = [(data, false, "data"), (ind, false, "indices"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let tpl = GatherElementsTpl {
+            h: self.header(n, "gather_elements.wgsl", &b),
+            groups_x,
+            numel,
+            axis,
+            coords,
+            terms,
+            axis_len: ds[axis],
+            axis_stride: dcs[axis],
+        };
+        self.kernel(n, node.name.clone(), "gather_elements", tpl.render(), &b, wg)
+    }
+
+    fn cumsum(&self, n: NodeId, axis: usize, exclusive: bool, reverse: bool) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let shape = &g.ty(x).shape;
+        let inner: usize = shape[axis + 1..].iter().product();
+        let numel = g.ty(out).numel();
+        let b = [(x, false, "x"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let tpl = CumSumTpl {
+            h: self.header(n, "cumsum.wgsl", &b),
+            groups_x,
+            numel,
+            n: shape[axis],
+            inner,
+            span: shape[axis] * inner,
+            exclusive,
+            reverse,
+            zero: if storage(g, x) == Storage::F32 { "0.0" } else { "0i" },
+        };
+        self.kernel(n, node.name.clone(), "cumsum", tpl.render(), &b, wg)
+    }
+
+    fn geometry(&self, n: NodeId, x: &[usize], out: &[usize], w: &wgslc_ir::Window) -> Result<Geometry, EmitError> {
         match x.len() {
             3 => Ok(Geometry {
                 h: 1,
@@ -1054,30 +1096,17 @@ impl Emitter<'_> {
                 pb: w.pads[2],
                 pr: w.pads[3],
             }),
-            r => Err(self.err(
-                n,
-                format!("only 1-D and 2-D windows are supported, not {}-D", r - 2),
-            )),
+            r => Err(self.err(n, format!("only 1-D and 2-D windows are supported, not {}-D", r - 2))),
         }
     }
 
     fn conv(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
-        let Op::Conv { window, group } = &node.op else {
-            unreachable!()
-        };
-        let (x, w, out) = (
-            node.inputs[0].unwrap(),
-            node.inputs[1].unwrap(),
-            node.outputs[0],
-        );
+        let Op::Conv { window, group } = &node.op else { unreachable!() };
+        let (x, w, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
         let bias = node.inputs.get(2).copied().flatten();
-        let (xs, ws, os) = (
-            g.ty(x).shape.clone(),
-            g.ty(w).shape.clone(),
-            g.ty(out).shape.clone(),
-        );
+        let (xs, ws, os) = (g.ty(x).shape.clone(), g.ty(w).shape.clone(), g.ty(out).shape.clone());
         let geo = self.geometry(n, &xs, &os, window)?;
         let numel = g.ty(out).numel();
         let mut bindings = vec![(x, false, "x"), (w, false, "weight")];
@@ -1109,14 +1138,7 @@ impl Emitter<'_> {
     fn pool(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
-        let Op::Pool {
-            kind,
-            window,
-            count_include_pad,
-        } = &node.op
-        else {
-            unreachable!()
-        };
+        let Op::Pool { kind, window, count_include_pad } = &node.op else { unreachable!() };
         let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
         let (xs, os) = (g.ty(x).shape.clone(), g.ty(out).shape.clone());
         if storage(g, x) != Storage::F32 {
@@ -1130,11 +1152,7 @@ impl Emitter<'_> {
             h: self.header(n, "pool2d.wgsl", &b),
             groups_x,
             numel,
-            kind: if *kind == PoolKind::Max {
-                "max"
-            } else {
-                "average"
-            },
+            kind: if *kind == PoolKind::Max { "max" } else { "average" },
             is_max: *kind == PoolKind::Max,
             count_include_pad: *count_include_pad,
             hw: geo.h * geo.w,
@@ -1142,5 +1160,18 @@ impl Emitter<'_> {
             g: geo,
         };
         self.kernel(n, node.name.clone(), "pool", tpl.render(), &b, wg)
+    }
+}
+
+/// Wraps an i32 expression to the width of a narrower integer dtype, so arithmetic on uint8, int8, uint16 and
+/// int16 values wraps as it would in that type (i32 arithmetic wraps at 32 bits by itself).
+fn narrow(e: String, d: wgslc_ir::DType) -> String {
+    use wgslc_ir::DType;
+    match d {
+        DType::U8 => format!("({e} & 255i)"),
+        DType::U16 => format!("({e} & 65535i)"),
+        DType::I8 => format!("(({e} << 24u) >> 24u)"),
+        DType::I16 => format!("(({e} << 16u) >> 16u)"),
+        _ => e,
     }
 }

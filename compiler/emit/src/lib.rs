@@ -43,24 +43,15 @@ impl Default for Limits {
 #[derive(Debug, thiserror::Error)]
 pub enum EmitError {
     #[error("node '{node}' ({op}): {reason}")]
-    Node {
-        node: String,
-        op: String,
-        reason: String,
-    },
+    Node { node: String, op: String, reason: String },
     #[error("kernel '{kernel}' is not valid WGSL (a wgslc bug):\n{message}")]
     InvalidWgsl { kernel: String, message: String },
     #[error("kernel '{kernel}' exceeds a device limit: {reason}")]
     Limit { kernel: String, reason: String },
-    #[error(
-        "buffer '{buffer}' needs {size} bytes, more than the device's maximum buffer size {max}"
-    )]
+    #[error("buffer '{buffer}' needs {size} bytes, more than the device's maximum buffer size {max}")]
     BufferTooLarge { buffer: String, size: u64, max: u64 },
     #[error("cannot write '{path}': {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    Io { path: String, source: std::io::Error },
     #[error("cannot write weights: {0}")]
     Weights(String),
 }
@@ -77,29 +68,14 @@ pub struct Validated {
 
 /// Parses and validates one WGSL module with naga, and checks it against the limits.
 pub fn validate(kernel: EmittedKernel, limits: &Limits) -> Result<Validated, EmitError> {
-    let module =
-        naga::front::wgsl::parse_str(&kernel.wgsl).map_err(|e| EmitError::InvalidWgsl {
-            kernel: kernel.name.clone(),
-            message: e.emit_to_string(&kernel.wgsl),
-        })?;
-    naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::empty(),
-    )
-    .validate(&module)
-    .map_err(|e| EmitError::InvalidWgsl {
-        kernel: kernel.name.clone(),
-        message: e.emit_to_string(&kernel.wgsl),
-    })?;
-    let limit = |reason: String| EmitError::Limit {
-        kernel: kernel.name.clone(),
-        reason,
-    };
-    let ep = module
-        .entry_points
-        .iter()
-        .find(|e| e.name == "main")
-        .ok_or_else(|| limit("no entry point 'main'".into()))?;
+    let module = naga::front::wgsl::parse_str(&kernel.wgsl)
+        .map_err(|e| EmitError::InvalidWgsl { kernel: kernel.name.clone(), message: e.emit_to_string(&kernel.wgsl) })?;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty())
+        .validate(&module)
+        .map_err(|e| EmitError::InvalidWgsl { kernel: kernel.name.clone(), message: e.emit_to_string(&kernel.wgsl) })?;
+    let limit = |reason: String| EmitError::Limit { kernel: kernel.name.clone(), reason };
+    let ep =
+        module.entry_points.iter().find(|e| e.name == "main").ok_or_else(|| limit("no entry point 'main'".into()))?;
     let workgroup_size = ep.workgroup_size;
     let invocations: u32 = workgroup_size.iter().product();
     if invocations > limits.max_compute_invocations_per_workgroup {
@@ -112,44 +88,24 @@ pub fn validate(kernel: EmittedKernel, limits: &Limits) -> Result<Validated, Emi
         .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
         .sum();
     if workgroup_memory > limits.max_compute_workgroup_storage_size {
-        return Err(limit(format!(
-            "{workgroup_memory} bytes of workgroup memory"
-        )));
+        return Err(limit(format!("{workgroup_memory} bytes of workgroup memory")));
     }
-    let storage = module
-        .global_variables
-        .iter()
-        .filter(|(_, v)| matches!(v.space, naga::AddressSpace::Storage { .. }))
-        .count();
-    if storage as u32 > limits.max_storage_buffers_per_shader_stage
-        || kernel.bindings.len() != storage
-    {
+    let storage =
+        module.global_variables.iter().filter(|(_, v)| matches!(v.space, naga::AddressSpace::Storage { .. })).count();
+    if storage as u32 > limits.max_storage_buffers_per_shader_stage || kernel.bindings.len() != storage {
         return Err(limit(format!(
             "{storage} storage buffers (at most {})",
             limits.max_storage_buffers_per_shader_stage
         )));
     }
-    if let Some(w) = kernel
-        .workgroups
-        .iter()
-        .find(|&&w| w > limits.max_workgroups_per_dimension)
-    {
+    if let Some(w) = kernel.workgroups.iter().find(|&&w| w > limits.max_workgroups_per_dimension) {
         return Err(limit(format!("{w} workgroups in one dimension")));
     }
-    Ok(Validated {
-        kernel,
-        workgroup_size,
-        workgroup_memory,
-    })
+    Ok(Validated { kernel, workgroup_size, workgroup_memory })
 }
 
 /// Emits and validates every kernel of a scheduled, planned graph, in dispatch order.
-pub fn emit(
-    g: &Graph,
-    sched: &Schedule,
-    plan: &MemoryPlan,
-    limits: &Limits,
-) -> Result<Vec<Validated>, EmitError> {
+pub fn emit(g: &Graph, sched: &Schedule, plan: &MemoryPlan, limits: &Limits) -> Result<Vec<Validated>, EmitError> {
     for b in &plan.buffers {
         if b.size > limits.max_buffer_size {
             return Err(EmitError::BufferTooLarge {
@@ -238,11 +194,7 @@ pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::P
                         buffer: s.buffer,
                         offset: s.offset,
                         size: s.size,
-                        access: if write {
-                            art::Access::ReadWrite
-                        } else {
-                            art::Access::Read
-                        },
+                        access: if write { art::Access::ReadWrite } else { art::Access::Read },
                     }
                 })
                 .collect(),
@@ -266,18 +218,10 @@ fn kernel_path(i: usize, k: &EmittedKernel) -> String {
 
 /// Writes DIR/plan.json, DIR/kernels/*.wgsl and DIR/weights.safetensors. Output is byte-identical for the same
 /// inputs (deterministic order everywhere).
-pub fn write_artifact(
-    dir: &Path,
-    g: &Graph,
-    plan: &MemoryPlan,
-    kernels: &[Validated],
-) -> Result<art::Plan, EmitError> {
+pub fn write_artifact(dir: &Path, g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> Result<art::Plan, EmitError> {
     let io = |p: &Path| {
         let path = p.display().to_string();
-        move |source| EmitError::Io {
-            path: path.clone(),
-            source,
-        }
+        move |source| EmitError::Io { path: path.clone(), source }
     };
     let kdir = dir.join("kernels");
     if kdir.exists() {
@@ -297,19 +241,10 @@ pub fn write_artifact(
         if let BufferKind::Weight(v) = b.kind {
             let t = g.const_data(v).expect("weight buffers hold constants");
             let (dtype, data): (safetensors::Dtype, Vec<u8>) = match &t.data {
-                Data::F32(x) => (
-                    safetensors::Dtype::F32,
-                    x.iter().flat_map(|f| f.to_le_bytes()).collect(),
-                ),
+                Data::F32(x) => (safetensors::Dtype::F32, x.iter().flat_map(|f| f.to_le_bytes()).collect()),
                 // Range-checked by legalization.
-                Data::I64(x) => (
-                    safetensors::Dtype::I32,
-                    x.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect(),
-                ),
-                Data::Bool(x) => (
-                    safetensors::Dtype::U32,
-                    x.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect(),
-                ),
+                Data::I64(x) => (safetensors::Dtype::I32, x.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect()),
+                Data::Bool(x) => (safetensors::Dtype::U32, x.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect()),
             };
             bytes.insert(b.name.clone(), (dtype, t.shape.clone(), data));
         }
@@ -323,8 +258,7 @@ pub fn write_artifact(
         })
         .collect::<Result<_, _>>()?;
     let wpath = dir.join("weights.safetensors");
-    safetensors::tensor::serialize_to_file(views, None, &wpath)
-        .map_err(|e| EmitError::Weights(e.to_string()))?;
+    safetensors::tensor::serialize_to_file(views, None, &wpath).map_err(|e| EmitError::Weights(e.to_string()))?;
 
     let ppath = dir.join("plan.json");
     std::fs::write(&ppath, p.to_json() + "\n").map_err(io(&ppath))?;

@@ -13,21 +13,12 @@ fn input(g: &mut Graph, name: &str, shape: &[usize]) -> wgslc_ir::ValueId {
 
 fn weight(g: &mut Graph, name: &str, shape: &[usize]) -> wgslc_ir::ValueId {
     let n: usize = shape.iter().product();
-    g.add_const(
-        name,
-        Tensor::f32(shape.to_vec(), (0..n).map(|i| i as f32 * 0.01).collect()),
-    )
+    g.add_const(name, Tensor::f32(shape.to_vec(), (0..n).map(|i| i as f32 * 0.01).collect()))
 }
 
 fn node(g: &mut Graph, op: Op, ins: &[wgslc_ir::ValueId]) -> wgslc_ir::ValueId {
     let y = g.add_value(format!("{}_out", op.name()), None);
-    g.add_node(
-        op.name(),
-        op,
-        ins.iter().map(|&v| Some(v)).collect(),
-        vec![y],
-    )
-    .unwrap();
+    g.add_node(op.name(), op, ins.iter().map(|&v| Some(v)).collect(), vec![y]).unwrap();
     y
 }
 
@@ -41,10 +32,7 @@ fn kernels(mut g: Graph) -> String {
     for k in ks {
         // Re-validate exactly the text that goes into the snapshot.
         validate(k.kernel.clone(), &Limits::default()).unwrap();
-        all += &format!(
-            "// ---- {} ({:?} workgroups)\n{}\n",
-            k.kernel.name, k.kernel.workgroups, k.kernel.wgsl
-        );
+        all += &format!("// ---- {} ({:?} workgroups)\n{}\n", k.kernel.name, k.kernel.workgroups, k.kernel.wgsl);
     }
     all
 }
@@ -66,16 +54,7 @@ fn gemm_transposed_with_bias() {
     let a = input(&mut g, "a", &[5, 7]);
     let w = weight(&mut g, "w", &[3, 7]);
     let c = weight(&mut g, "c", &[3]);
-    let y = node(
-        &mut g,
-        Op::Gemm {
-            alpha: 1.0,
-            beta: 1.0,
-            trans_a: false,
-            trans_b: true,
-        },
-        &[a, w, c],
-    );
+    let y = node(&mut g, Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true }, &[a, w, c]);
     g.outputs.push(y);
     insta::assert_snapshot!(kernels(g));
 }
@@ -84,23 +63,9 @@ fn gemm_transposed_with_bias() {
 fn softmax_layernorm_and_reduce() {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[2, 5, 6]);
-    let s = node(
-        &mut g,
-        Op::Softmax {
-            axis: 1,
-            legacy: false,
-        },
-        &[x],
-    );
+    let s = node(&mut g, Op::Softmax { axis: 1, legacy: false }, &[x]);
     let scale = weight(&mut g, "scale", &[6]);
-    let l = node(
-        &mut g,
-        Op::LayerNorm {
-            axis: -1,
-            epsilon: 1e-5,
-        },
-        &[s, scale],
-    );
+    let l = node(&mut g, Op::LayerNorm { axis: -1, epsilon: 1e-5 }, &[s, scale]);
     let y = node(
         &mut g,
         Op::Reduce {
@@ -128,23 +93,9 @@ fn conv_and_pool() {
         auto_pad: wgslc_ir::AutoPad::NotSet,
         ceil_mode: false,
     };
-    let c = node(
-        &mut g,
-        Op::Conv {
-            window: win(3, 1, 1),
-            group: 2,
-        },
-        &[x, w],
-    );
-    let y = node(
-        &mut g,
-        Op::Pool {
-            kind: wgslc_ir::PoolKind::Max,
-            window: win(2, 2, 0),
-            count_include_pad: false,
-        },
-        &[c],
-    );
+    let c = node(&mut g, Op::Conv { window: win(3, 1, 1), group: 2 }, &[x, w]);
+    let y =
+        node(&mut g, Op::Pool { kind: wgslc_ir::PoolKind::Max, window: win(2, 2, 0), count_include_pad: false }, &[c]);
     g.outputs.push(y);
     insta::assert_snapshot!(kernels(g));
 }
@@ -153,22 +104,10 @@ fn conv_and_pool() {
 fn layout_ops_become_strided_copies() {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[2, 3, 4]);
-    let t = node(
-        &mut g,
-        Op::Transpose {
-            perm: Some(vec![2, 0, 1]),
-        },
-        &[x],
-    );
+    let t = node(&mut g, Op::Transpose { perm: Some(vec![2, 0, 1]) }, &[x]);
     let other = input(&mut g, "z", &[4, 1, 3]);
     let y = g.add_value("cat", None);
-    g.add_node(
-        "concat",
-        Op::Concat { axis: 1 },
-        vec![Some(t), Some(other)],
-        vec![y],
-    )
-    .unwrap();
+    g.add_node("concat", Op::Concat { axis: 1 }, vec![Some(t), Some(other)], vec![y]).unwrap();
     g.outputs.push(y);
     insta::assert_snapshot!(kernels(g));
 }

@@ -74,14 +74,7 @@ impl DType {
     pub fn is_int(self) -> bool {
         matches!(
             self,
-            DType::I64
-                | DType::I32
-                | DType::I16
-                | DType::I8
-                | DType::U8
-                | DType::U16
-                | DType::U32
-                | DType::U64
+            DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U8 | DType::U16 | DType::U32 | DType::U64
         )
     }
 }
@@ -190,12 +183,7 @@ impl Graph {
     /// Adds a value with no producer.
     pub fn add_value(&mut self, name: impl Into<String>, ty: Option<TensorType>) -> ValueId {
         let id = ValueId(self.values.len() as u32);
-        self.values.push(Value {
-            name: name.into(),
-            ty,
-            producer: None,
-            data: None,
-        });
+        self.values.push(Value { name: name.into(), ty, producer: None, data: None });
         id
     }
 
@@ -216,17 +204,10 @@ impl Graph {
     ) -> Result<NodeId, GraphError> {
         for &o in &outputs {
             if self.values[o.index()].producer.is_some() {
-                return Err(GraphError::DuplicateProducer(
-                    self.values[o.index()].name.clone(),
-                ));
+                return Err(GraphError::DuplicateProducer(self.values[o.index()].name.clone()));
             }
         }
-        let idx = self.nodes.add_node(Node {
-            name: name.into(),
-            op,
-            inputs: inputs.clone(),
-            outputs: outputs.clone(),
-        });
+        let idx = self.nodes.add_node(Node { name: name.into(), op, inputs: inputs.clone(), outputs: outputs.clone() });
         let outputs = &self.nodes[idx].outputs.clone();
         let id = NodeId(idx);
         for &o in outputs {
@@ -241,14 +222,7 @@ impl Graph {
         let readers: Vec<NodeIndex<u32>> = self
             .nodes
             .node_indices()
-            .filter(|&n| {
-                n != idx
-                    && self.nodes[n]
-                        .inputs
-                        .iter()
-                        .flatten()
-                        .any(|v| outputs.contains(v))
-            })
+            .filter(|&n| n != idx && self.nodes[n].inputs.iter().flatten().any(|v| outputs.contains(v)))
             .collect();
         for r in readers {
             self.nodes.update_edge(idx, r, ());
@@ -306,20 +280,10 @@ impl Graph {
         let mut indeg: std::collections::HashMap<NodeIndex<u32>, usize> = self
             .nodes
             .node_indices()
-            .map(|n| {
-                (
-                    n,
-                    self.nodes
-                        .neighbors_directed(n, Direction::Incoming)
-                        .count(),
-                )
-            })
+            .map(|n| (n, self.nodes.neighbors_directed(n, Direction::Incoming).count()))
             .collect();
-        let mut ready: std::collections::BTreeSet<NodeIndex<u32>> = indeg
-            .iter()
-            .filter(|(_, &d)| d == 0)
-            .map(|(&n, _)| n)
-            .collect();
+        let mut ready: std::collections::BTreeSet<NodeIndex<u32>> =
+            indeg.iter().filter(|(_, &d)| d == 0).map(|(&n, _)| n).collect();
         let mut order = Vec::with_capacity(self.nodes.node_count());
         while let Some(n) = ready.pop_first() {
             order.push(NodeId(n));
@@ -332,11 +296,7 @@ impl Graph {
             }
         }
         if order.len() != self.nodes.node_count() {
-            let stuck = self
-                .nodes
-                .node_indices()
-                .find(|n| indeg[n] > 0)
-                .expect("a node on the cycle");
+            let stuck = self.nodes.node_indices().find(|n| indeg[n] > 0).expect("a node on the cycle");
             return Err(GraphError::Cycle(self.nodes[stuck].name.clone()));
         }
         Ok(order)
@@ -344,23 +304,16 @@ impl Graph {
 
     /// Nodes that read `v`, in insertion order.
     pub fn consumers(&self, v: ValueId) -> Vec<NodeId> {
-        let mut out: Vec<NodeId> = self
-            .nodes
-            .node_indices()
-            .filter(|&n| self.nodes[n].inputs.contains(&Some(v)))
-            .map(NodeId)
-            .collect();
+        let mut out: Vec<NodeId> =
+            self.nodes.node_indices().filter(|&n| self.nodes[n].inputs.contains(&Some(v))).map(NodeId).collect();
         out.sort();
         out
     }
 
     /// Makes every reader of `old` (nodes and graph outputs) read `new` instead.
     pub fn replace_uses(&mut self, old: ValueId, new: ValueId) {
-        let readers: Vec<NodeIndex<u32>> = self
-            .nodes
-            .node_indices()
-            .filter(|&n| self.nodes[n].inputs.contains(&Some(old)))
-            .collect();
+        let readers: Vec<NodeIndex<u32>> =
+            self.nodes.node_indices().filter(|&n| self.nodes[n].inputs.contains(&Some(old))).collect();
         for n in readers {
             for i in self.nodes[n].inputs.iter_mut() {
                 if *i == Some(old) {
@@ -383,11 +336,8 @@ impl Graph {
     }
 
     fn rebuild_in_edges(&mut self, n: NodeIndex<u32>) {
-        let old: Vec<_> = self
-            .nodes
-            .edges_directed(n, Direction::Incoming)
-            .map(|e| petgraph::visit::EdgeRef::id(&e))
-            .collect();
+        let old: Vec<_> =
+            self.nodes.edges_directed(n, Direction::Incoming).map(|e| petgraph::visit::EdgeRef::id(&e)).collect();
         for e in old {
             self.nodes.remove_edge(e);
         }
@@ -441,18 +391,10 @@ mod tests {
         let x = g.add_value("x", Some(TensorType::new(DType::F32, vec![2])));
         let a = g.add_value("a", None);
         let b = g.add_value("b", None);
-        g.add_node("n0", Op::Unary(UnaryOp::Relu), vec![Some(x)], vec![a])
-            .unwrap();
-        g.add_node("n1", Op::Unary(UnaryOp::Neg), vec![Some(a)], vec![b])
-            .unwrap();
+        g.add_node("n0", Op::Unary(UnaryOp::Relu), vec![Some(x)], vec![a]).unwrap();
+        g.add_node("n1", Op::Unary(UnaryOp::Neg), vec![Some(a)], vec![b]).unwrap();
         let order = g.topo_order().unwrap();
-        assert_eq!(
-            order
-                .iter()
-                .map(|&n| g.node(n).name.as_str())
-                .collect::<Vec<_>>(),
-            ["n0", "n1"]
-        );
+        assert_eq!(order.iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>(), ["n0", "n1"]);
 
         // Feed n1's output back into n0: a cycle.
         let n0 = order[0];
@@ -465,11 +407,8 @@ mod tests {
         let mut g = Graph::new();
         let x = g.add_value("x", None);
         let y = g.add_value("y", None);
-        g.add_node("a", Op::Unary(UnaryOp::Relu), vec![Some(x)], vec![y])
-            .unwrap();
-        let err = g
-            .add_node("b", Op::Unary(UnaryOp::Relu), vec![Some(x)], vec![y])
-            .unwrap_err();
+        g.add_node("a", Op::Unary(UnaryOp::Relu), vec![Some(x)], vec![y]).unwrap();
+        let err = g.add_node("b", Op::Unary(UnaryOp::Relu), vec![Some(x)], vec![y]).unwrap_err();
         assert_eq!(err, GraphError::DuplicateProducer("y".into()));
     }
 }

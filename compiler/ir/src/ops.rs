@@ -33,6 +33,31 @@ pub enum UnaryOp {
     Ceil,
     Sin,
     Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Softplus,
+    Softsign,
+    Elu(f32),
+    /// Selu(alpha, gamma).
+    Selu(f32, f32),
+    Celu(f32),
+    ThresholdedRelu(f32),
+    Mish,
+    Sign,
+    /// Round half to even.
+    Round,
+    /// IsInf(detect_positive, detect_negative).
+    IsInf(bool, bool),
+    /// Shrink(bias, lambd).
+    Shrink(f32, f32),
+    BitwiseNot,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +76,18 @@ pub enum BinaryOp {
     GreaterOrEqual,
     And,
     Or,
+    Xor,
+    /// ONNX Mod: `fmod` (C's sign rule) or, for integers with fmod=0, Python's (sign of the divisor).
+    Mod {
+        fmod: bool,
+    },
+    BitwiseAnd,
+    BitwiseOr,
+    BitwiseXor,
+    BitShiftLeft,
+    BitShiftRight,
+    /// PRelu(x, slope): x < 0 ? slope * x : x.
+    PRelu,
 }
 
 impl BinaryOp {
@@ -65,6 +102,7 @@ impl BinaryOp {
                 | BinaryOp::GreaterOrEqual
                 | BinaryOp::And
                 | BinaryOp::Or
+                | BinaryOp::Xor
         )
     }
 }
@@ -76,6 +114,11 @@ pub enum ReduceOp {
     Max,
     Min,
     Prod,
+    SumSquare,
+    L1,
+    L2,
+    LogSum,
+    LogSumExp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,15 +187,42 @@ pub enum Op {
     },
 
     // ---- reductions ----
-    /// Softmax over `axis`. `legacy` is the opset < 13 form that flattens to 2-D at `axis`.
+    /// Softmax (or LogSoftmax when `log`) over `axis`. `legacy` is the opset < 13 form that flattens to 2-D at
+    /// `axis`.
     Softmax {
         axis: i64,
         legacy: bool,
+        log: bool,
     },
-    /// LayerNormalization over the trailing dimensions from `axis`; inputs X, Scale, optional B.
+    /// LayerNormalization (or RMSNormalization when `rms`: no mean subtracted, no bias) over the trailing
+    /// dimensions from `axis`; inputs X, Scale, optional B.
     LayerNorm {
         axis: i64,
         epsilon: f32,
+        rms: bool,
+    },
+    /// ArgMax / ArgMin along `axis` (int64 output).
+    ArgReduce {
+        max: bool,
+        axis: i64,
+        keepdims: bool,
+        select_last: bool,
+    },
+    /// Trilu: keeps the upper (or lower) triangle of the last two dims from diagonal `k` (an input until
+    /// inference resolves it).
+    Trilu {
+        upper: bool,
+        k: Option<i64>,
+    },
+    /// GatherElements(data, indices) along `axis`.
+    GatherElements {
+        axis: i64,
+    },
+    /// CumSum(x, axis) with the axis resolved by inference.
+    CumSum {
+        axis: Option<i64>,
+        exclusive: bool,
+        reverse: bool,
     },
     /// A reduction; `axes` is `None` at import when axes come as an input, and resolved (sorted, non-negative)
     /// by shape inference. An empty resolved list reduces nothing (ONNX's `noop_with_empty_axes`).
@@ -190,6 +260,13 @@ pub enum Op {
     Expand,
     Identity,
     Dropout,
+    Tile,
+    CastLike,
+    Size,
+    EyeLike {
+        k: i64,
+        dtype: Option<DType>,
+    },
     Shape {
         start: i64,
         end: Option<i64>,
@@ -207,6 +284,8 @@ pub enum Op {
         offset: i64,
         strides: Vec<i64>,
     },
+    /// Resolved Tile: `out[c] = in[Σ (c_d mod in_d) * stride_d]`.
+    TileCopy,
 }
 
 impl Op {
@@ -236,6 +315,27 @@ impl Op {
                 UnaryOp::Ceil => "Ceil",
                 UnaryOp::Sin => "Sin",
                 UnaryOp::Cos => "Cos",
+                UnaryOp::Tan => "Tan",
+                UnaryOp::Asin => "Asin",
+                UnaryOp::Acos => "Acos",
+                UnaryOp::Atan => "Atan",
+                UnaryOp::Sinh => "Sinh",
+                UnaryOp::Cosh => "Cosh",
+                UnaryOp::Asinh => "Asinh",
+                UnaryOp::Acosh => "Acosh",
+                UnaryOp::Atanh => "Atanh",
+                UnaryOp::Softplus => "Softplus",
+                UnaryOp::Softsign => "Softsign",
+                UnaryOp::Elu(_) => "Elu",
+                UnaryOp::Selu(..) => "Selu",
+                UnaryOp::Celu(_) => "Celu",
+                UnaryOp::ThresholdedRelu(_) => "ThresholdedRelu",
+                UnaryOp::Mish => "Mish",
+                UnaryOp::Sign => "Sign",
+                UnaryOp::Round => "Round",
+                UnaryOp::IsInf(..) => "IsInf",
+                UnaryOp::Shrink(..) => "Shrink",
+                UnaryOp::BitwiseNot => "BitwiseNot",
             },
             Op::Binary(b) => match b {
                 BinaryOp::Add => "Add",
@@ -252,6 +352,13 @@ impl Op {
                 BinaryOp::GreaterOrEqual => "GreaterOrEqual",
                 BinaryOp::And => "And",
                 BinaryOp::Or => "Or",
+                BinaryOp::Xor => "Xor",
+                BinaryOp::Mod { .. } => "Mod",
+                BinaryOp::BitwiseAnd => "BitwiseAnd",
+                BinaryOp::BitwiseOr => "BitwiseOr",
+                BinaryOp::BitwiseXor => "BitwiseXor",
+                BinaryOp::BitShiftLeft | BinaryOp::BitShiftRight => "BitShift",
+                BinaryOp::PRelu => "PRelu",
             },
             Op::Where => "Where",
             Op::Cast(_) => "Cast",
@@ -259,25 +366,36 @@ impl Op {
             Op::MatMul => "MatMul",
             Op::Gemm { .. } => "Gemm",
             Op::Conv { .. } => "Conv",
-            Op::Pool {
-                kind: PoolKind::Max,
-                ..
-            } => "MaxPool",
-            Op::Pool {
-                kind: PoolKind::Avg,
-                ..
-            } => "AveragePool",
+            Op::Pool { kind: PoolKind::Max, .. } => "MaxPool",
+            Op::Pool { kind: PoolKind::Avg, .. } => "AveragePool",
             Op::GlobalPool(PoolKind::Max) => "GlobalMaxPool",
             Op::GlobalPool(PoolKind::Avg) => "GlobalAveragePool",
             Op::BatchNorm { .. } => "BatchNormalization",
-            Op::Softmax { .. } => "Softmax",
-            Op::LayerNorm { .. } => "LayerNormalization",
+            Op::Softmax { log: false, .. } => "Softmax",
+            Op::Softmax { log: true, .. } => "LogSoftmax",
+            Op::LayerNorm { rms: false, .. } => "LayerNormalization",
+            Op::LayerNorm { rms: true, .. } => "RMSNormalization",
+            Op::ArgReduce { max: true, .. } => "ArgMax",
+            Op::ArgReduce { max: false, .. } => "ArgMin",
+            Op::Trilu { .. } => "Trilu",
+            Op::GatherElements { .. } => "GatherElements",
+            Op::CumSum { .. } => "CumSum",
+            Op::Tile => "Tile",
+            Op::CastLike => "CastLike",
+            Op::Size => "Size",
+            Op::EyeLike { .. } => "EyeLike",
+            Op::TileCopy => "TileCopy",
             Op::Reduce { op, .. } => match op {
                 ReduceOp::Sum => "ReduceSum",
                 ReduceOp::Mean => "ReduceMean",
                 ReduceOp::Max => "ReduceMax",
                 ReduceOp::Min => "ReduceMin",
                 ReduceOp::Prod => "ReduceProd",
+                ReduceOp::SumSquare => "ReduceSumSquare",
+                ReduceOp::L1 => "ReduceL1",
+                ReduceOp::L2 => "ReduceL2",
+                ReduceOp::LogSum => "ReduceLogSum",
+                ReduceOp::LogSumExp => "ReduceLogSumExp",
             },
             Op::Reshape { .. } => "Reshape",
             Op::Flatten { .. } => "Flatten",
@@ -317,8 +435,13 @@ impl Op {
             | Op::Concat { .. }
             | Op::Gather { .. }
             | Op::Alias
-            | Op::StridedCopy { .. } => true,
+            | Op::StridedCopy { .. }
+            | Op::TileCopy
+            | Op::ArgReduce { .. }
+            | Op::GatherElements { .. } => true,
             Op::Reduce { axes, .. } => axes.is_some(),
+            Op::Trilu { k, .. } => k.is_some(),
+            Op::CumSum { axis, .. } => axis.is_some(),
             _ => false,
         }
     }

@@ -6,13 +6,7 @@ use std::fmt::Write;
 /// Prints inputs, nodes in topological order (with each op's parameters) and outputs, one per line.
 pub fn print(g: &Graph) -> String {
     let mut s = String::new();
-    let ty = |v| {
-        g.value(v)
-            .ty
-            .as_ref()
-            .map(|t| t.to_string())
-            .unwrap_or_else(|| "?".into())
-    };
+    let ty = |v| g.value(v).ty.as_ref().map(|t| t.to_string()).unwrap_or_else(|| "?".into());
     for &v in &g.inputs {
         let _ = writeln!(s, "input  {}: {}", g.value(v).name, ty(v));
     }
@@ -31,19 +25,8 @@ pub fn print(g: &Graph) -> String {
                 None => "_".into(),
             })
             .collect();
-        let outs: Vec<String> = node
-            .outputs
-            .iter()
-            .map(|&o| format!("{}: {}", g.value(o).name, ty(o)))
-            .collect();
-        let _ = writeln!(
-            s,
-            "{} = {:?}({})  # {}",
-            outs.join(", "),
-            node.op,
-            ins.join(", "),
-            node.name
-        );
+        let outs: Vec<String> = node.outputs.iter().map(|&o| format!("{}: {}", g.value(o).name, ty(o))).collect();
+        let _ = writeln!(s, "{} = {:?}({})  # {}", outs.join(", "), node.op, ins.join(", "), node.name);
     }
     for &v in &g.outputs {
         let _ = writeln!(s, "output {}: {}", g.value(v).name, ty(v));

@@ -36,20 +36,8 @@ impl Data {
     /// Concatenates storage of the same kind.
     pub fn concat(parts: &[&Data]) -> Data {
         match parts.first() {
-            Some(Data::F32(_)) => Data::F32(
-                parts
-                    .iter()
-                    .flat_map(|p| p.as_f64())
-                    .map(|x| x as f32)
-                    .collect(),
-            ),
-            Some(Data::Bool(_)) => Data::Bool(
-                parts
-                    .iter()
-                    .flat_map(|p| p.as_f64())
-                    .map(|x| x != 0.0)
-                    .collect(),
-            ),
+            Some(Data::F32(_)) => Data::F32(parts.iter().flat_map(|p| p.as_f64()).map(|x| x as f32).collect()),
+            Some(Data::Bool(_)) => Data::Bool(parts.iter().flat_map(|p| p.as_f64()).map(|x| x != 0.0).collect()),
             _ => Data::I64(parts.iter().flat_map(|p| p.as_i64()).collect()),
         }
     }
@@ -81,27 +69,15 @@ pub struct Tensor {
 
 impl Tensor {
     pub fn f32(shape: Vec<usize>, v: Vec<f32>) -> Tensor {
-        Tensor {
-            dtype: DType::F32,
-            shape,
-            data: Data::F32(v),
-        }
+        Tensor { dtype: DType::F32, shape, data: Data::F32(v) }
     }
 
     pub fn i64(shape: Vec<usize>, v: Vec<i64>) -> Tensor {
-        Tensor {
-            dtype: DType::I64,
-            shape,
-            data: Data::I64(v),
-        }
+        Tensor { dtype: DType::I64, shape, data: Data::I64(v) }
     }
 
     pub fn bool(shape: Vec<usize>, v: Vec<bool>) -> Tensor {
-        Tensor {
-            dtype: DType::Bool,
-            shape,
-            data: Data::Bool(v),
-        }
+        Tensor { dtype: DType::Bool, shape, data: Data::Bool(v) }
     }
 
     /// Builds a tensor of `dtype` from f64 values, rounding as a cast would.
@@ -136,11 +112,7 @@ impl Tensor {
     /// The same data under another shape with as many elements.
     pub fn reshaped(&self, shape: Vec<usize>) -> Tensor {
         debug_assert_eq!(shape.iter().product::<usize>(), self.numel());
-        Tensor {
-            dtype: self.dtype,
-            shape,
-            data: self.data.clone(),
-        }
+        Tensor { dtype: self.dtype, shape, data: self.data.clone() }
     }
 }
 
@@ -158,16 +130,8 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let r = a.len().max(b.len());
     let mut out = vec![0; r];
     for i in 0..r {
-        let da = if i + a.len() >= r {
-            a[i + a.len() - r]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= r {
-            b[i + b.len() - r]
-        } else {
-            1
-        };
+        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -182,15 +146,7 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<i64> {
     let cs = contiguous_strides(shape);
     let off = out.len() - shape.len();
-    (0..out.len())
-        .map(|d| {
-            if d < off || shape[d - off] == 1 {
-                0
-            } else {
-                cs[d - off] as i64
-            }
-        })
-        .collect()
+    (0..out.len()).map(|d| if d < off || shape[d - off] == 1 { 0 } else { cs[d - off] as i64 }).collect()
 }
 
 /// Flat source indices for a strided read of `out_shape` elements.

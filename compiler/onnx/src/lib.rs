@@ -10,45 +10,50 @@ mod tensor;
 use proto::{AttributeProto, ModelProto, NodeProto};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use wgslc_ir::{
-    AutoPad, BinaryOp, Graph, Op, PoolKind, ReduceOp, Tensor, TensorType, UnaryOp, ValueId, Window,
-};
+use wgslc_ir::{AutoPad, BinaryOp, Graph, Op, PoolKind, ReduceOp, Tensor, TensorType, UnaryOp, ValueId, Window};
 
 pub use tensor::dtype_from_onnx;
+
+/// Decodes a standalone TensorProto (as in the ONNX test suite's `.pb` files); external data is refused.
+pub fn decode_tensor(bytes: &[u8]) -> Result<Tensor, ImportError> {
+    let t = <proto::TensorProto as prost::Message>::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    tensor::decode(&t, None)
+}
+
+/// The names of a model's run-time inputs (graph inputs that are not initializers), in order.
+pub fn input_names(bytes: &[u8]) -> Result<Vec<String>, ImportError> {
+    let m = <ModelProto as prost::Message>::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    let g = m.graph.ok_or(ImportError::NoGraph)?;
+    let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
+    Ok(g.input.iter().filter(|i| !inits.contains(i.name.as_str())).map(|i| i.name.clone()).collect())
+}
+
+/// The op types of a model's main graph, in node order (for reports).
+pub fn op_types(bytes: &[u8]) -> Result<Vec<String>, ImportError> {
+    let m = <ModelProto as prost::Message>::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    Ok(m.graph.map(|g| g.node.into_iter().map(|n| n.op_type).collect()).unwrap_or_default())
+}
 
 /// Why a model could not be imported. Every variant names what it is about (node, tensor or input).
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
     #[error("cannot read '{path}': {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("not a valid ONNX model: {0}")]
     Decode(String),
     #[error("the model has no graph")]
     NoGraph,
     #[error("node '{node}' ({op}): {reason}")]
-    Node {
-        node: String,
-        op: String,
-        reason: String,
-    },
+    Node { node: String, op: String, reason: String },
     #[error("node '{node}' uses op '{op}' of domain '{domain}', which wgslc does not support")]
-    UnknownDomain {
-        node: String,
-        op: String,
-        domain: String,
-    },
+    UnknownDomain { node: String, op: String, domain: String },
     #[error("node '{node}': unsupported op '{op}'")]
     UnsupportedOp { node: String, op: String },
     #[error("tensor '{name}': {reason}")]
     Tensor { name: String, reason: String },
     #[error("input '{name}': {reason}")]
     Input { name: String, reason: String },
-    #[error(
-        "unbound symbolic dimensions: {0}; bind them with --dim NAME=VALUE or --shape INPUT=AxBxC"
-    )]
+    #[error("unbound symbolic dimensions: {0}; bind them with --dim NAME=VALUE or --shape INPUT=AxBxC")]
     UnboundDims(String),
     #[error("node '{node}' reads '{value}', which no node, input or initializer defines")]
     UndefinedValue { node: String, value: String },
@@ -67,47 +72,30 @@ pub struct ImportOptions {
     pub dims: HashMap<String, usize>,
     /// `--shape INPUT=AxBxC`: overrides of whole input shapes.
     pub shapes: HashMap<String, Vec<usize>>,
+    /// `--const INPUT=FILE.npy`: inputs specialized to a value at compile time (they stop being run-time
+    /// inputs). This is how a static compiler takes shape-like parameters that a model leaves as inputs.
+    pub constants: HashMap<String, Tensor>,
 }
 
 /// Reads and imports a model file; external data is resolved relative to the file's directory.
 pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportError> {
-    let bytes = std::fs::read(path).map_err(|source| ImportError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    let dir = path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io { path: path.to_owned(), source })?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     import_bytes(&bytes, Some(&dir), opts)
 }
 
 /// Imports a serialized ModelProto. `model_dir` is where external data may live (`None` refuses external data).
-pub fn import_bytes(
-    bytes: &[u8],
-    model_dir: Option<&Path>,
-    opts: &ImportOptions,
-) -> Result<Graph, ImportError> {
-    let model = <ModelProto as prost::Message>::decode(bytes)
-        .map_err(|e| ImportError::Decode(e.to_string()))?;
+pub fn import_bytes(bytes: &[u8], model_dir: Option<&Path>, opts: &ImportOptions) -> Result<Graph, ImportError> {
+    let model = <ModelProto as prost::Message>::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
     import_model(&model, model_dir, opts)
 }
 
 /// The opset of the default domain.
 fn default_opset(model: &ModelProto) -> i64 {
-    model
-        .opset_import
-        .iter()
-        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
-        .map(|o| o.version)
-        .unwrap_or(1)
+    model.opset_import.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx").map(|o| o.version).unwrap_or(1)
 }
 
-pub fn import_model(
-    model: &ModelProto,
-    model_dir: Option<&Path>,
-    opts: &ImportOptions,
-) -> Result<Graph, ImportError> {
+pub fn import_model(model: &ModelProto, model_dir: Option<&Path>, opts: &ImportOptions) -> Result<Graph, ImportError> {
     let graph = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
     if !graph.sparse_initializer.is_empty() {
         return Err(ImportError::Tensor {
@@ -115,12 +103,7 @@ pub fn import_model(
             reason: "sparse initializers are not supported".into(),
         });
     }
-    let mut imp = Importer {
-        g: Graph::new(),
-        names: HashMap::new(),
-        opset: default_opset(model),
-        model_dir,
-    };
+    let mut imp = Importer { g: Graph::new(), names: HashMap::new(), opset: default_opset(model), model_dir };
 
     for init in &graph.initializer {
         let t = tensor::decode(init, imp.model_dir)?;
@@ -138,6 +121,12 @@ pub fn import_model(
         if imp.names.contains_key(&inp.name) {
             continue;
         }
+        if let Some(t) = opts.constants.get(&inp.name) {
+            used_bindings.insert(inp.name.clone());
+            let v = imp.g.add_const(inp.name.clone(), t.clone());
+            imp.names.insert(inp.name.clone(), v);
+            continue;
+        }
         let tt = inp
             .r#type
             .as_ref()
@@ -152,24 +141,15 @@ pub fn import_model(
                 name: inp.name.clone(),
                 reason: "only tensor inputs are supported (sequence, map, optional and sparse inputs are not)".into(),
             })?;
-        let dtype = dtype_from_onnx(tt.elem_type).map_err(|reason| ImportError::Input {
-            name: inp.name.clone(),
-            reason,
-        })?;
+        let dtype =
+            dtype_from_onnx(tt.elem_type).map_err(|reason| ImportError::Input { name: inp.name.clone(), reason })?;
         let shape = if let Some(s) = opts.shapes.get(&inp.name) {
             used_bindings.insert(inp.name.clone());
             Some(s.clone())
         } else {
             let mut shape = Vec::new();
             let mut ok = true;
-            for (i, d) in tt
-                .shape
-                .as_ref()
-                .map(|s| s.dim.as_slice())
-                .unwrap_or(&[])
-                .iter()
-                .enumerate()
-            {
+            for (i, d) in tt.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or(&[]).iter().enumerate() {
                 match (d.dim_value, &d.dim_param) {
                     (Some(v), _) if v >= 0 => shape.push(v as usize),
                     (Some(v), _) => {
@@ -187,47 +167,30 @@ pub fn import_model(
                         ok = false;
                     }
                     _ => {
-                        unbound.insert(format!(
-                            "unnamed dim {i} of input '{}' (use --shape)",
-                            inp.name
-                        ));
+                        unbound.insert(format!("unnamed dim {i} of input '{}' (use --shape)", inp.name));
                         ok = false;
                     }
                 }
             }
             if tt.shape.is_none() {
-                unbound.insert(format!(
-                    "the whole shape of input '{}' (use --shape)",
-                    inp.name
-                ));
+                unbound.insert(format!("the whole shape of input '{}' (use --shape)", inp.name));
                 ok = false;
             }
             ok.then_some(shape)
         };
-        if shape.as_ref().is_some_and(|s| {
-            s.iter()
-                .try_fold(1usize, |a, &d| a.checked_mul(d))
-                .is_none()
-        }) {
-            return Err(ImportError::Input {
-                name: inp.name.clone(),
-                reason: "shape overflows".into(),
-            });
+        if shape.as_ref().is_some_and(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none()) {
+            return Err(ImportError::Input { name: inp.name.clone(), reason: "shape overflows".into() });
         }
-        let v = imp
-            .g
-            .add_value(inp.name.clone(), shape.map(|s| TensorType::new(dtype, s)));
+        let v = imp.g.add_value(inp.name.clone(), shape.map(|s| TensorType::new(dtype, s)));
         if imp.names.insert(inp.name.clone(), v).is_some() {
             return Err(ImportError::Duplicate(inp.name.clone()));
         }
         imp.g.inputs.push(v);
     }
     if !unbound.is_empty() {
-        return Err(ImportError::UnboundDims(
-            unbound.into_iter().collect::<Vec<_>>().join(", "),
-        ));
+        return Err(ImportError::UnboundDims(unbound.into_iter().collect::<Vec<_>>().join(", ")));
     }
-    for k in opts.dims.keys().chain(opts.shapes.keys()) {
+    for k in opts.dims.keys().chain(opts.shapes.keys()).chain(opts.constants.keys()) {
         if !used_bindings.contains(k) {
             return Err(ImportError::UnusedBinding(k.clone()));
         }
@@ -238,10 +201,7 @@ pub fn import_model(
     }
 
     for out in &graph.output {
-        let v = *imp
-            .names
-            .get(&out.name)
-            .ok_or_else(|| ImportError::UndefinedOutput(out.name.clone()))?;
+        let v = *imp.names.get(&out.name).ok_or_else(|| ImportError::UndefinedOutput(out.name.clone()))?;
         imp.g.outputs.push(v);
     }
     Ok(imp.g)
@@ -265,11 +225,7 @@ impl<'n> Attrs<'n> {
         self.node.attribute.iter().find(|a| a.name == key)
     }
     fn err(&self, reason: impl Into<String>) -> ImportError {
-        ImportError::Node {
-            node: self.name.to_string(),
-            op: self.node.op_type.clone(),
-            reason: reason.into(),
-        }
+        ImportError::Node { node: self.name.to_string(), op: self.node.op_type.clone(), reason: reason.into() }
     }
     fn int(&self, key: &str, default: i64) -> i64 {
         self.get(key).map(|a| a.i).unwrap_or(default)
@@ -281,28 +237,20 @@ impl<'n> Attrs<'n> {
         self.get(key).map(|a| a.ints.clone())
     }
     fn string(&self, key: &str) -> Option<String> {
-        self.get(key)
-            .map(|a| String::from_utf8_lossy(&a.s).into_owned())
+        self.get(key).map(|a| String::from_utf8_lossy(&a.s).into_owned())
     }
     fn usizes(&self, key: &str) -> Result<Vec<usize>, ImportError> {
         self.ints(key)
             .unwrap_or_default()
             .into_iter()
-            .map(|x| {
-                usize::try_from(x)
-                    .map_err(|_| self.err(format!("attribute '{key}' has a negative value {x}")))
-            })
+            .map(|x| usize::try_from(x).map_err(|_| self.err(format!("attribute '{key}' has a negative value {x}"))))
             .collect()
     }
 }
 
 impl Importer<'_> {
     fn node(&mut self, index: usize, node: &NodeProto) -> Result<(), ImportError> {
-        let name = if node.name.is_empty() {
-            format!("{}_{index}", node.op_type)
-        } else {
-            node.name.clone()
-        };
+        let name = if node.name.is_empty() { format!("{}_{index}", node.op_type) } else { node.name.clone() };
         let a = Attrs { node, name: &name };
         if !(node.domain.is_empty() || node.domain == "ai.onnx") {
             return Err(ImportError::UnknownDomain {
@@ -311,14 +259,8 @@ impl Importer<'_> {
                 domain: node.domain.clone(),
             });
         }
-        if node
-            .attribute
-            .iter()
-            .any(|at| !at.ref_attr_name.is_empty() || at.g.is_some() || !at.graphs.is_empty())
-        {
-            return Err(a.err(
-                "subgraph and reference attributes (If, Loop, Scan, functions) are not supported",
-            ));
+        if node.attribute.iter().any(|at| !at.ref_attr_name.is_empty() || at.g.is_some() || !at.graphs.is_empty()) {
+            return Err(a.err("subgraph and reference attributes (If, Loop, Scan, functions) are not supported"));
         }
         let mut inputs = Vec::with_capacity(node.input.len());
         for n in &node.input {
@@ -328,10 +270,7 @@ impl Importer<'_> {
                 let v = *self
                     .names
                     .get(n)
-                    .ok_or_else(|| ImportError::UndefinedValue {
-                        node: name.clone(),
-                        value: n.clone(),
-                    })?;
+                    .ok_or_else(|| ImportError::UndefinedValue { node: name.clone(), value: n.clone() })?;
                 inputs.push(Some(v));
             }
         }
@@ -350,11 +289,64 @@ impl Importer<'_> {
             "GreaterOrEqual" => Op::Binary(BinaryOp::GreaterOrEqual),
             "And" => Op::Binary(BinaryOp::And),
             "Or" => Op::Binary(BinaryOp::Or),
-            "Max" | "Min" if inputs.len() == 2 => Op::Binary(if node.op_type == "Max" {
-                BinaryOp::Max
-            } else {
-                BinaryOp::Min
-            }),
+            "Max" | "Min" | "Sum" | "Mean" => return self.variadic(&a, node, inputs),
+            "Xor" => Op::Binary(BinaryOp::Xor),
+            "BitwiseAnd" => Op::Binary(BinaryOp::BitwiseAnd),
+            "BitwiseOr" => Op::Binary(BinaryOp::BitwiseOr),
+            "BitwiseXor" => Op::Binary(BinaryOp::BitwiseXor),
+            "BitwiseNot" => Op::Unary(UnaryOp::BitwiseNot),
+            "BitShift" => match a.string("direction").as_deref() {
+                Some("LEFT") => Op::Binary(BinaryOp::BitShiftLeft),
+                Some("RIGHT") => Op::Binary(BinaryOp::BitShiftRight),
+                _ => return Err(a.err("direction must be LEFT or RIGHT")),
+            },
+            "Mod" => Op::Binary(BinaryOp::Mod { fmod: a.int("fmod", 0) != 0 }),
+            "PRelu" => Op::Binary(BinaryOp::PRelu),
+            "Tan" => Op::Unary(UnaryOp::Tan),
+            "Asin" => Op::Unary(UnaryOp::Asin),
+            "Acos" => Op::Unary(UnaryOp::Acos),
+            "Atan" => Op::Unary(UnaryOp::Atan),
+            "Sinh" => Op::Unary(UnaryOp::Sinh),
+            "Cosh" => Op::Unary(UnaryOp::Cosh),
+            "Asinh" => Op::Unary(UnaryOp::Asinh),
+            "Acosh" => Op::Unary(UnaryOp::Acosh),
+            "Atanh" => Op::Unary(UnaryOp::Atanh),
+            "Softplus" => Op::Unary(UnaryOp::Softplus),
+            "Softsign" => Op::Unary(UnaryOp::Softsign),
+            "Mish" => Op::Unary(UnaryOp::Mish),
+            "Sign" => Op::Unary(UnaryOp::Sign),
+            "Round" => Op::Unary(UnaryOp::Round),
+            "Elu" => Op::Unary(UnaryOp::Elu(a.float("alpha", 1.0))),
+            "Selu" => Op::Unary(UnaryOp::Selu(a.float("alpha", 1.673_263_2), a.float("gamma", 1.050_701))),
+            "Celu" => Op::Unary(UnaryOp::Celu(a.float("alpha", 1.0))),
+            "ThresholdedRelu" => Op::Unary(UnaryOp::ThresholdedRelu(a.float("alpha", 1.0))),
+            "IsInf" => Op::Unary(UnaryOp::IsInf(a.int("detect_positive", 1) != 0, a.int("detect_negative", 1) != 0)),
+            "Shrink" => Op::Unary(UnaryOp::Shrink(a.float("bias", 0.0), a.float("lambd", 0.5))),
+            "CastLike" => Op::CastLike,
+            "Size" => Op::Size,
+            "EyeLike" => Op::EyeLike {
+                k: a.int("k", 0),
+                dtype: a.get("dtype").map(|d| dtype_from_onnx(d.i as i32)).transpose().map_err(|r| a.err(r))?,
+            },
+            "Tile" => Op::Tile,
+            "Trilu" => Op::Trilu { upper: a.int("upper", 1) != 0, k: None },
+            "GatherElements" => Op::GatherElements { axis: a.int("axis", 0) },
+            "CumSum" => {
+                Op::CumSum { axis: None, exclusive: a.int("exclusive", 0) != 0, reverse: a.int("reverse", 0) != 0 }
+            }
+            "ArgMax" | "ArgMin" => Op::ArgReduce {
+                max: node.op_type == "ArgMax",
+                axis: a.int("axis", 0),
+                keepdims: a.int("keepdims", 1) != 0,
+                select_last: a.int("select_last_index", 0) != 0,
+            },
+            "LogSoftmax" => {
+                let legacy = opset < 13;
+                Op::Softmax { axis: a.int("axis", if legacy { 1 } else { -1 }), legacy, log: true }
+            }
+            "RMSNormalization" => {
+                Op::LayerNorm { axis: a.int("axis", -1), epsilon: a.float("epsilon", 1e-5), rms: true }
+            }
             "Neg" => Op::Unary(UnaryOp::Neg),
             "Abs" => Op::Unary(UnaryOp::Abs),
             "Sqrt" => Op::Unary(UnaryOp::Sqrt),
@@ -377,10 +369,7 @@ impl Importer<'_> {
                 other => return Err(a.err(format!("unknown approximate='{other}'"))),
             },
             "LeakyRelu" => Op::Unary(UnaryOp::LeakyRelu(a.float("alpha", 0.01))),
-            "HardSigmoid" => Op::Unary(UnaryOp::HardSigmoid(
-                a.float("alpha", 0.2),
-                a.float("beta", 0.5),
-            )),
+            "HardSigmoid" => Op::Unary(UnaryOp::HardSigmoid(a.float("alpha", 0.2), a.float("beta", 0.5))),
             "HardSwish" => Op::Unary(UnaryOp::HardSwish),
             "Clip" => {
                 if opset < 11 {
@@ -393,10 +382,7 @@ impl Importer<'_> {
             }
             "Where" => Op::Where,
             "Cast" => {
-                let to = a
-                    .get("to")
-                    .ok_or_else(|| a.err("missing attribute 'to'"))?
-                    .i as i32;
+                let to = a.get("to").ok_or_else(|| a.err("missing attribute 'to'"))?.i as i32;
                 Op::Cast(dtype_from_onnx(to).map_err(|r| a.err(r))?)
             }
             "MatMul" => Op::MatMul,
@@ -408,35 +394,29 @@ impl Importer<'_> {
             },
             "Softmax" => {
                 let legacy = opset < 13;
-                Op::Softmax {
-                    axis: a.int("axis", if legacy { 1 } else { -1 }),
-                    legacy,
-                }
+                Op::Softmax { axis: a.int("axis", if legacy { 1 } else { -1 }), legacy, log: false }
             }
             "LayerNormalization" => {
                 if node.output.iter().skip(1).any(|o| !o.is_empty()) {
-                    return Err(
-                        a.err("the Mean and InvStdDev outputs (training) are not supported")
-                    );
+                    return Err(a.err("the Mean and InvStdDev outputs (training) are not supported"));
                 }
-                Op::LayerNorm {
-                    axis: a.int("axis", -1),
-                    epsilon: a.float("epsilon", 1e-5),
-                }
+                Op::LayerNorm { axis: a.int("axis", -1), epsilon: a.float("epsilon", 1e-5), rms: false }
             }
-            "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" => {
+            "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceSumSquare" | "ReduceL1"
+            | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" => {
                 let op = match node.op_type.as_str() {
                     "ReduceSum" => ReduceOp::Sum,
                     "ReduceMean" => ReduceOp::Mean,
                     "ReduceMax" => ReduceOp::Max,
                     "ReduceMin" => ReduceOp::Min,
-                    _ => ReduceOp::Prod,
+                    "ReduceProd" => ReduceOp::Prod,
+                    "ReduceSumSquare" => ReduceOp::SumSquare,
+                    "ReduceL1" => ReduceOp::L1,
+                    "ReduceL2" => ReduceOp::L2,
+                    "ReduceLogSum" => ReduceOp::LogSum,
+                    _ => ReduceOp::LogSumExp,
                 };
-                let axes_as_input = if op == ReduceOp::Sum {
-                    opset >= 13
-                } else {
-                    opset >= 18
-                };
+                let axes_as_input = if op == ReduceOp::Sum { opset >= 13 } else { opset >= 18 };
                 if !axes_as_input {
                     inputs.truncate(1);
                     if let Some(axes) = a.ints("axes") {
@@ -454,10 +434,7 @@ impl Importer<'_> {
                 if inputs.len() < 2 {
                     return Err(a.err("Conv needs X and W"));
                 }
-                Op::Conv {
-                    window: self.window(&a, false)?,
-                    group: a.int("group", 1).max(1) as usize,
-                }
+                Op::Conv { window: self.window(&a, false)?, group: a.int("group", 1).max(1) as usize }
             }
             "MaxPool" | "AveragePool" => {
                 if node.output.iter().skip(1).any(|o| !o.is_empty()) {
@@ -466,51 +443,26 @@ impl Importer<'_> {
                 if a.int("storage_order", 0) != 0 {
                     return Err(a.err("storage_order=1 is not supported"));
                 }
-                let kind = if node.op_type == "MaxPool" {
-                    PoolKind::Max
-                } else {
-                    PoolKind::Avg
-                };
-                Op::Pool {
-                    kind,
-                    window: self.window(&a, true)?,
-                    count_include_pad: a.int("count_include_pad", 0) != 0,
-                }
+                let kind = if node.op_type == "MaxPool" { PoolKind::Max } else { PoolKind::Avg };
+                Op::Pool { kind, window: self.window(&a, true)?, count_include_pad: a.int("count_include_pad", 0) != 0 }
             }
             "GlobalAveragePool" => Op::GlobalPool(PoolKind::Avg),
             "GlobalMaxPool" => Op::GlobalPool(PoolKind::Max),
             "BatchNormalization" => {
-                if a.int("training_mode", 0) != 0
-                    || node.output.iter().skip(1).any(|o| !o.is_empty())
-                {
-                    return Err(a.err(
-                        "training mode (extra outputs) is not supported; export in eval mode",
-                    ));
+                if a.int("training_mode", 0) != 0 || node.output.iter().skip(1).any(|o| !o.is_empty()) {
+                    return Err(a.err("training mode (extra outputs) is not supported; export in eval mode"));
                 }
-                Op::BatchNorm {
-                    epsilon: a.float("epsilon", 1e-5),
-                }
+                Op::BatchNorm { epsilon: a.float("epsilon", 1e-5) }
             }
             "Reshape" => {
                 if opset < 5 {
                     return Err(a.err("Reshape-1 (shape as attribute) is not supported"));
                 }
-                Op::Reshape {
-                    allowzero: a.int("allowzero", 0) != 0,
-                }
+                Op::Reshape { allowzero: a.int("allowzero", 0) != 0 }
             }
-            "Flatten" => Op::Flatten {
-                axis: a.int("axis", 1),
-            },
-            "Transpose" => Op::Transpose {
-                perm: a.usizes("perm").ok().filter(|p| !p.is_empty()),
-            },
-            "Concat" => Op::Concat {
-                axis: a
-                    .get("axis")
-                    .ok_or_else(|| a.err("missing attribute 'axis'"))?
-                    .i,
-            },
+            "Flatten" => Op::Flatten { axis: a.int("axis", 1) },
+            "Transpose" => Op::Transpose { perm: a.usizes("perm").ok().filter(|p| !p.is_empty()) },
+            "Concat" => Op::Concat { axis: a.get("axis").ok_or_else(|| a.err("missing attribute 'axis'"))?.i },
             "Split" => {
                 if opset < 13 {
                     inputs.truncate(1);
@@ -523,9 +475,7 @@ impl Importer<'_> {
                         return Err(a.err("num_outputs differs from the number of outputs"));
                     }
                 }
-                Op::Split {
-                    axis: a.int("axis", 0),
-                }
+                Op::Split { axis: a.int("axis", 0) }
             }
             "Slice" => {
                 if opset < 10 {
@@ -541,9 +491,7 @@ impl Importer<'_> {
                 }
                 Op::Slice
             }
-            "Gather" => Op::Gather {
-                axis: a.int("axis", 0),
-            },
+            "Gather" => Op::Gather { axis: a.int("axis", 0) },
             "Unsqueeze" | "Squeeze" => {
                 if opset < 13 {
                     inputs.truncate(1);
@@ -563,13 +511,9 @@ impl Importer<'_> {
                 if node.output.iter().skip(1).any(|o| !o.is_empty()) {
                     return Err(a.err("the mask output of Dropout is not supported"));
                 }
-                inputs.truncate(1);
                 Op::Dropout
             }
-            "Shape" => Op::Shape {
-                start: a.int("start", 0),
-                end: a.get("end").map(|x| x.i),
-            },
+            "Shape" => Op::Shape { start: a.int("start", 0), end: a.get("end").map(|x| x.i) },
             "ConstantOfShape" => {
                 let value = match a.get("value").and_then(|v| v.t.as_ref()) {
                     Some(t) => tensor::decode(t, self.model_dir)?,
@@ -581,30 +525,18 @@ impl Importer<'_> {
                 Op::ConstantOfShape(value)
             }
             "Range" => Op::Range,
-            _ => {
-                return Err(ImportError::UnsupportedOp {
-                    node: name,
-                    op: node.op_type.clone(),
-                })
-            }
+            _ => return Err(ImportError::UnsupportedOp { node: name, op: node.op_type.clone() }),
         };
         // Drop trailing absent inputs so ops see only what is there.
         while inputs.last() == Some(&None) {
             inputs.pop();
         }
         let outputs = self.define_outputs(&name, &node.output, &op)?;
-        self.g
-            .add_node(name.clone(), op, inputs, outputs)
-            .map_err(|e| a.err(e.to_string()))?;
+        self.g.add_node(name.clone(), op, inputs, outputs).map_err(|e| a.err(e.to_string()))?;
         Ok(())
     }
 
-    fn define_outputs(
-        &mut self,
-        node: &str,
-        outs: &[String],
-        op: &Op,
-    ) -> Result<Vec<ValueId>, ImportError> {
+    fn define_outputs(&mut self, node: &str, outs: &[String], op: &Op) -> Result<Vec<ValueId>, ImportError> {
         // Single-output ops whose optional extra outputs were refused above keep only the first.
         let keep = match op {
             Op::Split { .. } => outs.len(),
@@ -647,15 +579,47 @@ impl Importer<'_> {
         } else {
             return Err(a.err("only tensor, float(s) and int(s) constants are supported"));
         };
-        let out = node
-            .output
-            .first()
-            .ok_or_else(|| a.err("Constant has no output"))?;
+        let out = node.output.first().ok_or_else(|| a.err("Constant has no output"))?;
         if self.names.contains_key(out) {
             return Err(ImportError::Duplicate(out.clone()));
         }
         let v = self.g.add_const(out.clone(), t);
         self.names.insert(out.clone(), v);
+        Ok(())
+    }
+
+    /// Max, Min, Sum and Mean over any number of inputs: a chain of binary nodes (Mean divides at the end).
+    fn variadic(&mut self, a: &Attrs, node: &NodeProto, inputs: Vec<Option<ValueId>>) -> Result<(), ImportError> {
+        let ins: Vec<ValueId> = inputs.into_iter().flatten().collect();
+        let (bop, name) = match node.op_type.as_str() {
+            "Max" => (BinaryOp::Max, a.name),
+            "Min" => (BinaryOp::Min, a.name),
+            _ => (BinaryOp::Add, a.name),
+        };
+        if ins.is_empty() {
+            return Err(a.err("needs at least one input"));
+        }
+        let outs = self.define_outputs(name, &node.output, &Op::Identity)?;
+        let mean = node.op_type == "Mean" && ins.len() > 1;
+        let mut acc = ins[0];
+        if ins.len() == 1 {
+            self.g.add_node(name, Op::Identity, vec![Some(acc)], outs).map_err(|e| a.err(e.to_string()))?;
+            return Ok(());
+        }
+        for (i, &v) in ins.iter().enumerate().skip(1) {
+            let last = i == ins.len() - 1 && !mean;
+            let out = if last { outs[0] } else { self.g.add_value(self.g.fresh_name(&format!("{name}.acc")), None) };
+            self.g
+                .add_node(format!("{name}/{i}"), Op::Binary(bop), vec![Some(acc), Some(v)], vec![out])
+                .map_err(|e| a.err(e.to_string()))?;
+            acc = out;
+        }
+        if mean {
+            let n = self.scalar_const(name, "count", ins.len() as f32);
+            self.g
+                .add_node(format!("{name}/mean"), Op::Binary(BinaryOp::Div), vec![Some(acc), Some(n)], outs)
+                .map_err(|e| a.err(e.to_string()))?;
+        }
         Ok(())
     }
 

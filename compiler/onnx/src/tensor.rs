@@ -24,9 +24,7 @@ pub fn dtype_from_onnx(t: i32) -> Result<DType, String> {
         dt::STRING => return Err("string tensors are not supported".into()),
         dt::BFLOAT16 => return Err("bfloat16 tensors are not supported".into()),
         14 | 15 => return Err("complex tensors are not supported".into()),
-        17..=23 => {
-            return Err("8-bit, 4-bit float and 4-bit integer tensors are not supported".into())
-        }
+        17..=23 => return Err("8-bit, 4-bit float and 4-bit integer tensors are not supported".into()),
         other => return Err(format!("unknown element type {other}")),
     })
 }
@@ -44,19 +42,13 @@ fn elem_size(d: DType) -> usize {
 const MAX_ELEMENTS: usize = 1 << 32;
 
 pub(crate) fn decode(t: &TensorProto, model_dir: Option<&Path>) -> Result<Tensor, ImportError> {
-    let err = |reason: String| ImportError::Tensor {
-        name: t.name.clone(),
-        reason,
-    };
+    let err = |reason: String| ImportError::Tensor { name: t.name.clone(), reason };
     let dtype = dtype_from_onnx(t.data_type).map_err(err)?;
     let mut shape = Vec::with_capacity(t.dims.len());
     let mut n: usize = 1;
     for &d in &t.dims {
         let d = usize::try_from(d).map_err(|_| err(format!("negative dimension {d}")))?;
-        n = n
-            .checked_mul(d)
-            .filter(|&n| n <= MAX_ELEMENTS)
-            .ok_or_else(|| err("too many elements".into()))?;
+        n = n.checked_mul(d).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| err("too many elements".into()))?;
         shape.push(d);
     }
     let bytes_needed = n * elem_size(dtype);
@@ -73,36 +65,26 @@ pub(crate) fn decode(t: &TensorProto, model_dir: Option<&Path>) -> Result<Tensor
 
     let data = if let Some(raw) = raw {
         if raw.len() != bytes_needed {
-            return Err(err(format!(
-                "raw data holds {} bytes, the dims need {bytes_needed}",
-                raw.len()
-            )));
+            return Err(err(format!("raw data holds {} bytes, the dims need {bytes_needed}", raw.len())));
         }
         from_le_bytes(dtype, raw)
     } else {
         let len_err = |have: usize| err(format!("holds {have} values, the dims need {n}"));
         match dtype {
-            DType::F32 => (t.float_data.len() == n)
-                .then(|| Data::F32(t.float_data.clone()))
-                .ok_or(len_err(t.float_data.len()))?,
+            DType::F32 => {
+                (t.float_data.len() == n).then(|| Data::F32(t.float_data.clone())).ok_or(len_err(t.float_data.len()))?
+            }
             DType::F64 => (t.double_data.len() == n)
                 .then(|| Data::F32(t.double_data.iter().map(|&x| x as f32).collect()))
                 .ok_or(len_err(t.double_data.len()))?,
-            DType::I64 => (t.int64_data.len() == n)
-                .then(|| Data::I64(t.int64_data.clone()))
-                .ok_or(len_err(t.int64_data.len()))?,
+            DType::I64 => {
+                (t.int64_data.len() == n).then(|| Data::I64(t.int64_data.clone())).ok_or(len_err(t.int64_data.len()))?
+            }
             DType::U64 | DType::U32 => (t.uint64_data.len() == n)
                 .then(|| Data::I64(t.uint64_data.iter().map(|&x| x as i64).collect()))
                 .ok_or(len_err(t.uint64_data.len()))?,
             DType::F16 => (t.int32_data.len() == n)
-                .then(|| {
-                    Data::F32(
-                        t.int32_data
-                            .iter()
-                            .map(|&x| half::f16::from_bits(x as u16).to_f32())
-                            .collect(),
-                    )
-                })
+                .then(|| Data::F32(t.int32_data.iter().map(|&x| half::f16::from_bits(x as u16).to_f32()).collect()))
                 .ok_or(len_err(t.int32_data.len()))?,
             DType::Bool => (t.int32_data.len() == n)
                 .then(|| Data::Bool(t.int32_data.iter().map(|&x| x != 0).collect()))
@@ -118,9 +100,7 @@ pub(crate) fn decode(t: &TensorProto, model_dir: Option<&Path>) -> Result<Tensor
 fn from_le_bytes(dtype: DType, raw: &[u8]) -> Data {
     macro_rules! conv {
         ($ty:ty, $n:expr, $map:expr) => {
-            raw.chunks_exact($n)
-                .map(|c| $map(<$ty>::from_le_bytes(c.try_into().unwrap())))
-                .collect()
+            raw.chunks_exact($n).map(|c| $map(<$ty>::from_le_bytes(c.try_into().unwrap()))).collect()
         };
     }
     match dtype {
@@ -141,49 +121,24 @@ fn from_le_bytes(dtype: DType, raw: &[u8]) -> Data {
 
 /// Reads an external-data tensor. The location must be a relative path that stays inside the model's directory;
 /// offset and length must lie inside the file.
-fn read_external(
-    t: &TensorProto,
-    model_dir: Option<&Path>,
-    bytes_needed: usize,
-) -> Result<Vec<u8>, String> {
-    let dir = model_dir
-        .ok_or("external data needs the model's directory (load the model from a file)")?;
-    let get = |k: &str| {
-        t.external_data
-            .iter()
-            .find(|e| e.key == k)
-            .map(|e| e.value.as_str())
-    };
+fn read_external(t: &TensorProto, model_dir: Option<&Path>, bytes_needed: usize) -> Result<Vec<u8>, String> {
+    let dir = model_dir.ok_or("external data needs the model's directory (load the model from a file)")?;
+    let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
     let location = get("location").ok_or("external data without a 'location'")?;
     let rel = Path::new(location);
-    if rel.is_absolute()
-        || rel
-            .components()
-            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!(
-            "external data location '{location}' escapes the model's directory"
-        ));
+    if rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+        return Err(format!("external data location '{location}' escapes the model's directory"));
     }
     let parse = |k: &str| -> Result<Option<u64>, String> {
-        get(k)
-            .map(|v| {
-                v.parse::<u64>()
-                    .map_err(|_| format!("external data '{k}' is not a number: '{v}'"))
-            })
-            .transpose()
+        get(k).map(|v| v.parse::<u64>().map_err(|_| format!("external data '{k}' is not a number: '{v}'"))).transpose()
     };
     let offset = parse("offset")?.unwrap_or(0);
     let length = parse("length")?.unwrap_or(bytes_needed as u64);
     if length != bytes_needed as u64 {
-        return Err(format!(
-            "external data length {length} differs from the {bytes_needed} bytes the dims need"
-        ));
+        return Err(format!("external data length {length} differs from the {bytes_needed} bytes the dims need"));
     }
     let path = dir.join(rel);
-    let file_len = std::fs::metadata(&path)
-        .map_err(|e| format!("cannot read external data '{location}': {e}"))?
-        .len();
+    let file_len = std::fs::metadata(&path).map_err(|e| format!("cannot read external data '{location}': {e}"))?.len();
     if offset.checked_add(length).is_none_or(|end| end > file_len) {
         return Err(format!(
             "external data range {offset}..{} lies outside '{location}' ({file_len} bytes)",
@@ -194,7 +149,6 @@ fn read_external(
     let mut f = std::fs::File::open(&path).map_err(|e| format!("cannot open '{location}': {e}"))?;
     f.seek(SeekFrom::Start(offset)).map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; length as usize];
-    f.read_exact(&mut buf)
-        .map_err(|e| format!("cannot read '{location}': {e}"))?;
+    f.read_exact(&mut buf).map_err(|e| format!("cannot read '{location}': {e}"))?;
     Ok(buf)
 }

@@ -7,27 +7,18 @@ fn input(name: &str, dims: &[Dimension]) -> ValueInfoProto {
     ValueInfoProto {
         name: name.into(),
         r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: 1,
-                shape: Some(TensorShapeProto { dim: dims.to_vec() }),
-            }),
+            tensor_type: Some(TypeProtoTensor { elem_type: 1, shape: Some(TensorShapeProto { dim: dims.to_vec() }) }),
             ..Default::default()
         }),
     }
 }
 
 fn fixed(d: i64) -> Dimension {
-    Dimension {
-        dim_value: Some(d),
-        dim_param: None,
-    }
+    Dimension { dim_value: Some(d), dim_param: None }
 }
 
 fn param(p: &str) -> Dimension {
-    Dimension {
-        dim_value: None,
-        dim_param: Some(p.into()),
-    }
+    Dimension { dim_value: None, dim_param: Some(p.into()) }
 }
 
 fn node(op: &str, ins: &[&str], outs: &[&str]) -> NodeProto {
@@ -40,28 +31,14 @@ fn node(op: &str, ins: &[&str], outs: &[&str]) -> NodeProto {
     }
 }
 
-fn model(
-    nodes: Vec<NodeProto>,
-    inputs: Vec<ValueInfoProto>,
-    outputs: &[&str],
-    inits: Vec<TensorProto>,
-) -> ModelProto {
+fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: &[&str], inits: Vec<TensorProto>) -> ModelProto {
     ModelProto {
         ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
         graph: Some(GraphProto {
             node: nodes,
             input: inputs,
-            output: outputs
-                .iter()
-                .map(|n| ValueInfoProto {
-                    name: n.to_string(),
-                    r#type: None,
-                })
-                .collect(),
+            output: outputs.iter().map(|n| ValueInfoProto { name: n.to_string(), r#type: None }).collect(),
             initializer: inits,
             ..Default::default()
         }),
@@ -81,55 +58,31 @@ fn unbound_symbolic_dims_are_listed() {
         &["y"],
         vec![],
     );
-    let err = import(&m, &ImportOptions::default())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("'batch'") && err.contains("'seq'") && err.contains("--dim"),
-        "{err}"
-    );
+    let err = import(&m, &ImportOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("'batch'") && err.contains("'seq'") && err.contains("--dim"), "{err}");
     let mut opts = ImportOptions::default();
     opts.dims.insert("batch".into(), 2);
     opts.dims.insert("seq".into(), 5);
     let g = import(&m, &opts).unwrap();
     assert_eq!(g.ty(g.inputs[0]).shape, vec![2, 4, 5]);
     opts.dims.insert("typo".into(), 1);
-    assert!(import(&m, &opts)
-        .unwrap_err()
-        .to_string()
-        .contains("'typo'"));
+    assert!(import(&m, &opts).unwrap_err().to_string().contains("'typo'"));
 }
 
 #[test]
 fn undefined_values_and_duplicates_are_named() {
-    let m = model(
-        vec![node("Relu", &["nope"], &["y"])],
-        vec![input("x", &[fixed(2)])],
-        &["y"],
-        vec![],
-    );
-    let err = import(&m, &ImportOptions::default())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("'Relu_node'") && err.contains("'nope'"),
-        "{err}"
-    );
+    let m = model(vec![node("Relu", &["nope"], &["y"])], vec![input("x", &[fixed(2)])], &["y"], vec![]);
+    let err = import(&m, &ImportOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("'Relu_node'") && err.contains("'nope'"), "{err}");
     let m = model(
         vec![node("Relu", &["x"], &["y"]), node("Neg", &["x"], &["y"])],
         vec![input("x", &[fixed(2)])],
         &["y"],
         vec![],
     );
-    assert!(import(&m, &ImportOptions::default())
-        .unwrap_err()
-        .to_string()
-        .contains("'y' is defined more than once"));
+    assert!(import(&m, &ImportOptions::default()).unwrap_err().to_string().contains("'y' is defined more than once"));
     let m = model(vec![], vec![input("x", &[fixed(2)])], &["ghost"], vec![]);
-    assert!(import(&m, &ImportOptions::default())
-        .unwrap_err()
-        .to_string()
-        .contains("'ghost'"));
+    assert!(import(&m, &ImportOptions::default()).unwrap_err().to_string().contains("'ghost'"));
 }
 
 #[test]
@@ -142,41 +95,15 @@ fn tensors_are_decoded_with_size_checks() {
         ..Default::default()
     };
     assert_eq!(tensor::decode(&raw, None).unwrap().to_f64(), vec![1.5, 1.5]);
-    let short = TensorProto {
-        raw_data: vec![0; 5],
-        ..raw.clone()
-    };
-    assert!(tensor::decode(&short, None)
-        .unwrap_err()
-        .to_string()
-        .contains("raw data holds 5 bytes"));
-    let huge = TensorProto {
-        dims: vec![1 << 20, 1 << 20, 1 << 20],
-        ..raw.clone()
-    };
-    assert!(tensor::decode(&huge, None)
-        .unwrap_err()
-        .to_string()
-        .contains("too many elements"));
-    let neg = TensorProto {
-        dims: vec![-3],
-        ..raw.clone()
-    };
-    assert!(tensor::decode(&neg, None)
-        .unwrap_err()
-        .to_string()
-        .contains("negative dimension"));
-    let typed = TensorProto {
-        name: "i".into(),
-        dims: vec![3],
-        data_type: 7,
-        int64_data: vec![1, -2, 3],
-        ..Default::default()
-    };
-    assert_eq!(
-        tensor::decode(&typed, None).unwrap().to_i64(),
-        vec![1, -2, 3]
-    );
+    let short = TensorProto { raw_data: vec![0; 5], ..raw.clone() };
+    assert!(tensor::decode(&short, None).unwrap_err().to_string().contains("raw data holds 5 bytes"));
+    let huge = TensorProto { dims: vec![1 << 20, 1 << 20, 1 << 20], ..raw.clone() };
+    assert!(tensor::decode(&huge, None).unwrap_err().to_string().contains("too many elements"));
+    let neg = TensorProto { dims: vec![-3], ..raw.clone() };
+    assert!(tensor::decode(&neg, None).unwrap_err().to_string().contains("negative dimension"));
+    let typed =
+        TensorProto { name: "i".into(), dims: vec![3], data_type: 7, int64_data: vec![1, -2, 3], ..Default::default() };
+    assert_eq!(tensor::decode(&typed, None).unwrap().to_i64(), vec![1, -2, 3]);
     let f16 = TensorProto {
         name: "h".into(),
         dims: vec![1],
@@ -197,27 +124,13 @@ fn external_data_stays_inside_the_model_directory() {
         data_type: 1,
         data_location: 1,
         external_data: vec![
-            StringStringEntryProto {
-                key: "location".into(),
-                value: loc.into(),
-            },
-            StringStringEntryProto {
-                key: "offset".into(),
-                value: offset.into(),
-            },
-            StringStringEntryProto {
-                key: "length".into(),
-                value: length.into(),
-            },
+            StringStringEntryProto { key: "location".into(), value: loc.into() },
+            StringStringEntryProto { key: "offset".into(), value: offset.into() },
+            StringStringEntryProto { key: "length".into(), value: length.into() },
         ],
         ..Default::default()
     };
-    assert_eq!(
-        tensor::decode(&ext("w.bin", "8", "8"), Some(&dir))
-            .unwrap()
-            .to_f64(),
-        vec![0.0, 0.0]
-    );
+    assert_eq!(tensor::decode(&ext("w.bin", "8", "8"), Some(&dir)).unwrap().to_f64(), vec![0.0, 0.0]);
     for (loc, off, len, want) in [
         ("../w.bin", "0", "8", "escapes"),
         ("/etc/passwd", "0", "8", "escapes"),
@@ -225,9 +138,7 @@ fn external_data_stays_inside_the_model_directory() {
         ("w.bin", "0", "12", "differs"),
         ("missing.bin", "0", "8", "cannot read"),
     ] {
-        let err = tensor::decode(&ext(loc, off, len), Some(&dir))
-            .unwrap_err()
-            .to_string();
+        let err = tensor::decode(&ext(loc, off, len), Some(&dir)).unwrap_err().to_string();
         assert!(err.contains(want), "{loc}: {err}");
     }
     assert!(tensor::decode(&ext("w.bin", "0", "8"), None).is_err());
@@ -238,21 +149,14 @@ fn external_data_stays_inside_the_model_directory() {
 fn opset_variants_normalise_to_inputs() {
     // Unsqueeze-11 (axes attribute) and Unsqueeze-13 (axes input) import to the same form.
     let mut n = node("Unsqueeze", &["x"], &["y"]);
-    n.attribute.push(AttributeProto {
-        name: "axes".into(),
-        ints: vec![0],
-        ..Default::default()
-    });
+    n.attribute.push(AttributeProto { name: "axes".into(), ints: vec![0], ..Default::default() });
     let mut m = model(vec![n], vec![input("x", &[fixed(3)])], &["y"], vec![]);
     m.opset_import[0].version = 11;
     let g = import(&m, &ImportOptions::default()).unwrap();
     let node = g.node(g.node_ids().next().unwrap());
     assert_eq!(node.op, Op::Unsqueeze);
     assert_eq!(node.inputs.len(), 2);
-    assert_eq!(
-        g.const_data(node.inputs[1].unwrap()).unwrap().to_i64(),
-        vec![0]
-    );
+    assert_eq!(g.const_data(node.inputs[1].unwrap()).unwrap().to_i64(), vec![0]);
 }
 
 #[test]
@@ -260,10 +164,7 @@ fn unknown_domains_and_subgraphs_are_refused() {
     let mut n = node("Relu", &["x"], &["y"]);
     n.domain = "com.microsoft".into();
     let m = model(vec![n], vec![input("x", &[fixed(3)])], &["y"], vec![]);
-    assert!(matches!(
-        import(&m, &ImportOptions::default()),
-        Err(ImportError::UnknownDomain { .. })
-    ));
+    assert!(matches!(import(&m, &ImportOptions::default()), Err(ImportError::UnknownDomain { .. })));
     let mut n = node("If", &["x"], &["y"]);
     n.attribute.push(AttributeProto {
         name: "then_branch".into(),
@@ -271,10 +172,7 @@ fn unknown_domains_and_subgraphs_are_refused() {
         ..Default::default()
     });
     let m = model(vec![n], vec![input("x", &[fixed(3)])], &["y"], vec![]);
-    assert!(import(&m, &ImportOptions::default())
-        .unwrap_err()
-        .to_string()
-        .contains("subgraph"));
+    assert!(import(&m, &ImportOptions::default()).unwrap_err().to_string().contains("subgraph"));
 }
 
 fn tempdir() -> std::path::PathBuf {

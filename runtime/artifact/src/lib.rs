@@ -113,10 +113,7 @@ pub struct Binding {
 #[derive(Debug, thiserror::Error)]
 pub enum ArtifactError {
     #[error("cannot read '{path}': {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    Io { path: String, source: std::io::Error },
     #[error("plan.json is not a valid plan: {0}")]
     Parse(String),
     #[error("plan.json: {0}")]
@@ -127,12 +124,9 @@ impl Plan {
     /// Reads and checks `DIR/plan.json` (structure only; the runtime checks device limits).
     pub fn read(dir: &Path) -> Result<Plan, ArtifactError> {
         let path = dir.join("plan.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| ArtifactError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let plan: Plan =
-            serde_json::from_str(&text).map_err(|e| ArtifactError::Parse(e.to_string()))?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|source| ArtifactError::Io { path: path.display().to_string(), source })?;
+        let plan: Plan = serde_json::from_str(&text).map_err(|e| ArtifactError::Parse(e.to_string()))?;
         plan.check()?;
         Ok(plan)
     }
@@ -149,75 +143,40 @@ impl Plan {
             return bad(format!("format is '{}', expected '{FORMAT}'", self.format));
         }
         if self.version != VERSION {
-            return bad(format!(
-                "schema version {} is not supported (this runtime reads {VERSION})",
-                self.version
-            ));
+            return bad(format!("schema version {} is not supported (this runtime reads {VERSION})", self.version));
         }
         for b in &self.buffers {
             if b.size == 0 || b.size % 4 != 0 {
-                return bad(format!(
-                    "buffer '{}' has size {}, not a positive multiple of 4",
-                    b.name, b.size
-                ));
+                return bad(format!("buffer '{}' has size {}, not a positive multiple of 4", b.name, b.size));
             }
         }
-        for (what, specs, kind) in [
-            ("input", &self.inputs, BufferKind::Input),
-            ("output", &self.outputs, BufferKind::Output),
-        ] {
+        for (what, specs, kind) in
+            [("input", &self.inputs, BufferKind::Input), ("output", &self.outputs, BufferKind::Output)]
+        {
             for t in specs {
                 let Some(b) = self.buffers.get(t.buffer) else {
-                    return bad(format!(
-                        "{what} '{}' names buffer {} of {}",
-                        t.name,
-                        t.buffer,
-                        self.buffers.len()
-                    ));
+                    return bad(format!("{what} '{}' names buffer {} of {}", t.name, t.buffer, self.buffers.len()));
                 };
-                let bytes = t
-                    .shape
-                    .iter()
-                    .try_fold(4u64, |a, &d| a.checked_mul(d as u64));
+                let bytes = t.shape.iter().try_fold(4u64, |a, &d| a.checked_mul(d as u64));
                 if b.kind != kind || bytes.is_none_or(|n| n > b.size) {
-                    return bad(format!(
-                        "{what} '{}' does not fit its buffer '{}'",
-                        t.name, b.name
-                    ));
+                    return bad(format!("{what} '{}' does not fit its buffer '{}'", t.name, b.name));
                 }
             }
         }
         for k in &self.kernels {
             let p = Path::new(&k.wgsl);
-            if p.is_absolute()
-                || p.components()
-                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
-            {
-                return bad(format!(
-                    "kernel '{}' has a path outside the artifact: '{}'",
-                    k.name, k.wgsl
-                ));
+            if p.is_absolute() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+                return bad(format!("kernel '{}' has a path outside the artifact: '{}'", k.name, k.wgsl));
             }
             if k.workgroups.iter().any(|&w| w > 65535) {
-                return bad(format!(
-                    "kernel '{}' dispatches {:?} workgroups",
-                    k.name, k.workgroups
-                ));
+                return bad(format!("kernel '{}' dispatches {:?} workgroups", k.name, k.workgroups));
             }
             for (i, b) in k.bindings.iter().enumerate() {
                 let Some(buf) = self.buffers.get(b.buffer) else {
-                    return bad(format!(
-                        "kernel '{}' binds buffer {} of {}",
-                        k.name,
-                        b.buffer,
-                        self.buffers.len()
-                    ));
+                    return bad(format!("kernel '{}' binds buffer {} of {}", k.name, b.buffer, self.buffers.len()));
                 };
                 if b.binding as usize != i {
-                    return bad(format!(
-                        "kernel '{}': bindings must be numbered 0..n in order",
-                        k.name
-                    ));
+                    return bad(format!("kernel '{}': bindings must be numbered 0..n in order", k.name));
                 }
                 if b.offset % 256 != 0
                     || b.size == 0
@@ -229,33 +188,19 @@ impl Plan {
                         k.name, b.binding, b.offset, b.size, buf.name, buf.size
                     ));
                 }
-                if b.access == Access::ReadWrite
-                    && matches!(buf.kind, BufferKind::Weight | BufferKind::Input)
-                {
-                    return bad(format!(
-                        "kernel '{}' writes {:?} buffer '{}'",
-                        k.name, buf.kind, buf.name
-                    ));
+                if b.access == Access::ReadWrite && matches!(buf.kind, BufferKind::Weight | BufferKind::Input) {
+                    return bad(format!("kernel '{}' writes {:?} buffer '{}'", k.name, buf.kind, buf.name));
                 }
             }
             // WebGPU: one buffer may not be bound read-only and read-write in one dispatch.
             for w in k.bindings.iter().filter(|b| b.access == Access::ReadWrite) {
-                if k.bindings
-                    .iter()
-                    .any(|r| r.access == Access::Read && r.buffer == w.buffer)
-                {
-                    return bad(format!(
-                        "kernel '{}' binds buffer {} both read-only and read-write",
-                        k.name, w.buffer
-                    ));
+                if k.bindings.iter().any(|r| r.access == Access::Read && r.buffer == w.buffer) {
+                    return bad(format!("kernel '{}' binds buffer {} both read-only and read-write", k.name, w.buffer));
                 }
             }
         }
         if let Some(&d) = self.dispatches.iter().find(|&&d| d >= self.kernels.len()) {
-            return bad(format!(
-                "dispatch names kernel {d} of {}",
-                self.kernels.len()
-            ));
+            return bad(format!("dispatch names kernel {d} of {}", self.kernels.len()));
         }
         Ok(())
     }
@@ -271,22 +216,12 @@ mod tests {
             version: VERSION,
             inputs: vec![],
             outputs: vec![],
-            buffers: vec![Buffer {
-                name: "a".into(),
-                size: 16,
-                kind: BufferKind::Intermediate,
-            }],
+            buffers: vec![Buffer { name: "a".into(), size: 16, kind: BufferKind::Intermediate }],
             kernels: vec![Kernel {
                 name: "k".into(),
                 wgsl: "kernels/k.wgsl".into(),
                 entry_point: "main".into(),
-                bindings: vec![Binding {
-                    binding: 0,
-                    buffer: 0,
-                    offset: 0,
-                    size: 16,
-                    access: Access::ReadWrite,
-                }],
+                bindings: vec![Binding { binding: 0, buffer: 0, offset: 0, size: 16, access: Access::ReadWrite }],
                 workgroups: [1, 1, 1],
             }],
             dispatches: vec![0],
@@ -305,18 +240,10 @@ mod tests {
     fn tampered_plans_are_refused() {
         let mut p = plan();
         p.kernels[0].bindings[0].size = 32;
-        assert!(p
-            .check()
-            .unwrap_err()
-            .to_string()
-            .contains("outside buffer"));
+        assert!(p.check().unwrap_err().to_string().contains("outside buffer"));
         let mut p = plan();
         p.kernels[0].wgsl = "../../etc/passwd".into();
-        assert!(p
-            .check()
-            .unwrap_err()
-            .to_string()
-            .contains("outside the artifact"));
+        assert!(p.check().unwrap_err().to_string().contains("outside the artifact"));
         let mut p = plan();
         p.version = 99;
         assert!(p.check().unwrap_err().to_string().contains("version 99"));

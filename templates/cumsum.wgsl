@@ -1,0 +1,23 @@
+{% include "header.wgsl" %}
+// CumSum along an axis of {{ n }} elements spaced {{ inner }} apart ({% if exclusive %}exclusive{% else %}inclusive{% endif %}, {% if reverse %}reverse{% else %}forward{% endif %}); one output per thread.
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
+    if (i >= {{ numel }}u) {
+        return;
+    }
+    let j = (i / {{ inner }}u) % {{ n }}u;
+    let base = (i / {{ span }}u) * {{ span }}u + i % {{ inner }}u;
+{%- if reverse %}
+    var k = j{% if exclusive %} + 1u{% endif %};
+    let end = {{ n }}u;
+{%- else %}
+    var k = 0u;
+    let end = j{% if !exclusive %} + 1u{% endif %};
+{%- endif %}
+    var acc = {{ zero }};
+    for (; k < end; k = k + 1u) {
+        acc = acc + x[base + k * {{ inner }}u];
+    }
+    out[i] = acc;
+}

@@ -1,0 +1,18 @@
+{% include "header.wgsl" %}
+// GatherElements along axis {{ axis }}: out[c] = data[c with c_axis = indices[c]]; indices wrap once and clamp.
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
+    if (i >= {{ numel }}u) {
+        return;
+    }
+{%- for c in coords %}
+    let c{{ loop.index0 }} = i32((i / {{ c.stride }}u) % {{ c.extent }}u);
+{%- endfor %}
+    var idx = indices[i];
+    if (idx < 0) {
+        idx = idx + {{ axis_len }};
+    }
+    idx = clamp(idx, 0, {{ axis_len }} - 1);
+    out[i] = data[idx * {{ axis_stride }}{% for t in terms %} + c{{ t.coord }} * {{ t.stride }}{% endfor %}];
+}
