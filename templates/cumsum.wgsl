@@ -1,5 +1,5 @@
 {% include "header.wgsl" %}
-// CumSum along an axis of {{ n }} elements spaced {{ inner }} apart ({% if exclusive %}exclusive{% else %}inclusive{% endif %}, {% if reverse %}reverse{% else %}forward{% endif %}); one output per thread.
+// Cum{% if prod %}Prod{% else %}Sum{% endif %} along an axis of {{ n }} elements spaced {{ inner }} apart ({% if exclusive %}exclusive{% else %}inclusive{% endif %}, {% if reverse %}reverse{% else %}forward{% endif %}); one output per thread.
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
@@ -17,7 +17,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
     var acc = {{ zero }};
     for (; k < end; k = k + 1u) {
-        acc = acc + x[base + k * {{ inner }}u];
+        acc = acc {% if prod %}*{% else %}+{% endif %} x[base + k * {{ inner }}u];
     }
     out[i] = acc;
 }

@@ -40,6 +40,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         q = q + d * d;
     }
     let inv = inverseSqrt(reduce_sum(lid, q) / {{ n_f }} + {{ epsilon }});
+{%- if has_mean %}
+    if (lid == 0u) {
+        mean_out[row] = mean;
+    }
+{%- endif %}
+{%- if has_inv %}
+    if (lid == 0u) {
+        inv_out[row] = inv;
+    }
+{%- endif %}
     for (var j = lid; j < {{ n }}u; j = j + 64u) {
         var y = (x[base + j] - mean) * inv * scale[j % {{ scale_len }}u];
 {%- if has_bias %}

@@ -218,6 +218,7 @@ fn unary(u: UnaryOp, t: &Tensor, out: DType) -> Tensor {
                 }
             }
             UnaryOp::BitwiseNot => !(x as i64) as f64,
+            UnaryOp::Swish(a) => x / (1.0 + (-(a as f64) * x).exp()),
         })
         .collect();
     Tensor::from_f64(out, t.shape.clone(), r)

@@ -356,11 +356,38 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             }
             Ok(keep(cx, Op::GatherElements { axis: axis as i64 }, vec![TensorType::new(x.dtype, ind.shape)]))
         }
-        Op::CumSum { exclusive, reverse, .. } => {
+        Op::CumSum { exclusive, reverse, prod, .. } => {
             let x = cx.ty(0)?.clone();
             let a = cx.const_input(1, "axis")?.ok_or_else(|| cx.err("missing axis"))?.to_i64()[0];
             let axis = cx.axis(a, x.rank())? as i64;
-            one_input(cx, Op::CumSum { axis: Some(axis), exclusive, reverse }, x)
+            one_input(cx, Op::CumSum { axis: Some(axis), exclusive, reverse, prod }, x)
+        }
+        Op::Pad { mode, .. } => {
+            let x = cx.ty(0)?.clone();
+            let given = cx.const_input(1, "pads")?.ok_or_else(|| cx.err("missing pads"))?.to_i64();
+            let value = cx.const_input(2, "constant_value")?.map(|t| t.to_f64()[0] as f32).unwrap_or(0.0);
+            let r = x.rank();
+            let axes: Vec<usize> = match cx.const_input(3, "axes")? {
+                Some(t) => t.to_i64().iter().map(|&a| cx.axis(a, r)).collect::<Result<_, _>>()?,
+                None => (0..r).collect(),
+            };
+            if given.len() != 2 * axes.len() {
+                return Err(cx.err(format!("pads {given:?} must have {} entries", 2 * axes.len())));
+            }
+            let mut pads = vec![0i64; 2 * r];
+            for (i, &a) in axes.iter().enumerate() {
+                pads[a] = given[i];
+                pads[a + r] = given[i + axes.len()];
+            }
+            let mut shape = Vec::with_capacity(r);
+            for d in 0..r {
+                let n = x.shape[d] as i64 + pads[d] + pads[d + r];
+                if n < 0 || (mode != wgslc_ir::PadMode::Constant && x.shape[d] == 0 && n > 0) {
+                    return Err(cx.err(format!("pads {pads:?} do not fit dimension {d} of {:?}", x.shape)));
+                }
+                shape.push(n as usize);
+            }
+            one_input(cx, Op::Pad { mode, pads: Some(pads), value }, TensorType::new(x.dtype, shape))
         }
         Op::Tile => {
             let x = cx.ty(0)?.clone();
@@ -408,7 +435,11 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                     }
                 }
             }
-            Ok(keep(cx, Op::LayerNorm { axis: axis as i64, epsilon, rms }, vec![x]))
+            let mut stats_shape = x.shape[..axis].to_vec();
+            stats_shape.resize(x.rank(), 1);
+            let mut outs = vec![x.clone()];
+            outs.resize(node.outputs.len(), TensorType::new(DType::F32, stats_shape));
+            Ok(keep(cx, Op::LayerNorm { axis: axis as i64, epsilon, rms }, outs))
         }
         Op::Reduce { op: rop, axes, keepdims, noop_with_empty_axes } => {
             let x = cx.ty(0)?.clone();

@@ -170,6 +170,8 @@ struct SoftmaxTpl {
 struct LayerNormTpl {
     h: Header,
     rms: bool,
+    has_mean: bool,
+    has_inv: bool,
     groups_x: u32,
     rows: usize,
     n: usize,
@@ -268,7 +270,27 @@ struct CumSumTpl {
     span: usize,
     exclusive: bool,
     reverse: bool,
+    prod: bool,
     zero: &'static str,
+}
+
+struct PadDim {
+    out_stride: usize,
+    out_extent: usize,
+    begin: i64,
+    extent: usize,
+    stride: usize,
+}
+
+#[derive(Template)]
+#[template(path = "pad.wgsl", escape = "none")]
+struct PadTpl {
+    h: Header,
+    groups_x: u32,
+    numel: usize,
+    mode: &'static str,
+    dims: Vec<PadDim>,
+    value: String,
 }
 
 // ---- literals -------------------------------------------------------------------------------------------
@@ -403,9 +425,10 @@ impl Emitter<'_> {
                 Ok(vec![self.argreduce(n, *max, *axis as usize, *select_last)?])
             }
             Op::GatherElements { axis } => Ok(vec![self.gather_elements(n, *axis as usize)?]),
-            Op::CumSum { axis, exclusive, reverse } => {
-                Ok(vec![self.cumsum(n, axis.expect("resolved") as usize, *exclusive, *reverse)?])
+            Op::CumSum { axis, exclusive, reverse, prod } => {
+                Ok(vec![self.cumsum(n, axis.expect("resolved") as usize, *exclusive, *reverse, *prod)?])
             }
+            Op::Pad { mode, pads, value } => Ok(vec![self.pad(n, *mode, pads.as_ref().expect("resolved"), *value)?]),
             Op::Conv { .. } => Ok(vec![self.conv(n)?]),
             Op::Pool { .. } => Ok(vec![self.pool(n)?]),
             other => Err(self.err(n, format!("no kernel for resolved op {}", other.name()))),
@@ -522,6 +545,7 @@ impl Emitter<'_> {
                     (UnaryOp::Identity, _) => a,
                     (UnaryOp::Not, _) => format!("1u - {a}"),
                     (UnaryOp::Sign, _) => format!("sign({a})"),
+                    (UnaryOp::Swish(al), true) => format!("{a} / (1.0 + exp(-{} * {a}))", f32_lit(*al)),
                     (UnaryOp::BitwiseNot, false) => narrow(format!("~{a}"), out.dtype),
                     (UnaryOp::BitwiseNot, true) => return Err(self.err(n, "BitwiseNot needs an integer input")),
                     (UnaryOp::IsNaN, true) => {
@@ -856,6 +880,32 @@ impl Emitter<'_> {
         let reduced = dims(&|d| axes.contains(&d));
         let count: usize = axes.iter().map(|&a| xt.shape[a]).product();
         let float = storage(g, x) == Storage::F32;
+        if storage(g, x) == Storage::U32 {
+            // bool: max is "any", min is "all".
+            let (init, comb) = match op {
+                ReduceOp::Max => ("0u", "max"),
+                ReduceOp::Min => ("1u", "min"),
+                _ => return Err(self.err(n, "only ReduceMax and ReduceMin take bool inputs")),
+            };
+            let numel = g.ty(out).numel();
+            let b = [(x, false, "x"), (out, true, "out")];
+            let (wg, groups_x) = self.grid(n, numel)?;
+            let tpl = ReduceTpl {
+                h: self.header(n, "reduce.wgsl", &b),
+                ty: "u32",
+                groups_x,
+                numel,
+                kept,
+                reduced,
+                count,
+                init: init.into(),
+                prologue: "raw".into(),
+                combine_acc_v: format!("{comb}(acc, v)"),
+                combine_a_v: format!("{comb}(a, v)"),
+                finish: "part[0]".into(),
+            };
+            return self.kernel(n, node.name.clone(), "reduce", tpl.render(), &b, wg);
+        }
         let (init, comb) = match (op, float) {
             (ReduceOp::Sum | ReduceOp::Mean, true) => ("0.0".to_string(), "+"),
             (ReduceOp::Sum | ReduceOp::Mean, false) => ("0i".to_string(), "+"),
@@ -967,10 +1017,20 @@ impl Emitter<'_> {
             bindings.push((bv, false, "bias"));
         }
         bindings.push((out, true, "out"));
+        // Optional Mean and InvStdDev outputs (private values when the model does not name them).
+        let stats: Vec<Option<ValueId>> = (1..3).map(|i| node.outputs.get(i).copied()).collect();
+        if let Some(m) = stats[0] {
+            bindings.push((m, true, "mean_out"));
+        }
+        if let Some(v) = stats[1] {
+            bindings.push((v, true, "inv_out"));
+        }
         let (wg, groups_x) = self.grid(n, rows)?;
         let tpl = LayerNormTpl {
             h: self.header(n, "layernorm.wgsl", &bindings),
             rms,
+            has_mean: stats[0].is_some(),
+            has_inv: stats[1].is_some(),
             groups_x,
             rows,
             n: len,
@@ -1039,7 +1099,48 @@ impl Emitter<'_> {
         self.kernel(n, node.name.clone(), "gather_elements", tpl.render(), &b, wg)
     }
 
-    fn cumsum(&self, n: NodeId, axis: usize, exclusive: bool, reverse: bool) -> Result<EmittedKernel, EmitError> {
+    fn pad(&self, n: NodeId, mode: wgslc_ir::PadMode, pads: &[i64], value: f32) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let (xs, os) = (g.ty(x).shape.clone(), g.ty(out).shape.clone());
+        let (xcs, ocs) = (contiguous_strides(&xs), contiguous_strides(&os));
+        let r = xs.len();
+        let dims = (0..r)
+            .map(|d| PadDim {
+                out_stride: ocs[d],
+                out_extent: os[d].max(1),
+                begin: pads[d],
+                extent: xs[d],
+                stride: xcs[d],
+            })
+            .collect();
+        let value = match storage(g, x) {
+            Storage::F32 => f32_lit(value),
+            Storage::I32 => i32_lit(value as i64),
+            Storage::U32 => format!("{}u", (value != 0.0) as u32),
+        };
+        let numel = g.ty(out).numel();
+        let b = [(x, false, "x"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let mode = match mode {
+            wgslc_ir::PadMode::Constant => "constant",
+            wgslc_ir::PadMode::Reflect => "reflect",
+            wgslc_ir::PadMode::Edge => "edge",
+            wgslc_ir::PadMode::Wrap => "wrap",
+        };
+        let tpl = PadTpl { h: self.header(n, "pad.wgsl", &b), groups_x, numel, mode, dims, value };
+        self.kernel(n, node.name.clone(), "pad", tpl.render(), &b, wg)
+    }
+
+    fn cumsum(
+        &self,
+        n: NodeId,
+        axis: usize,
+        exclusive: bool,
+        reverse: bool,
+        prod: bool,
+    ) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
         let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
@@ -1057,7 +1158,13 @@ impl Emitter<'_> {
             span: shape[axis] * inner,
             exclusive,
             reverse,
-            zero: if storage(g, x) == Storage::F32 { "0.0" } else { "0i" },
+            prod,
+            zero: match (storage(g, x) == Storage::F32, prod) {
+                (true, false) => "0.0",
+                (true, true) => "1.0",
+                (false, false) => "0i",
+                (false, true) => "1i",
+            },
         };
         self.kernel(n, node.name.clone(), "cumsum", tpl.render(), &b, wg)
     }

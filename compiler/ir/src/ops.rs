@@ -58,6 +58,8 @@ pub enum UnaryOp {
     /// Shrink(bias, lambd).
     Shrink(f32, f32),
     BitwiseNot,
+    /// Swish(alpha): x · sigmoid(alpha · x).
+    Swish(f32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +121,14 @@ pub enum ReduceOp {
     L2,
     LogSum,
     LogSumExp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PadMode {
+    Constant,
+    Reflect,
+    Edge,
+    Wrap,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,11 +228,18 @@ pub enum Op {
     GatherElements {
         axis: i64,
     },
-    /// CumSum(x, axis) with the axis resolved by inference.
+    /// CumSum (or CumProd when `prod`) along `axis`, resolved by inference.
     CumSum {
         axis: Option<i64>,
         exclusive: bool,
         reverse: bool,
+        prod: bool,
+    },
+    /// Pad with a mode; `pads` (begins then ends, negative crops) is resolved by inference.
+    Pad {
+        mode: PadMode,
+        pads: Option<Vec<i64>>,
+        value: f32,
     },
     /// A reduction; `axes` is `None` at import when axes come as an input, and resolved (sorted, non-negative)
     /// by shape inference. An empty resolved list reduces nothing (ONNX's `noop_with_empty_axes`).
@@ -336,6 +353,7 @@ impl Op {
                 UnaryOp::IsInf(..) => "IsInf",
                 UnaryOp::Shrink(..) => "Shrink",
                 UnaryOp::BitwiseNot => "BitwiseNot",
+                UnaryOp::Swish(_) => "Swish",
             },
             Op::Binary(b) => match b {
                 BinaryOp::Add => "Add",
@@ -379,7 +397,9 @@ impl Op {
             Op::ArgReduce { max: false, .. } => "ArgMin",
             Op::Trilu { .. } => "Trilu",
             Op::GatherElements { .. } => "GatherElements",
-            Op::CumSum { .. } => "CumSum",
+            Op::CumSum { prod: false, .. } => "CumSum",
+            Op::CumSum { prod: true, .. } => "CumProd",
+            Op::Pad { .. } => "Pad",
             Op::Tile => "Tile",
             Op::CastLike => "CastLike",
             Op::Size => "Size",
@@ -442,6 +462,7 @@ impl Op {
             Op::Reduce { axes, .. } => axes.is_some(),
             Op::Trilu { k, .. } => k.is_some(),
             Op::CumSum { axis, .. } => axis.is_some(),
+            Op::Pad { pads, .. } => pads.is_some(),
             _ => false,
         }
     }

@@ -290,6 +290,7 @@ impl Importer<'_> {
             "And" => Op::Binary(BinaryOp::And),
             "Or" => Op::Binary(BinaryOp::Or),
             "Max" | "Min" | "Sum" | "Mean" => return self.variadic(&a, node, inputs),
+            "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => return self.nll(&a, node, inputs),
             "Xor" => Op::Binary(BinaryOp::Xor),
             "BitwiseAnd" => Op::Binary(BinaryOp::BitwiseAnd),
             "BitwiseOr" => Op::Binary(BinaryOp::BitwiseOr),
@@ -329,10 +330,29 @@ impl Importer<'_> {
                 dtype: a.get("dtype").map(|d| dtype_from_onnx(d.i as i32)).transpose().map_err(|r| a.err(r))?,
             },
             "Tile" => Op::Tile,
+            "Swish" => Op::Unary(UnaryOp::Swish(a.float("alpha", 1.0))),
+            "Pad" => {
+                let mode = match a.string("mode").as_deref().unwrap_or("constant") {
+                    "constant" => wgslc_ir::PadMode::Constant,
+                    "reflect" => wgslc_ir::PadMode::Reflect,
+                    "edge" => wgslc_ir::PadMode::Edge,
+                    "wrap" => wgslc_ir::PadMode::Wrap,
+                    m => return Err(a.err(format!("unknown mode '{m}'"))),
+                };
+                if opset < 11 {
+                    let pads = a.ints("pads").ok_or_else(|| a.err("missing 'pads'"))?;
+                    let p = self.ints_const(&name, "pads", pads);
+                    let v = self.scalar_const(&name, "value", a.float("value", 0.0));
+                    inputs.truncate(1);
+                    inputs.extend([Some(p), Some(v)]);
+                }
+                Op::Pad { mode, pads: None, value: 0.0 }
+            }
             "Trilu" => Op::Trilu { upper: a.int("upper", 1) != 0, k: None },
             "GatherElements" => Op::GatherElements { axis: a.int("axis", 0) },
-            "CumSum" => {
-                Op::CumSum { axis: None, exclusive: a.int("exclusive", 0) != 0, reverse: a.int("reverse", 0) != 0 }
+            "CumSum" | "CumProd" => {
+                let (exclusive, reverse) = (a.int("exclusive", 0) != 0, a.int("reverse", 0) != 0);
+                Op::CumSum { axis: None, exclusive, reverse, prod: node.op_type == "CumProd" }
             }
             "ArgMax" | "ArgMin" => Op::ArgReduce {
                 max: node.op_type == "ArgMax",
@@ -397,8 +417,8 @@ impl Importer<'_> {
                 Op::Softmax { axis: a.int("axis", if legacy { 1 } else { -1 }), legacy, log: false }
             }
             "LayerNormalization" => {
-                if node.output.iter().skip(1).any(|o| !o.is_empty()) {
-                    return Err(a.err("the Mean and InvStdDev outputs (training) are not supported"));
+                if a.int("stash_type", 1) != 1 {
+                    return Err(a.err("only stash_type=1 (float32 statistics) is supported"));
                 }
                 Op::LayerNorm { axis: a.int("axis", -1), epsilon: a.float("epsilon", 1e-5), rms: false }
             }
@@ -508,8 +528,19 @@ impl Importer<'_> {
             "Expand" => Op::Expand,
             "Identity" => Op::Identity,
             "Dropout" => {
-                if node.output.iter().skip(1).any(|o| !o.is_empty()) {
-                    return Err(a.err("the mask output of Dropout is not supported"));
+                if let Some(mask) = node.output.get(1).filter(|o| !o.is_empty()) {
+                    // Outside training the mask is all true: Shape → ConstantOfShape(true).
+                    let x = inputs.first().copied().flatten().ok_or_else(|| a.err("missing input"))?;
+                    let shape = self.emit(&name, "shape", Op::Shape { start: 0, end: None }, &[Some(x)])?;
+                    if self.names.contains_key(mask) {
+                        return Err(ImportError::Duplicate(mask.clone()));
+                    }
+                    let m = self.g.add_value(mask.clone(), None);
+                    self.names.insert(mask.clone(), m);
+                    let ones = Op::ConstantOfShape(Tensor::bool(vec![1], vec![true]));
+                    self.g
+                        .add_node(format!("{name}/mask"), ones, vec![Some(shape)], vec![m])
+                        .map_err(|e| a.err(e.to_string()))?;
                 }
                 Op::Dropout
             }
@@ -539,7 +570,7 @@ impl Importer<'_> {
     fn define_outputs(&mut self, node: &str, outs: &[String], op: &Op) -> Result<Vec<ValueId>, ImportError> {
         // Single-output ops whose optional extra outputs were refused above keep only the first.
         let keep = match op {
-            Op::Split { .. } => outs.len(),
+            Op::Split { .. } | Op::LayerNorm { rms: false, .. } => outs.len(),
             _ => 1.min(outs.len()),
         };
         if keep == 0 {
@@ -550,7 +581,12 @@ impl Importer<'_> {
             });
         }
         let mut ids = Vec::new();
-        for o in &outs[..keep] {
+        for (i, o) in outs[..keep].iter().enumerate() {
+            if o.is_empty() && i > 0 && !matches!(op, Op::Split { .. }) {
+                // An optional output nobody reads keeps its position with a private value.
+                ids.push(self.g.add_value(self.g.fresh_name(&format!("{node}.unused{i}")), None));
+                continue;
+            }
             if o.is_empty() || self.names.contains_key(o) {
                 return Err(ImportError::Duplicate(if o.is_empty() {
                     format!("(empty output of '{node}')")
@@ -585,6 +621,106 @@ impl Importer<'_> {
         }
         let v = self.g.add_const(out.clone(), t);
         self.names.insert(out.clone(), v);
+        Ok(())
+    }
+
+    /// Adds one node with a fresh output value and returns that value.
+    fn emit(&mut self, name: &str, part: &str, op: Op, inputs: &[Option<ValueId>]) -> Result<ValueId, ImportError> {
+        let out = self.g.add_value(self.g.fresh_name(&format!("{name}.{part}")), None);
+        self.g
+            .add_node(format!("{name}/{part}"), op.clone(), inputs.to_vec(), vec![out])
+            .map_err(|e| ImportError::Node { node: name.into(), op: op.name().into(), reason: e.to_string() })?;
+        Ok(out)
+    }
+
+    /// NegativeLogLikelihoodLoss, and SoftmaxCrossEntropyLoss as LogSoftmax over axis 1 followed by it, written
+    /// with ops the compiler has: loss[n, d…] = −input[n, target, d…] · w[target], where w is the class weight
+    /// (or 1) and 0 for ignore_index; mean divides the sum by Σ w.
+    fn nll(&mut self, a: &Attrs, node: &NodeProto, inputs: Vec<Option<ValueId>>) -> Result<(), ImportError> {
+        let name = a.name;
+        let sce = node.op_type == "SoftmaxCrossEntropyLoss";
+        let (scores, target) = match (inputs.first().copied().flatten(), inputs.get(1).copied().flatten()) {
+            (Some(x), Some(t)) => (x, t),
+            _ => return Err(a.err("needs input and target")),
+        };
+        let weight = inputs.get(2).copied().flatten();
+        let reduction = a.string("reduction").unwrap_or_else(|| "mean".into());
+        if !matches!(reduction.as_str(), "none" | "sum" | "mean") {
+            return Err(a.err(format!("unknown reduction '{reduction}'")));
+        }
+        let outs: Vec<ValueId> = {
+            let mut v = Vec::new();
+            for (i, o) in node.output.iter().enumerate() {
+                if o.is_empty() {
+                    continue;
+                }
+                if i > usize::from(sce) {
+                    return Err(a.err("too many outputs"));
+                }
+                if self.names.contains_key(o) {
+                    return Err(ImportError::Duplicate(o.clone()));
+                }
+                let id = self.g.add_value(o.clone(), None);
+                self.names.insert(o.clone(), id);
+                v.push(id);
+            }
+            v
+        };
+        let input = if sce {
+            let lp = Op::Softmax { axis: 1, legacy: false, log: true };
+            match node.output.get(1).filter(|o| !o.is_empty()) {
+                Some(_) => {
+                    let out = outs[1];
+                    self.g
+                        .add_node(format!("{name}/log_softmax"), lp, vec![Some(scores)], vec![out])
+                        .map_err(|e| a.err(e.to_string()))?;
+                    out
+                }
+                None => self.emit(name, "log_softmax", lp, &[Some(scores)])?,
+            }
+        } else {
+            scores
+        };
+        let one = Some(self.ints_const(name, "axis1", vec![1]));
+        let t1 = self.emit(name, "target1", Op::Unsqueeze, &[Some(target), one])?;
+        let picked1 = self.emit(name, "picked1", Op::GatherElements { axis: 1 }, &[Some(input), Some(t1)])?;
+        let picked = self.emit(name, "picked", Op::Squeeze, &[Some(picked1), one])?;
+        // w = weight[target] (or 1), zeroed where target == ignore_index.
+        let mut w = match weight {
+            Some(wv) => Some(self.emit(name, "w", Op::Gather { axis: 0 }, &[Some(wv), Some(target)])?),
+            None => None,
+        };
+        if let Some(ii) = a.get("ignore_index").map(|x| x.i) {
+            let ig = Some(self.ints_const(name, "ignore_index", vec![ii]));
+            let eq = self.emit(name, "ignored", Op::Binary(BinaryOp::Equal), &[Some(target), ig])?;
+            let keep = self.emit(name, "kept", Op::Unary(UnaryOp::Not), &[Some(eq)])?;
+            let keepf = self.emit(name, "keptf", Op::CastLike, &[Some(keep), Some(picked)])?;
+            w = Some(match w {
+                Some(w) => self.emit(name, "wk", Op::Binary(BinaryOp::Mul), &[Some(w), Some(keepf)])?,
+                None => keepf,
+            });
+        }
+        let neg = self.emit(name, "neg", Op::Unary(UnaryOp::Neg), &[Some(picked)])?;
+        let loss = match w {
+            Some(w) => self.emit(name, "weighted", Op::Binary(BinaryOp::Mul), &[Some(neg), Some(w)])?,
+            None => neg,
+        };
+        let all = |op| Op::Reduce { op, axes: None, keepdims: false, noop_with_empty_axes: false };
+        let result = match reduction.as_str() {
+            "none" => loss,
+            "sum" => self.emit(name, "sum", all(ReduceOp::Sum), &[Some(loss)])?,
+            _ => match w {
+                Some(w) => {
+                    let num = self.emit(name, "sum", all(ReduceOp::Sum), &[Some(loss)])?;
+                    let den = self.emit(name, "wsum", all(ReduceOp::Sum), &[Some(w)])?;
+                    self.emit(name, "mean", Op::Binary(BinaryOp::Div), &[Some(num), Some(den)])?
+                }
+                None => self.emit(name, "mean", all(ReduceOp::Mean), &[Some(loss)])?,
+            },
+        };
+        self.g
+            .add_node(format!("{name}/out"), Op::Identity, vec![Some(result)], vec![outs[0]])
+            .map_err(|e| a.err(e.to_string()))?;
         Ok(())
     }
 
