@@ -19,9 +19,24 @@ fn pow_(a: f32, b: f32) -> f32 {
     return select(r, -r, abs(b) % 2.0 == 1.0);
 }
 {% endif -%}
+{%- if helpers.log1p %}
+// log(1 + t) without losing t when it is tiny (Goldberg's correction).
+fn log1p_(t: f32) -> f32 {
+    let u = 1.0 + t;
+    if (u == 1.0) {
+        return t;
+    }
+    return log(u) * t / (u - 1.0);
+}
+{% endif -%}
 {%- if helpers.tanh %}
-// tanh, saturated before exp overflows (some drivers return NaN for large |x|).
+// tanh, saturated before exp overflows (some drivers return NaN for large |x|), and by its series near 0, where
+// drivers that compute (e^2x - 1) / (e^2x + 1) lose most digits.
 fn tanh_(x: f32) -> f32 {
+    if (abs(x) < 0.0625) {
+        let x2 = x * x;
+        return x * (1.0 - x2 * (0.33333334 - x2 * (0.13333334 - x2 * 0.053968254)));
+    }
     return tanh(clamp(x, -15.0, 15.0));
 }
 {% endif -%}

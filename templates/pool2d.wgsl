@@ -12,6 +12,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let x_base = plane * {{ hw }}u;
 {%- if is_max %}
     var acc = bitcast<f32>(0xff800000u);
+{%- else if lp > 0 %}
+    var acc = 0.0;
 {%- else %}
     var acc = 0.0;
     var count = 0.0;
@@ -24,6 +26,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if is_max %}
             if (inside) {
                 acc = max(acc, x[x_base + u32(iy * {{ g.w }} + ix)]);
+            }
+{%- else if lp > 0 %}
+            if (inside) {
+                acc = acc + pow(abs(x[x_base + u32(iy * {{ g.w }} + ix)]), {{ lp }}.0);
             }
 {%- else %}
             if (inside) {
@@ -44,6 +50,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 {%- if is_max %}
     out[i] = acc;
+{%- else if lp > 0 %}
+    out[i] = pow(acc, 1.0 / {{ lp }}.0);
 {%- else %}
     out[i] = acc / max(count, 1.0);
 {%- endif %}

@@ -133,13 +133,26 @@ pub fn run_case(dir: &Path, gpu: &Arc<Gpu>) -> Outcome {
                 Ok(_) => break,
                 Err(e) => {
                     let msg = e.to_string();
-                    let wanted = msg
+                    let named = msg
                         .split_once("input '")
                         .and_then(|(_, rest)| rest.split_once("' must be known at compile time"))
-                        .map(|(n, _)| n.to_string())
-                        .filter(|n| names.contains(n) && !bound.contains(n));
-                    match wanted {
-                        Some(n) => bound.push(n),
+                        .map(|(n, _)| n.to_string());
+                    match named {
+                        Some(n) if names.contains(&n) && !bound.contains(&n) => bound.push(n),
+                        // A value computed from inputs: specialize every integer input (they are shape-like
+                        // parameters in these cases), once.
+                        Some(_) => {
+                            let ints: Vec<String> = names
+                                .iter()
+                                .zip(&data)
+                                .filter(|(n, t)| t.dtype.is_int() && !bound.contains(n))
+                                .map(|(n, _)| n.clone())
+                                .collect();
+                            if ints.is_empty() {
+                                return Outcome::Compile(msg);
+                            }
+                            bound.extend(ints);
+                        }
                         None => return Outcome::Compile(msg),
                     }
                 }
@@ -259,12 +272,15 @@ pub fn table(results: &[CaseResult]) -> String {
 
 /// A failure message without the case-specific parts (node names, values), for grouping.
 fn short_reason(o: &Outcome) -> String {
-    let m = o.message();
-    let m = match m.find("): ") {
-        Some(i) if o.class() == "compile error" => m[i + 3..].to_string(),
-        _ => m,
-    };
-    let m = if let Some(i) = m.find("unsupported op") { m[i..].to_string() } else { m };
-    let cut: String = m.chars().take(90).collect();
-    format!("{}: {}", o.class(), cut.split(':').take(2).collect::<Vec<_>>().join(":").trim_end())
+    let mut m = o.message();
+    // "node 'Name_0' (Op): reason" and "node 'Name_0': reason" → "reason".
+    if let Some(rest) = m.strip_prefix("node '") {
+        if let Some(i) = rest.find("): ").or_else(|| rest.find("': ")) {
+            m = rest[i + 3..].to_string();
+        } else if let Some(i) = rest.find("' ") {
+            m = rest[i + 2..].to_string();
+        }
+    }
+    let cut: String = m.chars().take(100).collect();
+    format!("{}: {}", o.class(), cut.trim_end())
 }

@@ -88,6 +88,12 @@ struct Resolved {
 }
 
 fn infer_node(g: &mut Graph, n: NodeId) -> Result<(), PassError> {
+    if crate::expand::is_composite(&g.node(n).op) {
+        for part in crate::expand::expand(g, n)? {
+            infer_node(g, part)?;
+        }
+        return Ok(());
+    }
     let cx = Ctx { g, n };
     let node = g.node(n);
     if node.outputs.is_empty() {
@@ -361,6 +367,46 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let a = cx.const_input(1, "axis")?.ok_or_else(|| cx.err("missing axis"))?.to_i64()[0];
             let axis = cx.axis(a, x.rank())? as i64;
             one_input(cx, Op::CumSum { axis: Some(axis), exclusive, reverse, prod }, x)
+        }
+        Op::TopK { axis, largest, .. } => {
+            let x = cx.ty(0)?.clone();
+            let axis = cx.axis(axis, x.rank())?;
+            let k = cx.const_input(1, "K")?.ok_or_else(|| cx.err("missing K"))?.to_i64()[0];
+            if k < 0 || k as usize > x.shape[axis] {
+                return Err(cx.err(format!("K = {k} is outside 0..={}", x.shape[axis])));
+            }
+            let mut shape = x.shape.clone();
+            shape[axis] = k as usize;
+            let op = Op::TopK { axis: axis as i64, largest, k: Some(k as usize) };
+            let outs = [TensorType::new(x.dtype, shape.clone()), TensorType::new(DType::I64, shape)];
+            Ok(Resolved {
+                op,
+                inputs: vec![Some(cx.input(0)?)],
+                outputs: outs[..node.outputs.len()].to_vec(),
+                folded: None,
+            })
+        }
+        Op::Scatter { axis, reduction } => {
+            let (d, ind, upd) = (cx.ty(0)?.clone(), cx.ty(1)?.clone(), cx.ty(2)?.clone());
+            if !ind.dtype.is_int() || upd.dtype != d.dtype {
+                return Err(cx.err("indices must be integers and updates of the data's type"));
+            }
+            let axis = match axis {
+                Some(a) => {
+                    if ind.shape != upd.shape || ind.rank() != d.rank() {
+                        return Err(cx.err("indices and updates must have one shape, of the data's rank"));
+                    }
+                    Some(cx.axis(a, d.rank())? as i64)
+                }
+                None => {
+                    let q = *ind.shape.last().ok_or_else(|| cx.err("indices must have rank ≥ 1"))?;
+                    if q > d.rank() {
+                        return Err(cx.err("index tuples are longer than the data's rank"));
+                    }
+                    None
+                }
+            };
+            Ok(keep(cx, Op::Scatter { axis, reduction }, vec![d]))
         }
         Op::Pad { mode, .. } => {
             let x = cx.ty(0)?.clone();
@@ -681,6 +727,15 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             };
             Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
         }
+        Op::Attention(_)
+        | Op::DepthToSpace { .. }
+        | Op::SpaceToDepth { .. }
+        | Op::CenterCropPad
+        | Op::OneHot { .. }
+        | Op::LpNormalization { .. }
+        | Op::Hardmax { .. }
+        | Op::InstanceNorm { .. }
+        | Op::GroupNorm { .. } => unreachable!("composites are expanded before resolution"),
         Op::Alias | Op::StridedCopy { .. } | Op::TileCopy => {
             // Already resolved (passes may run inference again); the output types stand.
             let outs = node.outputs.iter().map(|&o| cx.g.ty(o).clone()).collect();

@@ -6,6 +6,7 @@
 //! takes by type, so nothing can be emitted from an unscheduled or unplanned graph.
 
 mod eval;
+mod expand;
 mod infer;
 mod lower;
 mod memory;

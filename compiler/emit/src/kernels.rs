@@ -42,6 +42,7 @@ struct Header {
 
 #[derive(Default, Clone, Copy)]
 struct Helpers {
+    log1p: bool,
     erf: bool,
     pow: bool,
     tanh: bool,
@@ -227,6 +228,7 @@ struct PoolTpl {
     numel: usize,
     kind: &'static str,
     is_max: bool,
+    lp: u32,
     count_include_pad: bool,
     hw: usize,
     ohw: usize,
@@ -272,6 +274,56 @@ struct CumSumTpl {
     reverse: bool,
     prod: bool,
     zero: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "topk.wgsl", escape = "none")]
+struct TopKTpl {
+    h: Header,
+    groups_x: u32,
+    numel: usize,
+    largest: bool,
+    cmp: &'static str,
+    k: usize,
+    n: usize,
+    inner: usize,
+    span: usize,
+    out_span: usize,
+}
+
+struct ScatterDim {
+    extent: usize,
+    stride: usize,
+}
+
+struct UpdCoord {
+    coord: usize,
+    stride: usize,
+    extent: usize,
+}
+
+#[derive(Template)]
+#[template(path = "scatter.wgsl", escape = "none")]
+struct ScatterTpl {
+    h: Header,
+    groups_x: u32,
+    numel: usize,
+    kind: &'static str,
+    reduction: &'static str,
+    nd: bool,
+    combine: String,
+    combine_w: String,
+    // ScatterND
+    tuples: usize,
+    depth: usize,
+    slice: usize,
+    dims: Vec<ScatterDim>,
+    // ScatterElements
+    axis: usize,
+    axis_len: usize,
+    updates_len: usize,
+    out_coords: Vec<Coord>,
+    upd_coords: Vec<UpdCoord>,
 }
 
 struct PadDim {
@@ -428,6 +480,8 @@ impl Emitter<'_> {
             Op::CumSum { axis, exclusive, reverse, prod } => {
                 Ok(vec![self.cumsum(n, axis.expect("resolved") as usize, *exclusive, *reverse, *prod)?])
             }
+            Op::TopK { axis, largest, k } => Ok(vec![self.topk(n, *axis as usize, *largest, k.expect("resolved"))?]),
+            Op::Scatter { axis, reduction } => Ok(vec![self.scatter(n, axis.map(|a| a as usize), *reduction)?]),
             Op::Pad { mode, pads, value } => Ok(vec![self.pad(n, *mode, pads.as_ref().expect("resolved"), *value)?]),
             Op::Conv { .. } => Ok(vec![self.conv(n)?]),
             Op::Pool { .. } => Ok(vec![self.pool(n)?]),
@@ -586,7 +640,10 @@ impl Emitter<'_> {
                     (UnaryOp::Acosh, _) => format!("acosh({a})"),
                     (UnaryOp::Atanh, _) => format!("atanh({a})"),
                     // Stable: max(x, 0) + log1p(exp(-|x|)).
-                    (UnaryOp::Softplus, _) => format!("(max({a}, 0.0) + log(1.0 + exp(-abs({a}))))"),
+                    (UnaryOp::Softplus, _) => {
+                        helpers.log1p = true;
+                        format!("(max({a}, 0.0) + log1p_(exp(-abs({a}))))")
+                    }
                     (UnaryOp::Softsign, _) => format!("{a} / (1.0 + abs({a}))"),
                     (UnaryOp::Elu(al), _) => format!("select({a}, {} * (exp({a}) - 1.0), {a} < 0.0)", f32_lit(*al)),
                     (UnaryOp::Selu(al, ga), _) => {
@@ -598,7 +655,8 @@ impl Emitter<'_> {
                     (UnaryOp::ThresholdedRelu(al), _) => format!("select(0.0, {a}, {a} > {})", f32_lit(*al)),
                     (UnaryOp::Mish, _) => {
                         helpers.tanh = true;
-                        format!("{a} * tanh_(max({a}, 0.0) + log(1.0 + exp(-abs({a}))))")
+                        helpers.log1p = true;
+                        format!("{a} * tanh_(max({a}, 0.0) + log1p_(exp(-abs({a}))))")
                     }
                     (UnaryOp::Round, _) => format!("round({a})"),
                     (UnaryOp::IsInf(p, ng), _) => format!(
@@ -681,8 +739,22 @@ impl Emitter<'_> {
                     BinaryOp::BitwiseAnd => format!("{x} & {y}"),
                     BinaryOp::BitwiseOr => format!("{x} | {y}"),
                     BinaryOp::BitwiseXor => format!("{x} ^ {y}"),
-                    BinaryOp::BitShiftLeft => narrow(format!("({x} << u32({y}))"), out.dtype),
-                    BinaryOp::BitShiftRight => format!("i32(u32({x}) >> u32({y}))"),
+                    // Shifts by a negative amount or by the type's width or more give 0 (or -1 for negative
+                    // signed values shifted right); signed right shifts are arithmetic.
+                    BinaryOp::BitShiftLeft => {
+                        let w = bit_width(out.dtype);
+                        narrow(format!("select(({x} << u32({y})), 0i, {y} < 0i || {y} >= {w}i)"), out.dtype)
+                    }
+                    BinaryOp::BitShiftRight if is_signed(out.dtype) => {
+                        let w = bit_width(out.dtype);
+                        format!(
+                            "select(({x} >> u32(min({y}, 31i))), select(0i, -1i, {x} < 0i), {y} < 0i || {y} >= {w}i)"
+                        )
+                    }
+                    BinaryOp::BitShiftRight => {
+                        let w = bit_width(out.dtype);
+                        format!("select(i32(u32({x}) >> u32(min({y}, 31i))), 0i, {y} < 0i || {y} >= {w}i)")
+                    }
                     BinaryOp::Mod { fmod: true } if float => format!("{x} % {y}"),
                     BinaryOp::Mod { fmod: true } => format!("select({x} % {y}, 0i, {y} == 0i)"),
                     BinaryOp::Mod { fmod: false } if float => format!("{x} - {y} * floor({x} / {y})"),
@@ -1099,6 +1171,115 @@ impl Emitter<'_> {
         self.kernel(n, node.name.clone(), "gather_elements", tpl.render(), &b, wg)
     }
 
+    fn topk(&self, n: NodeId, axis: usize, largest: bool, k: usize) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (x, vals) = (node.inputs[0].unwrap(), node.outputs[0]);
+        // The indices output may be unnamed by the model; it still needs a place to go.
+        let idx = node.outputs.get(1).copied().ok_or_else(|| self.err(n, "TopK needs its indices output"))?;
+        let shape = &g.ty(x).shape;
+        let inner: usize = shape[axis + 1..].iter().product();
+        let numel = g.ty(x).numel();
+        let b = [(x, false, "x"), (vals, true, "values"), (idx, true, "indices")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let tpl = TopKTpl {
+            h: self.header(n, "topk.wgsl", &b),
+            groups_x,
+            numel,
+            largest,
+            cmp: if largest { ">" } else { "<" },
+            k,
+            n: shape[axis],
+            inner,
+            span: shape[axis] * inner,
+            out_span: k * inner,
+        };
+        self.kernel(n, node.name.clone(), "topk", tpl.render(), &b, wg)
+    }
+
+    fn scatter(
+        &self,
+        n: NodeId,
+        axis: Option<usize>,
+        reduction: wgslc_ir::ScatterReduction,
+    ) -> Result<EmittedKernel, EmitError> {
+        use wgslc_ir::ScatterReduction as R;
+        let g = self.g;
+        let node = g.node(n);
+        let (data, ind, upd, out) =
+            (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.inputs[2].unwrap(), node.outputs[0]);
+        let (ds, is, us) = (g.ty(data).shape.clone(), g.ty(ind).shape.clone(), g.ty(upd).shape.clone());
+        let dcs = contiguous_strides(&ds);
+        let combine = |w: &str| match reduction {
+            R::None => w.to_string(),
+            R::Add => format!("v + {w}"),
+            R::Mul => format!("v * {w}"),
+            R::Max => format!("max(v, {w})"),
+            R::Min => format!("min(v, {w})"),
+        };
+        let numel = g.ty(out).numel();
+        let b = [(data, false, "data"), (ind, false, "indices"), (upd, false, "updates"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let reduction_name = match reduction {
+            R::None => "none",
+            R::Add => "add",
+            R::Mul => "mul",
+            R::Max => "max",
+            R::Min => "min",
+        };
+        let tpl = match axis {
+            None => {
+                let depth = *is.last().unwrap();
+                let slice: usize = ds[depth..].iter().product();
+                ScatterTpl {
+                    h: self.header(n, "scatter.wgsl", &b),
+                    groups_x,
+                    numel,
+                    kind: "ScatterND",
+                    reduction: reduction_name,
+                    nd: true,
+                    combine: combine("u"),
+                    combine_w: String::new(),
+                    tuples: is[..is.len() - 1].iter().product(),
+                    depth,
+                    slice,
+                    dims: (0..depth).map(|d| ScatterDim { extent: ds[d], stride: dcs[d] }).collect(),
+                    axis: 0,
+                    axis_len: 0,
+                    updates_len: 0,
+                    out_coords: vec![],
+                    upd_coords: vec![],
+                }
+            }
+            Some(axis) => {
+                let ucs = contiguous_strides(&us);
+                ScatterTpl {
+                    h: self.header(n, "scatter.wgsl", &b),
+                    groups_x,
+                    numel,
+                    kind: "ScatterElements",
+                    reduction: reduction_name,
+                    nd: false,
+                    combine: String::new(),
+                    combine_w: combine("w"),
+                    tuples: 0,
+                    depth: 0,
+                    slice: 0,
+                    dims: vec![],
+                    axis,
+                    axis_len: ds[axis],
+                    updates_len: us.iter().product(),
+                    out_coords: ds.iter().zip(&dcs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect(),
+                    upd_coords: (0..us.len())
+                        .filter(|&d| d != axis)
+                        .map(|d| UpdCoord { coord: d, stride: ucs[d], extent: us[d].max(1) })
+                        .collect(),
+                }
+            }
+        };
+        self.kernel(n, node.name.clone(), "scatter", tpl.render(), &b, wg)
+    }
+
     fn pad(&self, n: NodeId, mode: wgslc_ir::PadMode, pads: &[i64], value: f32) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let node = g.node(n);
@@ -1259,8 +1440,13 @@ impl Emitter<'_> {
             h: self.header(n, "pool2d.wgsl", &b),
             groups_x,
             numel,
-            kind: if *kind == PoolKind::Max { "max" } else { "average" },
+            kind: match kind {
+                PoolKind::Max => "max",
+                PoolKind::Avg => "average",
+                PoolKind::Lp(_) => "Lp",
+            },
             is_max: *kind == PoolKind::Max,
+            lp: if let PoolKind::Lp(p) = kind { *p } else { 0 },
             count_include_pad: *count_include_pad,
             hw: geo.h * geo.w,
             ohw: geo.oh * geo.ow,
@@ -1281,4 +1467,19 @@ fn narrow(e: String, d: wgslc_ir::DType) -> String {
         DType::I16 => format!("(({e} << 16u) >> 16u)"),
         _ => e,
     }
+}
+
+fn bit_width(d: wgslc_ir::DType) -> u32 {
+    use wgslc_ir::DType;
+    match d {
+        DType::U8 | DType::I8 => 8,
+        DType::U16 | DType::I16 => 16,
+        DType::U64 | DType::I64 => 64,
+        _ => 32,
+    }
+}
+
+fn is_signed(d: wgslc_ir::DType) -> bool {
+    use wgslc_ir::DType;
+    matches!(d, DType::I8 | DType::I16 | DType::I32 | DType::I64)
 }

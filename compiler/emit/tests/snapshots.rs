@@ -63,9 +63,9 @@ fn gemm_transposed_with_bias() {
 fn softmax_layernorm_and_reduce() {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[2, 5, 6]);
-    let s = node(&mut g, Op::Softmax { axis: 1, legacy: false }, &[x]);
+    let s = node(&mut g, Op::Softmax { axis: 1, legacy: false, log: false }, &[x]);
     let scale = weight(&mut g, "scale", &[6]);
-    let l = node(&mut g, Op::LayerNorm { axis: -1, epsilon: 1e-5 }, &[s, scale]);
+    let l = node(&mut g, Op::LayerNorm { axis: -1, epsilon: 1e-5, rms: false }, &[s, scale]);
     let y = node(
         &mut g,
         Op::Reduce {

@@ -124,6 +124,26 @@ pub enum ReduceOp {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScatterReduction {
+    None,
+    Add,
+    Mul,
+    Max,
+    Min,
+}
+
+/// Attributes of ONNX Attention.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionAttrs {
+    pub is_causal: bool,
+    pub q_num_heads: Option<usize>,
+    pub kv_num_heads: Option<usize>,
+    pub scale: Option<f32>,
+    pub softcap: f32,
+    pub qk_matmul_output_mode: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PadMode {
     Constant,
     Reflect,
@@ -135,6 +155,8 @@ pub enum PadMode {
 pub enum PoolKind {
     Max,
     Avg,
+    /// LpPool with exponent p.
+    Lp(u32),
 }
 
 /// ONNX's auto_pad.
@@ -291,6 +313,50 @@ pub enum Op {
     ConstantOfShape(Tensor),
     Range,
 
+    // ---- composites: expanded into the ops above by shape inference ----
+    /// ONNX Attention (opsets 23–24).
+    Attention(AttentionAttrs),
+    DepthToSpace {
+        blocksize: usize,
+        crd: bool,
+    },
+    SpaceToDepth {
+        blocksize: usize,
+        crd: bool,
+    },
+    CenterCropPad,
+    /// TopK(X, K) → (values, indices); `k` is resolved by inference.
+    TopK {
+        axis: i64,
+        largest: bool,
+        k: Option<usize>,
+    },
+    /// ScatterElements(data, indices, updates) along `axis`, or ScatterND when `axis` is None.
+    Scatter {
+        axis: Option<i64>,
+        reduction: ScatterReduction,
+    },
+    /// OneHot(indices, depth, values) along `axis`.
+    OneHot {
+        axis: i64,
+    },
+    LpNormalization {
+        axis: i64,
+        p: i64,
+    },
+    /// Hardmax; `legacy` is the opset < 13 form that flattens to 2-D at `axis`.
+    Hardmax {
+        axis: i64,
+        legacy: bool,
+    },
+    InstanceNorm {
+        epsilon: f32,
+    },
+    GroupNorm {
+        epsilon: f32,
+        groups: usize,
+    },
+
     // ---- resolved layout ----
     /// The output is the input reinterpreted with another shape (same elements, same order): no kernel, the
     /// memory planner gives both the same storage.
@@ -386,6 +452,8 @@ impl Op {
             Op::Conv { .. } => "Conv",
             Op::Pool { kind: PoolKind::Max, .. } => "MaxPool",
             Op::Pool { kind: PoolKind::Avg, .. } => "AveragePool",
+            Op::Pool { kind: PoolKind::Lp(_), .. } => "LpPool",
+            Op::GlobalPool(PoolKind::Lp(_)) => "GlobalLpPool",
             Op::GlobalPool(PoolKind::Max) => "GlobalMaxPool",
             Op::GlobalPool(PoolKind::Avg) => "GlobalAveragePool",
             Op::BatchNorm { .. } => "BatchNormalization",
@@ -400,6 +468,18 @@ impl Op {
             Op::CumSum { prod: false, .. } => "CumSum",
             Op::CumSum { prod: true, .. } => "CumProd",
             Op::Pad { .. } => "Pad",
+            Op::Attention(_) => "Attention",
+            Op::DepthToSpace { .. } => "DepthToSpace",
+            Op::SpaceToDepth { .. } => "SpaceToDepth",
+            Op::CenterCropPad => "CenterCropPad",
+            Op::TopK { .. } => "TopK",
+            Op::Scatter { axis: Some(_), .. } => "ScatterElements",
+            Op::Scatter { axis: None, .. } => "ScatterND",
+            Op::OneHot { .. } => "OneHot",
+            Op::LpNormalization { .. } => "LpNormalization",
+            Op::Hardmax { .. } => "Hardmax",
+            Op::InstanceNorm { .. } => "InstanceNormalization",
+            Op::GroupNorm { .. } => "GroupNormalization",
             Op::Tile => "Tile",
             Op::CastLike => "CastLike",
             Op::Size => "Size",
@@ -463,6 +543,8 @@ impl Op {
             Op::Trilu { k, .. } => k.is_some(),
             Op::CumSum { axis, .. } => axis.is_some(),
             Op::Pad { pads, .. } => pads.is_some(),
+            Op::TopK { k, .. } => k.is_some(),
+            Op::Scatter { .. } => true,
             _ => false,
         }
     }

@@ -330,6 +330,70 @@ impl Importer<'_> {
                 dtype: a.get("dtype").map(|d| dtype_from_onnx(d.i as i32)).transpose().map_err(|r| a.err(r))?,
             },
             "Tile" => Op::Tile,
+            "Attention" => {
+                if a.get("left_window_size").is_some_and(|w| w.i >= 0)
+                    || a.get("right_window_size").is_some_and(|w| w.i >= 0)
+                {
+                    return Err(a.err("sliding-window attention is not supported"));
+                }
+                if a.get("softmax_precision").is_some_and(|p| p.i != 1) {
+                    return Err(a.err("softmax_precision other than float32 is not supported"));
+                }
+                let heads = |k: &str| a.get(k).map(|x| x.i as usize);
+                Op::Attention(wgslc_ir::AttentionAttrs {
+                    is_causal: a.int("is_causal", 0) != 0,
+                    q_num_heads: heads("q_num_heads"),
+                    kv_num_heads: heads("kv_num_heads"),
+                    scale: a.get("scale").map(|x| x.f),
+                    softcap: a.float("softcap", 0.0),
+                    qk_matmul_output_mode: a.int("qk_matmul_output_mode", 0),
+                })
+            }
+            "DepthToSpace" => Op::DepthToSpace {
+                blocksize: a.int("blocksize", 0).max(0) as usize,
+                crd: a.string("mode").as_deref() == Some("CRD"),
+            },
+            "SpaceToDepth" => Op::SpaceToDepth {
+                blocksize: a.int("blocksize", 0).max(0) as usize,
+                crd: a.string("mode").as_deref() == Some("CRD"),
+            },
+            "TopK" => {
+                if opset < 10 {
+                    let k = a.int("k", 1);
+                    inputs.truncate(1);
+                    inputs.push(Some(self.ints_const(&name, "k", vec![k])));
+                }
+                Op::TopK { axis: a.int("axis", -1), largest: a.int("largest", 1) != 0, k: None }
+            }
+            "ScatterElements" | "Scatter" | "ScatterND" => {
+                let reduction = match a.string("reduction").as_deref().unwrap_or("none") {
+                    "none" => wgslc_ir::ScatterReduction::None,
+                    "add" => wgslc_ir::ScatterReduction::Add,
+                    "mul" => wgslc_ir::ScatterReduction::Mul,
+                    "max" => wgslc_ir::ScatterReduction::Max,
+                    "min" => wgslc_ir::ScatterReduction::Min,
+                    r => return Err(a.err(format!("unknown reduction '{r}'"))),
+                };
+                let axis = (node.op_type != "ScatterND").then(|| a.int("axis", 0));
+                Op::Scatter { axis, reduction }
+            }
+            "CenterCropPad" => {
+                if let Some(axes) = a.ints("axes") {
+                    inputs.truncate(2);
+                    inputs.push(Some(self.ints_const(&name, "axes", axes)));
+                }
+                Op::CenterCropPad
+            }
+            "OneHot" => Op::OneHot { axis: a.int("axis", -1) },
+            "LpNormalization" => Op::LpNormalization { axis: a.int("axis", -1), p: a.int("p", 2) },
+            "Hardmax" => Op::Hardmax { axis: a.int("axis", if opset < 13 { 1 } else { -1 }), legacy: opset < 13 },
+            "InstanceNormalization" => Op::InstanceNorm { epsilon: a.float("epsilon", 1e-5) },
+            "GroupNormalization" => {
+                if opset < 21 {
+                    return Err(a.err("GroupNormalization-18 (per-group scale) is not supported; use opset 21"));
+                }
+                Op::GroupNorm { epsilon: a.float("epsilon", 1e-5), groups: a.int("num_groups", 1).max(1) as usize }
+            }
             "Swish" => Op::Unary(UnaryOp::Swish(a.float("alpha", 1.0))),
             "Pad" => {
                 let mode = match a.string("mode").as_deref().unwrap_or("constant") {
@@ -456,6 +520,11 @@ impl Importer<'_> {
                 }
                 Op::Conv { window: self.window(&a, false)?, group: a.int("group", 1).max(1) as usize }
             }
+            "LpPool" => Op::Pool {
+                kind: PoolKind::Lp(a.int("p", 2).clamp(1, 16) as u32),
+                window: self.window(&a, true)?,
+                count_include_pad: false,
+            },
             "MaxPool" | "AveragePool" => {
                 if node.output.iter().skip(1).any(|o| !o.is_empty()) {
                     return Err(a.err("the Indices output of MaxPool is not supported"));
@@ -570,7 +639,7 @@ impl Importer<'_> {
     fn define_outputs(&mut self, node: &str, outs: &[String], op: &Op) -> Result<Vec<ValueId>, ImportError> {
         // Single-output ops whose optional extra outputs were refused above keep only the first.
         let keep = match op {
-            Op::Split { .. } | Op::LayerNorm { rms: false, .. } => outs.len(),
+            Op::Split { .. } | Op::LayerNorm { rms: false, .. } | Op::Attention(_) | Op::TopK { .. } => outs.len(),
             _ => 1.min(outs.len()),
         };
         if keep == 0 {
@@ -597,6 +666,10 @@ impl Importer<'_> {
             let v = self.g.add_value(o.clone(), None);
             self.names.insert(o.clone(), v);
             ids.push(v);
+        }
+        if matches!(op, Op::TopK { .. }) && ids.len() == 1 {
+            // TopK always computes its indices; give them a private value when the model names none.
+            ids.push(self.g.add_value(self.g.fresh_name(&format!("{node}.indices")), None));
         }
         Ok(ids)
     }

@@ -1,0 +1,453 @@
+//! Composite ops expanded into simpler ones once shapes are known: Attention, DepthToSpace, SpaceToDepth,
+//! LpNormalization, Hardmax, InstanceNormalization and GroupNormalization. Each expansion builds ordinary nodes
+//! that shape inference then types and folds like any other.
+
+use crate::PassError;
+use wgslc_ir::{AttentionAttrs, BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Tensor, TensorType, UnaryOp, ValueId};
+
+/// Builds the nodes that replace one composite node.
+pub(crate) struct Builder<'g> {
+    pub g: &'g mut Graph,
+    base: String,
+    pub nodes: Vec<NodeId>,
+}
+
+impl Builder<'_> {
+    pub fn op(&mut self, op: Op, inputs: &[Option<ValueId>]) -> Result<ValueId, PassError> {
+        let k = self.nodes.len();
+        let out = self.g.add_value(self.g.fresh_name(&format!("{}.{k}", self.base)), None);
+        let n = self.g.add_node(format!("{}/{}{k}", self.base, op.name()), op, inputs.to_vec(), vec![out])?;
+        self.nodes.push(n);
+        Ok(out)
+    }
+
+    pub fn un(&mut self, op: Op, x: ValueId) -> Result<ValueId, PassError> {
+        self.op(op, &[Some(x)])
+    }
+
+    pub fn bin(&mut self, b: BinaryOp, x: ValueId, y: ValueId) -> Result<ValueId, PassError> {
+        self.op(Op::Binary(b), &[Some(x), Some(y)])
+    }
+
+    pub fn konst(&mut self, t: Tensor) -> ValueId {
+        let k = self.nodes.len();
+        self.g.add_const(self.g.fresh_name(&format!("{}.c{k}", self.base)), t)
+    }
+
+    pub fn ints(&mut self, v: &[i64]) -> ValueId {
+        self.konst(Tensor::i64(vec![v.len()], v.to_vec()))
+    }
+
+    pub fn scalar(&mut self, dtype: DType, x: f64) -> ValueId {
+        self.konst(Tensor::from_f64(dtype, vec![], vec![x]))
+    }
+
+    pub fn reshape(&mut self, x: ValueId, shape: &[usize]) -> Result<ValueId, PassError> {
+        let s = self.ints(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>());
+        self.op(Op::Reshape { allowzero: true }, &[Some(x), Some(s)])
+    }
+
+    pub fn transpose(&mut self, x: ValueId, perm: &[usize]) -> Result<ValueId, PassError> {
+        self.un(Op::Transpose { perm: Some(perm.to_vec()) }, x)
+    }
+}
+
+/// The value of a parameter input that must be a compile-time constant (the same message as inference's).
+fn need_const<'a>(
+    g: &'a Graph,
+    v: ValueId,
+    what: &str,
+    err: &dyn Fn(String) -> PassError,
+) -> Result<&'a Tensor, PassError> {
+    g.const_data(v).ok_or_else(|| {
+        err(format!(
+            "the {what} input '{}' must be known at compile time (it is computed at run time)",
+            g.value(v).name
+        ))
+    })
+}
+
+/// Whether `op` is expanded by [`expand`].
+pub(crate) fn is_composite(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Attention(_)
+            | Op::DepthToSpace { .. }
+            | Op::SpaceToDepth { .. }
+            | Op::CenterCropPad
+            | Op::OneHot { .. }
+            | Op::LpNormalization { .. }
+            | Op::Hardmax { .. }
+            | Op::InstanceNorm { .. }
+            | Op::GroupNorm { .. }
+    )
+}
+
+/// Replaces composite node `n` by its expansion and returns the new nodes in data order (the caller infers them).
+pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError> {
+    let node = g.node(n).clone();
+    let err = |reason: String| PassError::Node { node: node.name.clone(), op: node.op.name().into(), reason };
+    let ty = |g: &Graph, i: usize| -> Result<TensorType, PassError> {
+        let v = node.inputs.get(i).copied().flatten().ok_or_else(|| err(format!("missing input {i}")))?;
+        g.value(v).ty.clone().ok_or_else(|| err(format!("input {i} has no type")))
+    };
+    let x = node.inputs.first().copied().flatten().ok_or_else(|| err("missing input 0".into()))?;
+    let xt = ty(g, 0)?;
+    g.remove_node(n);
+    let mut b = Builder { g, base: node.name.clone(), nodes: vec![] };
+    let results: Vec<Option<ValueId>> = match &node.op {
+        Op::DepthToSpace { blocksize: bs, crd } => {
+            let (bs, s) = (*bs, &xt.shape);
+            if s.len() != 4 || bs == 0 || s[1] % (bs * bs) != 0 {
+                return Err(err(format!("cannot rearrange {s:?} with blocksize {bs}")));
+            }
+            let (nb, c, h, w) = (s[0], s[1] / (bs * bs), s[2], s[3]);
+            let (shape6, perm) = if *crd {
+                ([nb, c, bs, bs, h, w], [0, 1, 4, 2, 5, 3])
+            } else {
+                ([nb, bs, bs, c, h, w], [0, 3, 4, 1, 5, 2])
+            };
+            let r = b.reshape(x, &shape6)?;
+            let t = b.transpose(r, &perm)?;
+            vec![Some(b.reshape(t, &[nb, c, h * bs, w * bs])?)]
+        }
+        Op::SpaceToDepth { blocksize: bs, crd } => {
+            let (bs, s) = (*bs, &xt.shape);
+            if s.len() != 4 || bs == 0 || s[2] % bs != 0 || s[3] % bs != 0 {
+                return Err(err(format!("cannot rearrange {s:?} with blocksize {bs}")));
+            }
+            let (nb, c, h, w) = (s[0], s[1], s[2] / bs, s[3] / bs);
+            let r = b.reshape(x, &[nb, c, h, bs, w, bs])?;
+            let perm = if *crd { [0, 1, 3, 5, 2, 4] } else { [0, 3, 5, 1, 2, 4] };
+            let t = b.transpose(r, &perm)?;
+            vec![Some(b.reshape(t, &[nb, c * bs * bs, h, w])?)]
+        }
+        Op::LpNormalization { axis, p } => {
+            let rop = match p {
+                1 => ReduceOp::L1,
+                2 => ReduceOp::L2,
+                _ => return Err(err(format!("p must be 1 or 2, got {p}"))),
+            };
+            let axes = b.ints(&[*axis]);
+            let norm = b.op(
+                Op::Reduce { op: rop, axes: None, keepdims: true, noop_with_empty_axes: false },
+                &[Some(x), Some(axes)],
+            )?;
+            // A zero norm gives zeros, not NaN.
+            let zero = b.scalar(xt.dtype, 0.0);
+            let is_zero = b.bin(BinaryOp::Equal, norm, zero)?;
+            let q = b.bin(BinaryOp::Div, x, norm)?;
+            vec![Some(b.op(Op::Where, &[Some(is_zero), Some(zero), Some(q)])?)]
+        }
+        Op::CenterCropPad => {
+            let shape_in = node.inputs.get(1).copied().flatten().ok_or_else(|| err("missing shape".into()))?;
+            let target = need_const(b.g, shape_in, "shape", &err)?.to_i64();
+            let r = xt.rank();
+            let axes: Vec<usize> = match node.inputs.get(2).copied().flatten() {
+                Some(a) => need_const(b.g, a, "axes", &err)?
+                    .to_i64()
+                    .iter()
+                    .map(|&a| if a < 0 { (a + r as i64) as usize } else { a as usize })
+                    .collect(),
+                None => (0..r).collect(),
+            };
+            if target.len() != axes.len() || axes.iter().any(|&a| a >= r) {
+                return Err(err(format!("shape {target:?} does not match axes {axes:?}")));
+            }
+            // Crop (Slice) the axes that shrink, then pad (Pad) the ones that grow, both centred as ONNX says:
+            // the extra element goes to the end when cropping and to the end when padding.
+            let (mut starts, mut ends, mut pads) = (vec![], vec![], vec![0i64; 2 * r]);
+            let mut crop_axes = vec![];
+            for (i, &a) in axes.iter().enumerate() {
+                let (have, want) = (xt.shape[a] as i64, target[i]);
+                if want < have {
+                    let s = (have - want) / 2;
+                    starts.push(s);
+                    ends.push(s + want);
+                    crop_axes.push(a as i64);
+                } else if want > have {
+                    let p = want - have;
+                    pads[a] = p / 2;
+                    pads[a + r] = p - p / 2;
+                }
+            }
+            let mut y = x;
+            if !crop_axes.is_empty() {
+                let (s, e, ax) = (b.ints(&starts), b.ints(&ends), b.ints(&crop_axes));
+                y = b.op(Op::Slice, &[Some(y), Some(s), Some(e), Some(ax)])?;
+            }
+            if pads.iter().any(|&p| p != 0) {
+                let p = b.ints(&pads);
+                y = b.op(Op::Pad { mode: wgslc_ir::PadMode::Constant, pads: None, value: 0.0 }, &[Some(y), Some(p)])?;
+            }
+            vec![Some(b.un(Op::Identity, y)?)]
+        }
+        Op::OneHot { axis } => {
+            let depth_v = node.inputs.get(1).copied().flatten().ok_or_else(|| err("missing depth".into()))?;
+            let values = node.inputs.get(2).copied().flatten().ok_or_else(|| err("missing values".into()))?;
+            let depth = need_const(b.g, depth_v, "depth", &err)?.to_f64()[0] as i64;
+            if depth <= 0 {
+                return Err(err(format!("depth {depth} must be positive")));
+            }
+            let r = xt.rank() as i64 + 1;
+            let a = if *axis < 0 { axis + r } else { *axis };
+            if !(0..r).contains(&a) {
+                return Err(err(format!("axis {axis} is out of range")));
+            }
+            // Negative indices count from the end: idx + depth where idx < 0.
+            let idx = b.op(Op::Cast(DType::I64), &[Some(x)])?;
+            let zero = b.scalar(DType::I64, 0.0);
+            let d = b.scalar(DType::I64, depth as f64);
+            let neg = b.bin(BinaryOp::Less, idx, zero)?;
+            let wrapped = b.bin(BinaryOp::Add, idx, d)?;
+            let idx = b.op(Op::Where, &[Some(neg), Some(wrapped), Some(idx)])?;
+            let ax = b.ints(&[a]);
+            let idx = b.op(Op::Unsqueeze, &[Some(idx), Some(ax)])?;
+            let mut ishape = vec![1usize; r as usize];
+            ishape[a as usize] = depth as usize;
+            let iota = b.konst(Tensor::i64(ishape, (0..depth).collect()));
+            let hit = b.bin(BinaryOp::Equal, idx, iota)?;
+            let (s0, s1, e1, e2) = (b.ints(&[0]), b.ints(&[1]), b.ints(&[1]), b.ints(&[2]));
+            let off = b.op(Op::Slice, &[Some(values), Some(s0), Some(e1)])?;
+            let on = b.op(Op::Slice, &[Some(values), Some(s1), Some(e2)])?;
+            vec![Some(b.op(Op::Where, &[Some(hit), Some(on), Some(off)])?)]
+        }
+        Op::Hardmax { axis, legacy } => {
+            let r = xt.rank() as i64;
+            let a = if *axis < 0 { axis + r } else { *axis };
+            if !(0..r.max(1)).contains(&a) {
+                return Err(err(format!("axis {axis} is out of range")));
+            }
+            let a = a as usize;
+            // The opset < 13 form works on the 2-D view [prod(..axis), prod(axis..)].
+            let (src, ax) = if *legacy {
+                let outer: usize = xt.shape[..a].iter().product();
+                (b.reshape(x, &[outer, xt.shape[a..].iter().product()])?, 1)
+            } else {
+                (x, a)
+            };
+            let st = if *legacy {
+                vec![xt.shape[..a].iter().product(), xt.shape[a..].iter().product()]
+            } else {
+                xt.shape.clone()
+            };
+            let am = b.un(Op::ArgReduce { max: true, axis: ax as i64, keepdims: true, select_last: false }, src)?;
+            let mut ishape = vec![1usize; st.len()];
+            ishape[ax] = st[ax];
+            let iota = b.konst(Tensor::i64(ishape, (0..st[ax] as i64).collect()));
+            let hit = b.bin(BinaryOp::Equal, am, iota)?;
+            let y = b.op(Op::CastLike, &[Some(hit), Some(src)])?;
+            vec![Some(if *legacy { b.reshape(y, &xt.shape)? } else { y })]
+        }
+        Op::InstanceNorm { epsilon } | Op::GroupNorm { epsilon, .. } => {
+            let s = &xt.shape;
+            if s.len() < 3 {
+                return Err(err("needs rank ≥ 3".into()));
+            }
+            let groups = if let Op::GroupNorm { groups, .. } = node.op { groups } else { s[1] };
+            if s[1] % groups != 0 {
+                return Err(err(format!("{} channels do not split into {groups} groups", s[1])));
+            }
+            let rows = s[0] * groups;
+            let len = xt.numel() / rows.max(1);
+            let flat = b.reshape(x, &[rows, len])?;
+            let ones = b.konst(Tensor::f32(vec![len], vec![1.0; len]));
+            let normed = b.op(Op::LayerNorm { axis: 1, epsilon: *epsilon, rms: false }, &[Some(flat), Some(ones)])?;
+            let back = b.reshape(normed, s)?;
+            // Per-channel scale and bias, shaped [C, 1, …] to broadcast over the spatial dims.
+            let mut cshape = vec![s[1]];
+            cshape.resize(s.len() - 1, 1);
+            let scale = node.inputs.get(1).copied().flatten().ok_or_else(|| err("missing scale".into()))?;
+            let bias = node.inputs.get(2).copied().flatten().ok_or_else(|| err("missing bias".into()))?;
+            let sc = b.reshape(scale, &cshape)?;
+            let bi = b.reshape(bias, &cshape)?;
+            let m = b.bin(BinaryOp::Mul, back, sc)?;
+            vec![Some(b.bin(BinaryOp::Add, m, bi)?)]
+        }
+        Op::Attention(attrs) => attention(&mut b, &node.inputs, attrs, &err)?,
+        _ => unreachable!("not a composite"),
+    };
+    let mut nodes = std::mem::take(&mut b.nodes);
+    for (i, &o) in node.outputs.iter().enumerate() {
+        let Some(Some(r)) = results.get(i) else {
+            return Err(err(format!("output {i} is not produced by this form of the op")));
+        };
+        nodes.push(g.add_node(format!("{}/out{i}", node.name), Op::Identity, vec![Some(*r)], vec![o])?);
+    }
+    Ok(nodes)
+}
+
+/// ONNX Attention, following the reference implementation: 3-D inputs split into heads, Q and K each scaled by
+/// √scale, past K/V concatenated, an additive bias from the mask (bool → 0/−inf, padded to the key length) and
+/// the causal frontier (offset by the past length), GQA by repeating KV heads, softcap, softmax with
+/// fully-masked rows zeroed, and the product with V.
+fn attention(
+    b: &mut Builder,
+    inputs: &[Option<ValueId>],
+    at: &AttentionAttrs,
+    err: &dyn Fn(String) -> PassError,
+) -> Result<Vec<Option<ValueId>>, PassError> {
+    let get = |i: usize| inputs.get(i).copied().flatten();
+    let (q, k, v) = match (get(0), get(1), get(2)) {
+        (Some(q), Some(k), Some(v)) => (q, k, v),
+        _ => return Err(err("needs Q, K and V".into())),
+    };
+    if get(6).is_some() {
+        return Err(err("nonpad_kv_seqlen is not supported".into()));
+    }
+    let tyof = |b: &Builder, v: ValueId| b.g.ty(v).clone();
+    let qt = tyof(b, q);
+    let dt = qt.dtype;
+    let three_d = qt.rank() == 3;
+    let (mut q4, mut k4, mut v4) = (q, k, v);
+    if three_d {
+        let (hq, hk) = match (at.q_num_heads, at.kv_num_heads) {
+            (Some(a), Some(c)) if a > 0 && c > 0 => (a, c),
+            _ => return Err(err("3-D inputs need q_num_heads and kv_num_heads".into())),
+        };
+        let split = |b: &mut Builder, x: ValueId, h: usize| -> Result<ValueId, PassError> {
+            let s = b.g.ty(x).shape.clone();
+            if !s[2].is_multiple_of(h) {
+                return Err(err(format!("hidden size {} does not split into {h} heads", s[2])));
+            }
+            let r = b.reshape(x, &[s[0], s[1], h, s[2] / h])?;
+            b.transpose(r, &[0, 2, 1, 3])
+        };
+        q4 = split(b, q, hq)?;
+        k4 = split(b, k, hk)?;
+        v4 = split(b, v, hk)?;
+    } else if qt.rank() != 4 {
+        return Err(err("Q must be 3-D or 4-D".into()));
+    }
+    // Types of the 4-D views, computed here because the builder's nodes are inferred later.
+    let qs = if three_d {
+        let h = at.q_num_heads.unwrap();
+        vec![qt.shape[0], h, qt.shape[1], qt.shape[2] / h]
+    } else {
+        qt.shape.clone()
+    };
+    let kv_shape = |b: &Builder, x: ValueId| -> Vec<usize> {
+        let s = b.g.ty(x).shape.clone();
+        if three_d {
+            let h = at.kv_num_heads.unwrap();
+            vec![s[0], h, s[1], s[2] / h]
+        } else {
+            s
+        }
+    };
+    let (mut ks, mut vs) = (kv_shape(b, k), kv_shape(b, v));
+    let head = qs[3];
+    let scale = at.scale.map(|s| s as f64).unwrap_or(1.0 / (head as f64).sqrt()).sqrt();
+
+    // Past cache.
+    let past_len = match (get(4), get(5)) {
+        (Some(pk), Some(pv)) => {
+            let pl = b.g.ty(pk).shape[2];
+            k4 = b.op(Op::Concat { axis: 2 }, &[Some(pk), Some(k4)])?;
+            v4 = b.op(Op::Concat { axis: 2 }, &[Some(pv), Some(v4)])?;
+            ks[2] += pl;
+            vs[2] += b.g.ty(pv).shape[2];
+            pl
+        }
+        (None, None) => 0,
+        _ => return Err(err("past_key and past_value go together".into())),
+    };
+    let (present_k, present_v) = (k4, v4);
+    let (sq, sk) = (qs[2], ks[2]);
+
+    // Additive bias [.., sq, sk] from the mask and the causal frontier.
+    let neg_inf = f64::NEG_INFINITY;
+    let mut bias: Option<ValueId> = None;
+    if let Some(mask) = get(3) {
+        let mt = b.g.ty(mask).clone();
+        let mut m = mask;
+        if mt.dtype == DType::Bool {
+            let zero = b.scalar(dt, 0.0);
+            let ninf = b.scalar(dt, neg_inf);
+            m = b.op(Op::Where, &[Some(m), Some(zero), Some(ninf)])?;
+        }
+        let short = sk.saturating_sub(*mt.shape.last().unwrap_or(&sk));
+        if short > 0 {
+            let r = mt.rank();
+            let mut pads = vec![0i64; 2 * r];
+            pads[2 * r - 1] = short as i64;
+            let p = b.ints(&pads);
+            let fill = b.scalar(dt, neg_inf);
+            m = b.op(
+                Op::Pad { mode: wgslc_ir::PadMode::Constant, pads: None, value: 0.0 },
+                &[Some(m), Some(p), Some(fill)],
+            )?;
+        }
+        bias = Some(m);
+    }
+    if at.is_causal {
+        let c: Vec<f64> = (0..sq * sk)
+            .map(|i| if (i % sk) as i64 <= (i / sk) as i64 + past_len as i64 { 0.0 } else { neg_inf })
+            .collect();
+        let causal = b.konst(Tensor::from_f64(dt, vec![sq, sk], c));
+        bias = Some(match bias {
+            Some(m) => b.bin(BinaryOp::Add, m, causal)?,
+            None => causal,
+        });
+    }
+
+    // GQA: repeat each KV head (interleaved: h0, h0, h1, h1, …).
+    let (hq, hk) = (qs[1], ks[1]);
+    if hq != hk {
+        if hk == 0 || hq % hk != 0 {
+            return Err(err(format!("{hq} query heads do not group over {hk} KV heads")));
+        }
+        let rep = |b: &mut Builder, x: ValueId, s: &[usize]| -> Result<ValueId, PassError> {
+            let u = b.reshape(x, &[s[0], s[1], 1, s[2], s[3]])?;
+            let sh = b.ints(&[s[0] as i64, s[1] as i64, (hq / hk) as i64, s[2] as i64, s[3] as i64]);
+            let e = b.op(Op::Expand, &[Some(u), Some(sh)])?;
+            b.reshape(e, &[s[0], hq, s[2], s[3]])
+        };
+        k4 = rep(b, k4, &ks)?;
+        v4 = rep(b, v4, &vs)?;
+    }
+
+    let sc = b.scalar(dt, scale);
+    let qs_ = b.bin(BinaryOp::Mul, q4, sc)?;
+    let ks_ = b.bin(BinaryOp::Mul, k4, sc)?;
+    let kt = b.transpose(ks_, &[0, 1, 3, 2])?;
+    let mut qk = b.op(Op::MatMul, &[Some(qs_), Some(kt)])?;
+    let raw_qk = qk;
+    if at.softcap > 0.0 {
+        let c = b.scalar(dt, at.softcap as f64);
+        let d = b.bin(BinaryOp::Div, qk, c)?;
+        let t = b.un(Op::Unary(UnaryOp::Tanh), d)?;
+        qk = b.bin(BinaryOp::Mul, t, c)?;
+    }
+    let capped = qk;
+    let with_bias = match bias {
+        Some(m) => b.bin(BinaryOp::Add, qk, m)?,
+        None => qk,
+    };
+    let mut p = b.op(Op::Softmax { axis: -1, legacy: false, log: false }, &[Some(with_bias)])?;
+    if let Some(m) = bias {
+        // Rows whose bias is -inf everywhere attend to nothing: zero them.
+        let ax = b.ints(&[-1]);
+        let mx = b.op(
+            Op::Reduce { op: ReduceOp::Max, axes: None, keepdims: true, noop_with_empty_axes: false },
+            &[Some(m), Some(ax)],
+        )?;
+        let dead = b.un(Op::Unary(UnaryOp::IsInf(false, true)), mx)?;
+        let zero = b.scalar(dt, 0.0);
+        p = b.op(Op::Where, &[Some(dead), Some(zero), Some(p)])?;
+    }
+    let mut y = b.op(Op::MatMul, &[Some(p), Some(v4)])?;
+    if three_d {
+        let t = b.transpose(y, &[0, 2, 1, 3])?;
+        let s = [qs[0], qs[2], qs[1] * vs[3]];
+        y = b.reshape(t, &s)?;
+    }
+    let qk_out = match at.qk_matmul_output_mode {
+        0 => raw_qk,
+        1 => capped,
+        2 => with_bias,
+        3 => p,
+        m => return Err(err(format!("unknown qk_matmul_output_mode {m}"))),
+    };
+    Ok(vec![Some(y), Some(present_k), Some(present_v), Some(qk_out)])
+}

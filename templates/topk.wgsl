@@ -1,0 +1,28 @@
+{% include "header.wgsl" %}
+// TopK ({% if largest %}largest{% else %}smallest{% endif %} {{ k }} of {{ n }} along an axis spaced {{ inner }} apart): each element
+// counts the elements that precede it in the order (ties: lower index first) and, if its rank is under k, writes
+// itself there. One element per thread; no shared state.
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
+    if (i >= {{ numel }}u) {
+        return;
+    }
+    let j = (i / {{ inner }}u) % {{ n }}u;
+    let outer = i / {{ span }}u;
+    let inner = i % {{ inner }}u;
+    let base = outer * {{ span }}u + inner;
+    let v = x[i];
+    var rank = 0u;
+    for (var t = 0u; t < {{ n }}u; t = t + 1u) {
+        let w = x[base + t * {{ inner }}u];
+        if (w {{ cmp }} v || (w == v && t < j)) {
+            rank = rank + 1u;
+        }
+    }
+    if (rank < {{ k }}u) {
+        let o = outer * {{ out_span }}u + rank * {{ inner }}u + inner;
+        values[o] = v;
+        indices[o] = i32(j);
+    }
+}
