@@ -1,4 +1,6 @@
 {% include "header.wgsl" %}
+{%- include "helpers.wgsl" %}
+{%- include "fused.wgsl" %}
 // Direct 2-D convolution (1-D runs with height 1): one output element per thread.
 // x: [{{ n }}, {{ c }}, {{ g.h }}, {{ g.w }}], w: [{{ m }}, {{ cg }}, {{ g.kh }}, {{ g.kw }}], out: [{{ n }}, {{ m }}, {{ g.oh }}, {{ g.ow }}].
 @compute @workgroup_size(256)
@@ -34,5 +36,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
     }
+{%- if fu.defined %}
+    out[i] = fused(acc, i);
+{%- else %}
     out[i] = acc;
+{%- endif %}
 }

@@ -1,4 +1,6 @@
 {% include "header.wgsl" %}
+{%- include "helpers.wgsl" %}
+{%- include "fused.wgsl" %}
 // Tiled matrix product: a 64x64 output tile per workgroup of 16x16 threads, 4x4 outputs per thread,
 // K in steps of 16 through workgroup memory. A and B are read through strides, so transposes cost nothing.
 var<workgroup> a_tile: array<f32, 1024>;
@@ -7,8 +9,8 @@ var<workgroup> b_tile: array<f32, 1024>;
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let batch = wid.z;
-    let a_base = 0u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
-    let b_base = 0u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
+    let a_base = {{ a_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
+    let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
     let row0 = wid.y * 64u;
     let col0 = wid.x * 64u;
     let tid = lid.y * 16u + lid.x;
@@ -58,7 +60,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 {%- if has_bias %}
                 v = v + {{ beta }} * bias[m * {{ bias_sm }}u + n * {{ bias_sn }}u];
 {%- endif %}
-                out[batch * {{ mn }}u + m * {{ n }}u + n] = v;
+                let o = batch * {{ mn }}u + m * {{ n }}u + n;
+{%- if fu.defined %}
+                out[o] = fused(v, o);
+{%- else %}
+                out[o] = v;
+{%- endif %}
             }
         }
     }

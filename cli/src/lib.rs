@@ -42,6 +42,8 @@ pub struct CompileOptions {
     pub constants: HashMap<String, wgslc_ir::Tensor>,
     /// The device limits to compile for; WebGPU's defaults unless set.
     pub limits: Limits,
+    /// `--no-fuse`: one kernel per op, for comparison and debugging.
+    pub no_fuse: bool,
 }
 
 /// What a compile produced.
@@ -75,7 +77,11 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     let mut g = import(model, opts)?;
     let source_nodes = g.num_nodes();
     wgslc_passes::run_pipeline(&mut g, None)?;
-    let sched = wgslc_passes::schedule(&g)?;
+    let fuse = wgslc_passes::FuseOptions {
+        fuse: !opts.no_fuse,
+        max_storage_buffers: opts.limits.max_storage_buffers_per_shader_stage as usize,
+    };
+    let sched = wgslc_passes::schedule(&g, &fuse)?;
     let mem = wgslc_passes::plan_memory(&g, &sched)?;
     let kernels = wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?;
     std::fs::create_dir_all(out_dir)

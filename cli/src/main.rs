@@ -32,6 +32,9 @@ enum Cmd {
         /// a run-time input; use it for shape-like parameters a model leaves as inputs.
         #[arg(long = "const", value_name = "INPUT=FILE.npy")]
         constants: Vec<String>,
+        /// Keep one kernel per op (no fusion), for comparison and debugging.
+        #[arg(long = "no-fuse")]
+        no_fuse: bool,
         /// Print the IR after a pass (import, infer, lower, dce, legalize) to stdout and stop.
         #[arg(long = "dump-after", value_name = "PASS")]
         dump_after: Option<String>,
@@ -83,8 +86,8 @@ fn parse_kv(s: &str, what: &str) -> Result<(String, String)> {
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Compile { model, out, dims, shapes, constants, dump_after } => {
-            let mut opts = wgslc::CompileOptions::default();
+        Cmd::Compile { model, out, dims, shapes, constants, no_fuse, dump_after } => {
+            let mut opts = wgslc::CompileOptions { no_fuse, ..Default::default() };
             for d in dims {
                 let (k, v) = parse_kv(&d, "--dim")?;
                 let n =

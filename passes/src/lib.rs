@@ -10,13 +10,17 @@ mod expand;
 mod infer;
 mod lower;
 mod memory;
+pub mod view;
 pub use memory::ALIGN;
 mod schedule;
 
 pub use infer::infer_shapes;
 pub use lower::{eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, storage_of, Storage};
 pub use memory::{plan_memory, BufferKind, MemoryPlan, PlannedBuffer, Slot};
-pub use schedule::{schedule, KernelGroup, Schedule};
+pub use schedule::{
+    group_io, input_view, is_pointwise, read_spec, schedule, takes_epilogue, Boundary, FuseOptions, KernelGroup,
+    Schedule,
+};
 
 use wgslc_ir::{Graph, GraphError};
 

@@ -45,7 +45,8 @@ pub struct MemoryPlan {
 }
 
 /// Places every value a kernel reads or writes: one buffer per storage root (graph inputs, outputs, weights and
-/// intermediates each get their own); an `Alias` output shares its root's slot.
+/// intermediates each get their own); an `Alias` output shares its root's slot. Values that live only inside a
+/// fused kernel, and the outputs of folded copies, get no slot.
 ///
 /// Requires: a legalized graph and its schedule. Establishes: every value bound by a kernel has a slot; no two
 /// values whose storage roots differ share bytes; every slot's offset is a multiple of [`ALIGN`].
@@ -76,10 +77,16 @@ pub fn plan_memory(g: &Graph, sched: &Schedule) -> Result<MemoryPlan, PassError>
         plan.slots.insert(v, s);
     }
     for k in &sched.kernels {
-        for &n in &k.nodes {
-            let node = g.node(n);
-            for &v in node.inputs.iter().flatten().chain(&node.outputs) {
-                let s = place(&mut plan, v, BufferKind::Intermediate);
+        let (reads, writes) = crate::schedule::group_io(g, sched, k);
+        for v in reads.into_iter().chain(writes) {
+            let s = place(&mut plan, v, BufferKind::Intermediate);
+            plan.slots.insert(v, s);
+        }
+    }
+    // Every alias of a placed value shares its slot (kernels may bind either name).
+    for v in g.value_ids() {
+        if !plan.slots.contains_key(&v) && g.value(v).ty.is_some() {
+            if let Some(&s) = plan.slots.get(&storage_root(g, v)) {
                 plan.slots.insert(v, s);
             }
         }

@@ -1,31 +1,369 @@
-//! Scheduling: which nodes become which kernel, in dispatch order.
+//! Scheduling and fusion: which nodes become which kernel, in dispatch order, and why each remaining kernel
+//! boundary exists.
+//!
+//! A kernel group is an optional *anchor* (a node with its own kernel: MatMul, Gemm, Conv, Softmax, …) followed by
+//! elementwise nodes, or elementwise nodes alone. The rules:
+//! - An elementwise node joins the group that produces one of its inputs when that value has this node as its
+//!   only reader, is not a graph output, has the node's output shape, and the group's anchor (if any) takes an
+//!   epilogue (MatMul, Gemm, Conv). A value with several readers is materialized rather than recomputed: every
+//!   reader would redo the producer's loads and arithmetic, which costs more than one write and re-read
+//!   whenever the producer is not a pure view.
+//! - Layout copies (`StridedCopy`: Transpose, Slice, Expand, Split parts) are folded into every reader's index math
+//!   when each reader is elementwise or a MatMul/Gemm operand and the composed view is affine; then the copy has no
+//!   kernel at all.
+//! - A group stops growing before it would bind more storage buffers than the limit.
 
+use crate::view::{compose, View};
 use crate::PassError;
-use wgslc_ir::{Graph, NodeId, Op};
+use std::collections::{HashMap, HashSet};
+use wgslc_ir::{broadcast_strides, contiguous_strides, Graph, NodeId, Op, ValueId};
 
-/// A set of nodes emitted as one WGSL module and dispatched together.
+/// Nodes emitted as one WGSL module and dispatched together.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelGroup {
-    /// Nodes in data-dependency order; the last one's output is what the kernel writes.
-    pub nodes: Vec<NodeId>,
+    /// The node with its own kernel shape, or `None` for a purely elementwise group.
+    pub anchor: Option<NodeId>,
+    /// Elementwise nodes applied after the anchor (its epilogue) or forming the whole kernel, in data order.
+    pub elementwise: Vec<NodeId>,
 }
 
-/// The ordered kernels of a graph. Alias nodes have no kernel: they only rename storage.
+impl KernelGroup {
+    /// Every node of the group, anchor first.
+    pub fn nodes(&self) -> Vec<NodeId> {
+        self.anchor.iter().chain(&self.elementwise).copied().collect()
+    }
+
+    /// The node whose output the kernel writes.
+    pub fn last(&self) -> NodeId {
+        *self.elementwise.last().or(self.anchor.as_ref()).expect("non-empty group")
+    }
+}
+
+/// A producer → consumer edge that crosses a kernel boundary, and why it was not fused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Boundary {
+    pub producer: NodeId,
+    pub consumer: NodeId,
+    pub value: ValueId,
+    pub reason: String,
+}
+
+/// The ordered kernels of a graph.
 #[derive(Clone, Debug, Default)]
 pub struct Schedule {
     pub kernels: Vec<KernelGroup>,
+    /// Layout copies folded into their readers' index math (no kernel of their own).
+    pub folded: HashSet<NodeId>,
+    pub boundaries: Vec<Boundary>,
 }
 
-/// Groups nodes into kernels, one kernel per op (the fusion pass will form larger groups).
+#[derive(Clone, Debug)]
+pub struct FuseOptions {
+    /// `false` is `--no-fuse`: one kernel per op.
+    pub fuse: bool,
+    /// WebGPU's maxStorageBuffersPerShaderStage.
+    pub max_storage_buffers: usize,
+}
+
+impl Default for FuseOptions {
+    fn default() -> Self {
+        FuseOptions { fuse: true, max_storage_buffers: 8 }
+    }
+}
+
+/// Ops computed one output element at a time from inputs at the same coordinates.
+pub fn is_pointwise(op: &Op) -> bool {
+    matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_) | Op::Trilu { .. })
+}
+
+/// Anchors whose kernels apply an elementwise epilogue before storing.
+pub fn takes_epilogue(op: &Op) -> bool {
+    matches!(op, Op::MatMul | Op::Gemm { .. } | Op::Conv { .. })
+}
+
+/// How a node reads input `slot`, as (offset, strides, extents) over its own coordinates, when the read can go
+/// through a view; `None` when the node needs the value materialized.
+pub fn read_spec(g: &Graph, n: NodeId, slot: usize) -> Option<(i64, Vec<i64>, Vec<usize>)> {
+    let node = g.node(n);
+    let v = node.inputs.get(slot).copied().flatten()?;
+    let vs = &g.ty(v).shape;
+    match &node.op {
+        op if is_pointwise(op) => {
+            let os = g.ty(node.outputs[0]).shape.clone();
+            Some((0, broadcast_strides(vs, &os), os))
+        }
+        Op::StridedCopy { offset, strides } => Some((*offset, strides.clone(), g.ty(node.outputs[0]).shape.clone())),
+        Op::MatMul | Op::Gemm { .. } if slot < 2 => {
+            Some((0, contiguous_strides(vs).into_iter().map(|s| s as i64).collect(), vs.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// The view through which node `n` reads input `slot` under `folded` (Alias producers are always passed).
+pub fn input_view(g: &Graph, folded: &HashSet<NodeId>, n: NodeId, slot: usize) -> View {
+    let v = g.node(n).inputs[slot].expect("present input");
+    match read_spec(g, n, slot) {
+        Some((o, s, e)) => compose(g, v, o, &s, &e, folded),
+        None => {
+            let s: Vec<i64> = contiguous_strides(&g.ty(v).shape).into_iter().map(|s| s as i64).collect();
+            compose(g, v, 0, &s, &g.ty(v).shape.clone(), &HashSet::new())
+        }
+    }
+}
+
+/// Nodes that read `v` or a value reached from it through Alias and `folded` copies, with the slot they read.
+fn final_readers(
+    g: &Graph,
+    v: ValueId,
+    folded: &HashSet<NodeId>,
+    readers: &HashMap<ValueId, Vec<(NodeId, usize)>>,
+) -> Option<Vec<(NodeId, usize)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![v];
+    while let Some(u) = stack.pop() {
+        if g.outputs.contains(&u) {
+            return None;
+        }
+        for &(r, slot) in readers.get(&u).map(Vec::as_slice).unwrap_or(&[]) {
+            let op = &g.node(r).op;
+            if *op == Op::Alias || folded.contains(&r) {
+                stack.push(g.node(r).outputs[0]);
+            } else {
+                out.push((r, slot));
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Groups nodes into kernels (see the module doc for the rules).
 ///
-/// Requires: a legalized graph. Establishes: every non-Alias node is in exactly one group; groups are in an
-/// order where every producer's group comes before its consumers' groups.
-pub fn schedule(g: &Graph) -> Result<Schedule, PassError> {
-    let kernels = g
-        .topo_order()?
-        .into_iter()
-        .filter(|&n| g.node(n).op != Op::Alias)
-        .map(|n| KernelGroup { nodes: vec![n] })
-        .collect();
-    Ok(Schedule { kernels })
+/// Requires: a legalized graph. Establishes: every node that is neither an Alias nor a folded copy is in exactly
+/// one group; groups are in an order where every producer's group comes before its consumers'; every read of a
+/// folded copy's output composes into a view of a materialized value.
+pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
+    let order = g.topo_order()?;
+    let mut readers: HashMap<ValueId, Vec<(NodeId, usize)>> = HashMap::new();
+    for &n in &order {
+        for (slot, v) in g.node(n).inputs.iter().enumerate() {
+            if let Some(v) = v {
+                readers.entry(*v).or_default().push((n, slot));
+            }
+        }
+    }
+    let mut sched = Schedule::default();
+
+    // 1. Fold layout copies, latest first, so chains of copies compose end to end.
+    if opts.fuse {
+        for &p in order.iter().rev() {
+            if !matches!(g.node(p).op, Op::StridedCopy { .. }) {
+                continue;
+            }
+            let mut trial = sched.folded.clone();
+            trial.insert(p);
+            let ok = final_readers(g, g.node(p).outputs[0], &trial, &readers).is_some_and(|rs| {
+                !rs.is_empty()
+                    && rs.iter().all(|&(r, slot)| {
+                        read_spec(g, r, slot).is_some() && {
+                            let view = input_view(g, &trial, r, slot);
+                            g.value(view.root).producer.is_none_or(|q| !trial.contains(&q))
+                        }
+                    })
+            });
+            if ok {
+                sched.folded = trial;
+            }
+        }
+    }
+
+    // 2. Form groups in data order.
+    let mut group_of: HashMap<NodeId, usize> = HashMap::new();
+    let mut reasons: HashMap<(NodeId, NodeId), String> = HashMap::new();
+    for &n in &order {
+        let node = g.node(n);
+        if node.op == Op::Alias || sched.folded.contains(&n) {
+            continue;
+        }
+        let out = node.outputs[0];
+        let mut joined = None;
+        if opts.fuse && is_pointwise(&node.op) {
+            for v in node.inputs.iter() {
+                let Some(v) = *v else { continue };
+                let Some(q) = g.value(v).producer else { continue };
+                let Some(&gi) = group_of.get(&q) else { continue };
+                let group = &sched.kernels[gi];
+                let why = if group.last() != q {
+                    Some("the producer's kernel already ends elsewhere".to_string())
+                } else if g.outputs.contains(&v) {
+                    Some("graph output: materialized for the caller".to_string())
+                } else if readers.get(&v).map_or(0, |r| r.iter().map(|(n, _)| n).collect::<HashSet<_>>().len()) > 1 {
+                    let k = readers[&v].iter().map(|(n, _)| n).collect::<HashSet<_>>().len();
+                    Some(format!("{k} consumers: recompute costs more than materializing"))
+                } else if g.ty(v).shape != g.ty(out).shape {
+                    Some(format!("shapes differ: broadcast {:?} → {:?}", g.ty(v).shape, g.ty(out).shape))
+                } else if let Some(a) = group.anchor.filter(|&a| !takes_epilogue(&g.node(a).op)) {
+                    Some(format!("{} has no epilogue", g.node(a).op.name()))
+                } else if group.anchor.is_some() && g.ty(out).dtype != wgslc_ir::DType::F32 {
+                    Some("epilogues produce float32 only".to_string())
+                } else {
+                    let mut members = group.nodes();
+                    members.push(n);
+                    let b = bindings(g, &sched.folded, &members);
+                    (b > opts.max_storage_buffers)
+                        .then(|| format!("would exceed {} storage bindings", opts.max_storage_buffers))
+                };
+                match why {
+                    None => {
+                        joined = Some(gi);
+                        break;
+                    }
+                    Some(r) => {
+                        reasons.insert((q, n), r);
+                    }
+                }
+            }
+        }
+        match joined {
+            Some(gi) => {
+                // The node may read values of kernels formed after this group; an open group's values are read
+                // only inside it, so it can move to the end of the order, after everything it now depends on.
+                let mut group = sched.kernels.remove(gi);
+                group.elementwise.push(n);
+                sched.kernels.push(group);
+                for v in group_of.values_mut() {
+                    if *v > gi {
+                        *v -= 1;
+                    }
+                }
+                let last = sched.kernels.len() - 1;
+                for &m in &sched.kernels[last].nodes() {
+                    group_of.insert(m, last);
+                }
+            }
+            None => {
+                let group = if is_pointwise(&node.op) || matches!(node.op, Op::StridedCopy { .. } | Op::TileCopy) {
+                    KernelGroup { anchor: None, elementwise: vec![n] }
+                } else {
+                    KernelGroup { anchor: Some(n), elementwise: vec![] }
+                };
+                sched.kernels.push(group);
+                group_of.insert(n, sched.kernels.len() - 1);
+            }
+        }
+    }
+
+    // 3. Why every remaining edge crosses a kernel boundary.
+    for &n in &order {
+        let Some(&gn) = group_of.get(&n) else { continue };
+        for v in g.node(n).inputs.iter().flatten() {
+            // The kernel that materializes what n reads (through aliases and folded copies).
+            let mut u = *v;
+            let mut via = None;
+            let producer = loop {
+                match g.value(u).producer {
+                    Some(q) if g.node(q).op == Op::Alias || sched.folded.contains(&q) => {
+                        via.get_or_insert(q);
+                        u = g.node(q).inputs[0].expect("input");
+                    }
+                    other => break other,
+                }
+            };
+            let Some(q) = producer else { continue };
+            let Some(&gq) = group_of.get(&q) else { continue };
+            if gq == gn {
+                continue;
+            }
+            let reason = if !opts.fuse {
+                "--no-fuse".to_string()
+            } else if let Some(r) = reasons.get(&(q, n)) {
+                r.clone()
+            } else if via.is_some_and(|a| g.node(a).op == Op::Alias) && is_pointwise(&g.node(n).op) {
+                "reshaped between producer and consumer".to_string()
+            } else {
+                let (po, co) = (g.node(q).op.name(), g.node(n).op.name());
+                match &g.node(n).op {
+                    op if takes_epilogue(op) => format!("{po} → {co}: both need their own kernel"),
+                    Op::Softmax { .. } | Op::LayerNorm { .. } | Op::Reduce { .. } | Op::ArgReduce { .. } => {
+                        format!("consumer {co} reduces over another axis than its producer computes")
+                    }
+                    Op::StridedCopy { .. } | Op::TileCopy => format!("{co} reads its input at other coordinates"),
+                    op if is_pointwise(op) => format!("{po} has no epilogue"),
+                    _ => format!("{co} takes a materialized input"),
+                }
+            };
+            sched.boundaries.push(Boundary { producer: q, consumer: n, value: *v, reason });
+        }
+    }
+    verify_schedule(g, &sched)?;
+    Ok(sched)
+}
+
+/// Checks the schedule's invariants: every kernel node is in exactly one group, and every value a group reads
+/// is written by an earlier group (or is an input or weight).
+pub fn verify_schedule(g: &Graph, sched: &Schedule) -> Result<(), PassError> {
+    let mut written: HashSet<ValueId> = HashSet::new();
+    let mut seen: HashSet<NodeId> = HashSet::new();
+    for k in &sched.kernels {
+        let (reads, writes) = group_io(g, sched, k);
+        for r in reads {
+            let root = crate::lower::storage_root(g, r);
+            if g.value(root).producer.is_some() && !written.contains(&root) {
+                let node = g.node(k.last());
+                return Err(PassError::Node {
+                    node: node.name.clone(),
+                    op: node.op.name().into(),
+                    reason: format!("scheduled before '{}' is written (a scheduler bug)", g.value(root).name),
+                });
+            }
+        }
+        for m in k.nodes() {
+            if !seen.insert(m) {
+                return Err(PassError::Node {
+                    node: g.node(m).name.clone(),
+                    op: g.node(m).op.name().into(),
+                    reason: "in two kernel groups (a scheduler bug)".into(),
+                });
+            }
+        }
+        written.extend(writes);
+    }
+    Ok(())
+}
+
+/// What a group's kernel binds: the values its reads resolve to (through aliases and folded copies), in first-use
+/// order, and the values it writes.
+pub fn group_io(g: &Graph, sched: &Schedule, k: &KernelGroup) -> (Vec<ValueId>, Vec<ValueId>) {
+    let members = k.nodes();
+    let inside: HashSet<ValueId> = members.iter().flat_map(|&m| g.node(m).outputs.clone()).collect();
+    let mut reads = Vec::new();
+    for &m in &members {
+        for (slot, v) in g.node(m).inputs.iter().enumerate() {
+            if let Some(v) = v {
+                if !inside.contains(v) {
+                    let r = input_view(g, &sched.folded, m, slot).root;
+                    if !reads.contains(&r) {
+                        reads.push(r);
+                    }
+                }
+            }
+        }
+    }
+    (reads, g.node(k.last()).outputs.clone())
+}
+
+/// Storage buffers a group would bind: the distinct buffers its reads resolve to, plus its output.
+fn bindings(g: &Graph, folded: &HashSet<NodeId>, members: &[NodeId]) -> usize {
+    let inside: HashSet<ValueId> = members.iter().flat_map(|&m| g.node(m).outputs.clone()).collect();
+    let mut roots = HashSet::new();
+    for &m in members {
+        for (slot, v) in g.node(m).inputs.iter().enumerate() {
+            if let Some(v) = v {
+                if !inside.contains(v) {
+                    roots.insert(crate::lower::storage_root(g, input_view(g, folded, m, slot).root));
+                }
+            }
+        }
+    }
+    roots.len() + 1
 }

@@ -88,7 +88,7 @@ fn memory_plan_gives_aliases_their_roots_slot() {
     g.add_node("neg", Op::Unary(wgslc_ir::UnaryOp::Neg), vec![Some(f)], vec![y]).unwrap();
     g.outputs.push(y);
     run_pipeline(&mut g, None).unwrap();
-    let sched = schedule(&g).unwrap();
+    let sched = schedule(&g, &FuseOptions { fuse: false, ..Default::default() }).unwrap();
     assert_eq!(sched.kernels.len(), 2);
     let plan = plan_memory(&g, &sched).unwrap();
     assert_eq!(plan.slots[&r], plan.slots[&f]);

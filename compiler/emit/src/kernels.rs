@@ -7,7 +7,7 @@ use wgslc_ir::{
     broadcast_strides, contiguous_strides, BinaryOp, Graph, NodeId, Op, PoolKind, ReduceOp, TensorType, UnaryOp,
     ValueId,
 };
-use wgslc_passes::{storage_of, Storage};
+use wgslc_passes::{input_view, storage_of, KernelGroup, Schedule, Storage};
 
 /// One kernel ready to be validated and written: its source and what it binds.
 #[derive(Clone, Debug)]
@@ -66,6 +66,9 @@ struct Index {
     terms: Vec<Term>,
 }
 
+/// What makes two loads the same: buffer, offset and (coordinate, stride, modulo) terms.
+type LoadKey = (ValueId, String, Vec<(usize, i64, usize)>);
+
 struct Load {
     name: String,
     var: String,
@@ -78,18 +81,27 @@ struct Stmt {
     expr: String,
 }
 
+/// The generated `fused(acc, i)` function: loads, statements and the result of a group's elementwise nodes.
+#[derive(Default)]
+struct Fused {
+    defined: bool,
+    ty: &'static str,
+    coords: Vec<Coord>,
+    loads: Vec<Load>,
+    stmts: Vec<Stmt>,
+    result: String,
+}
+
 #[derive(Template)]
 #[template(path = "elementwise.wgsl", escape = "none")]
 struct ElementwiseTpl {
     h: Header,
     helpers: Helpers,
+    fu: Fused,
     groups_x: u32,
     numel: usize,
-    coords: Vec<Coord>,
-    loads: Vec<Load>,
-    stmts: Vec<Stmt>,
+    store_coords: Vec<Coord>,
     store: Index,
-    result: String,
 }
 
 #[derive(Template)]
@@ -107,14 +119,18 @@ struct GatherTpl {
 struct BatchDim {
     div: usize,
     extent: usize,
-    a_stride: usize,
-    b_stride: usize,
+    a_stride: i64,
+    b_stride: i64,
 }
 
 #[derive(Template)]
 #[template(path = "matmul.wgsl", escape = "none")]
 struct MatmulTpl {
     h: Header,
+    helpers: Helpers,
+    fu: Fused,
+    a_off: i64,
+    b_off: i64,
     batch: Vec<BatchDim>,
     m: usize,
     n: usize,
@@ -205,6 +221,8 @@ struct Geometry {
 #[template(path = "conv2d.wgsl", escape = "none")]
 struct ConvTpl {
     h: Header,
+    helpers: Helpers,
+    fu: Fused,
     groups_x: u32,
     numel: usize,
     n: usize,
@@ -379,6 +397,7 @@ fn i32_lit(x: i64) -> String {
 pub(crate) struct Emitter<'g> {
     pub g: &'g Graph,
     pub limits: &'g Limits,
+    pub sched: &'g Schedule,
 }
 
 fn storage(g: &Graph, v: ValueId) -> Storage {
@@ -444,6 +463,27 @@ impl Emitter<'_> {
         })
     }
 
+    /// Emits the kernels of one group: a fused elementwise kernel, an anchor with its epilogue, or an anchor alone.
+    pub fn emit_group(&self, group: &KernelGroup) -> Result<Vec<EmittedKernel>, EmitError> {
+        let last = group.last();
+        if self.g.node(last).outputs.iter().all(|&o| self.g.ty(o).numel() == 0) {
+            return Ok(vec![]);
+        }
+        let mut ks = match group.anchor {
+            None => vec![self.elementwise_group(group)?],
+            Some(a) => match &self.g.node(a).op {
+                Op::MatMul | Op::Gemm { .. } => vec![self.matmul(group)?],
+                Op::Conv { .. } => vec![self.conv(group)?],
+                _ if group.elementwise.is_empty() => self.emit_node(a)?,
+                op => return Err(self.err(a, format!("{} takes no epilogue", op.name()))),
+            },
+        };
+        for k in &mut ks {
+            k.nodes = group.nodes();
+        }
+        Ok(ks)
+    }
+
     /// Emits the kernels of one node (Concat gives one per input; everything else one).
     pub fn emit_node(&self, n: NodeId) -> Result<Vec<EmittedKernel>, EmitError> {
         let node = self.g.node(n);
@@ -458,10 +498,14 @@ impl Emitter<'_> {
             | Op::Cast(_)
             | Op::StridedCopy { .. }
             | Op::TileCopy
-            | Op::Trilu { .. } => Ok(vec![self.elementwise(n)?]),
+            | Op::Trilu { .. } => {
+                Ok(vec![self.elementwise_group(&KernelGroup { anchor: None, elementwise: vec![n] })?])
+            }
             Op::Concat { axis } => self.concat(n, *axis as usize),
             Op::Gather { axis } => Ok(vec![self.gather(n, *axis as usize)?]),
-            Op::MatMul | Op::Gemm { .. } => Ok(vec![self.matmul(n)?]),
+            Op::MatMul | Op::Gemm { .. } => {
+                Ok(vec![self.matmul(&KernelGroup { anchor: Some(n), elementwise: vec![] })?])
+            }
             Op::Reduce { op, axes, .. } => {
                 let axes: Vec<usize> = axes.as_ref().expect("resolved").iter().map(|&a| a as usize).collect();
                 Ok(vec![self.reduce(n, *op, &axes)?])
@@ -483,81 +527,146 @@ impl Emitter<'_> {
             Op::TopK { axis, largest, k } => Ok(vec![self.topk(n, *axis as usize, *largest, k.expect("resolved"))?]),
             Op::Scatter { axis, reduction } => Ok(vec![self.scatter(n, axis.map(|a| a as usize), *reduction)?]),
             Op::Pad { mode, pads, value } => Ok(vec![self.pad(n, *mode, pads.as_ref().expect("resolved"), *value)?]),
-            Op::Conv { .. } => Ok(vec![self.conv(n)?]),
+            Op::Conv { .. } => Ok(vec![self.conv(&KernelGroup { anchor: Some(n), elementwise: vec![] })?]),
             Op::Pool { .. } => Ok(vec![self.pool(n)?]),
             other => Err(self.err(n, format!("no kernel for resolved op {}", other.name()))),
         }
     }
 
-    /// Elementwise kernels: output coordinates, one strided load per input, one expression, one store.
-    fn elementwise(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
+    /// A kernel of elementwise nodes only: `out[i] = fused(0, i)` over the last node's output.
+    fn elementwise_group(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
-        let node = g.node(n);
-        let out = node.outputs[0];
-        let ot = g.ty(out).clone();
-        let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
-        let views: Vec<(i64, Vec<i64>)> = match &node.op {
-            Op::StridedCopy { offset, strides } => vec![(*offset, strides.clone())],
-            _ => inputs.iter().map(|&v| (0, broadcast_strides(&g.ty(v).shape, &ot.shape))).collect(),
-        };
-        let args: Vec<String> = (0..inputs.len()).map(|k| format!("x{k}")).collect();
+        let last = group.last();
+        let out = g.node(last).outputs[0];
+        let numel = g.ty(out).numel();
+        let mut reads = Vec::new();
         let mut helpers = Helpers::default();
-        let result = self.op_expr(n, &args, &inputs, &ot, &mut helpers)?;
-        let contiguous: Vec<i64> = contiguous_strides(&ot.shape).iter().map(|&s| s as i64).collect();
-        let (coords, mut loads) = self.strided_loads(&ot.shape, &views, &contiguous);
-        if node.op == Op::TileCopy {
-            // Each output coordinate wraps around the input's extent.
-            let xs = &g.ty(inputs[0]).shape;
-            let cs = contiguous_strides(xs);
-            loads[0].offset = "0".into();
-            loads[0].terms = (0..xs.len())
-                .filter(|&d| xs[d] > 1)
-                .map(|d| Term { coord: d, stride: cs[d] as i64, modulo: xs[d] })
-                .collect();
-        }
-        let mut bindings: Vec<(ValueId, bool, String)> =
-            inputs.iter().enumerate().map(|(k, &v)| (v, false, format!("in{k}"))).collect();
-        bindings.push((out, true, "out".into()));
-        let b: Vec<(ValueId, bool, &str)> = bindings.iter().map(|(v, w, s)| (*v, *w, s.as_str())).collect();
-        let (wg, groups_x) = self.grid(n, ot.numel().div_ceil(256))?;
+        let fu = self.fused_body(group, None, &mut reads, &mut helpers)?;
+        let mut b: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
+        b.push((out, true, "out"));
+        let (wg, groups_x) = self.grid(last, numel.div_ceil(256))?;
+        let mut h = self.header(last, "elementwise.wgsl", &b);
+        h.comment = self.group_comment(group);
         let tpl = ElementwiseTpl {
-            h: self.header(n, "elementwise.wgsl", &b),
+            h,
             helpers,
+            fu,
             groups_x,
-            numel: ot.numel(),
-            coords,
-            loads,
-            stmts: vec![],
+            numel,
+            store_coords: vec![],
             store: Index { offset: "i".into(), terms: vec![] },
-            result,
         };
-        self.kernel(n, node.name.clone(), "elementwise", tpl.render(), &b, wg)
+        let name = group.nodes().iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>().join("+");
+        self.kernel(last, name, "elementwise", tpl.render(), &b, wg)
     }
 
-    /// Coordinates over `shape` and one load per view; a view equal to the contiguous layout reads `[i]`.
-    fn strided_loads(&self, shape: &[usize], views: &[(i64, Vec<i64>)], contiguous: &[i64]) -> (Vec<Coord>, Vec<Load>) {
+    /// "Op(types) -> type" for one node, or the fused ops joined by " + ".
+    fn group_comment(&self, group: &KernelGroup) -> String {
+        let nodes = group.nodes();
+        if nodes.len() == 1 {
+            return self.header(nodes[0], "", &[]).comment;
+        }
+        let ops: Vec<&str> = nodes.iter().map(|&n| self.g.node(n).op.name()).collect();
+        format!("fused {} -> {}", ops.join(" + "), self.g.ty(self.g.node(group.last()).outputs[0]))
+    }
+
+    /// Builds `fused(acc, i)` for a group's elementwise nodes over the last node's output coordinates. `acc`
+    /// stands for `anchor_out`; every other input is loaded through its composed view, binding each distinct
+    /// buffer once (`reads` collects them as `in0`, `in1`, …).
+    fn fused_body(
+        &self,
+        group: &KernelGroup,
+        anchor_out: Option<ValueId>,
+        reads: &mut Vec<(ValueId, String)>,
+        helpers: &mut Helpers,
+    ) -> Result<Fused, EmitError> {
+        let g = self.g;
+        if group.elementwise.is_empty() {
+            return Ok(Fused::default());
+        }
+        let last = group.last();
+        let ot = g.ty(g.node(last).outputs[0]).clone();
+        let shape = &ot.shape;
         let cs = contiguous_strides(shape);
-        let coords: Vec<Coord> = shape.iter().zip(&cs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect();
-        let loads = views
-            .iter()
-            .enumerate()
-            .map(|(k, (offset, strides))| {
-                let plain =
-                    *offset == 0 && strides.iter().zip(contiguous).zip(shape).all(|((s, c), &e)| e == 1 || s == c);
-                if plain {
-                    Load { name: format!("x{k}"), var: format!("in{k}"), offset: "i".into(), terms: vec![] }
-                } else {
-                    let terms = strides
-                        .iter()
-                        .enumerate()
-                        .filter(|&(d, &s)| s != 0 && shape[d] > 1)
-                        .map(|(d, &s)| Term { coord: d, stride: s, modulo: 0 })
-                        .collect();
-                    Load { name: format!("x{k}"), var: format!("in{k}"), offset: offset.to_string(), terms }
+        let contiguous: Vec<i64> = cs.iter().map(|&s| s as i64).collect();
+        let mut exprs: std::collections::HashMap<ValueId, String> = std::collections::HashMap::new();
+        if let Some(a) = anchor_out {
+            exprs.insert(a, "acc".into());
+        }
+        let mut loads: Vec<Load> = Vec::new();
+        let mut load_keys: Vec<LoadKey> = Vec::new();
+        let mut stmts = Vec::new();
+        let mut uses_coords = false;
+        for (j, &n) in group.elementwise.iter().enumerate() {
+            let node = g.node(n);
+            let mut args = Vec::new();
+            for (slot, v) in node.inputs.iter().enumerate() {
+                let Some(v) = *v else { continue };
+                if let Some(e) = exprs.get(&v) {
+                    args.push(e.clone());
+                    continue;
                 }
-            })
-            .collect();
-        (coords, loads)
+                let view = input_view(g, &self.sched.folded, n, slot);
+                let var = match reads.iter().find(|(r, _)| *r == view.root) {
+                    Some((_, var)) => var.clone(),
+                    None => {
+                        let var = format!("in{}", reads.len());
+                        reads.push((view.root, var.clone()));
+                        var
+                    }
+                };
+                let (offset, terms): (String, Vec<(usize, i64, usize)>) = if node.op == Op::TileCopy {
+                    // Each output coordinate wraps around the input's extent.
+                    let xs = &g.ty(v).shape;
+                    let xcs = contiguous_strides(xs);
+                    ("0".into(), (0..xs.len()).filter(|&d| xs[d] > 1).map(|d| (d, xcs[d] as i64, xs[d])).collect())
+                } else if view.offset == 0
+                    && view.strides.iter().zip(&contiguous).zip(shape).all(|((s, c), &e)| e == 1 || s == c)
+                {
+                    ("i".into(), vec![])
+                } else {
+                    let t = (0..shape.len())
+                        .filter(|&d| view.strides[d] != 0 && shape[d] > 1)
+                        .map(|d| (d, view.strides[d], 0))
+                        .collect();
+                    (view.offset.to_string(), t)
+                };
+                let key = (view.root, offset.clone(), terms.clone());
+                let name = match load_keys.iter().position(|k| *k == key) {
+                    Some(p) => loads[p].name.clone(),
+                    None => {
+                        uses_coords |= !terms.is_empty();
+                        let name = format!("x{}", loads.len());
+                        loads.push(Load {
+                            name: name.clone(),
+                            var,
+                            offset,
+                            terms: terms
+                                .iter()
+                                .map(|&(coord, stride, modulo)| Term { coord, stride, modulo })
+                                .collect(),
+                        });
+                        load_keys.push(key);
+                        name
+                    }
+                };
+                args.push(name);
+            }
+            let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+            let out_ty = g.ty(node.outputs[0]).clone();
+            uses_coords |= matches!(node.op, Op::Trilu { .. });
+            let expr = self.op_expr(n, &args, &inputs, &out_ty, helpers)?;
+            let name = format!("t{j}");
+            stmts.push(Stmt { name: name.clone(), expr });
+            exprs.insert(node.outputs[0], name);
+        }
+        let result = exprs[&g.node(last).outputs[0]].clone();
+        let coords = if uses_coords {
+            shape.iter().zip(&cs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect()
+        } else {
+            vec![]
+        };
+        Ok(Fused { defined: true, ty: storage(g, g.node(last).outputs[0]).wgsl(), coords, loads, stmts, result })
     }
 
     /// The WGSL expression of an elementwise op over already-loaded arguments.
@@ -801,8 +910,16 @@ impl Emitter<'_> {
             if numel == 0 {
                 continue;
             }
-            let contiguous: Vec<i64> = contiguous_strides(&shape).iter().map(|&s| s as i64).collect();
-            let (coords, loads) = self.strided_loads(&shape, &[(0, contiguous.clone())], &contiguous);
+            let cs = contiguous_strides(&shape);
+            let store_coords = shape.iter().zip(&cs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect();
+            let fu = Fused {
+                defined: true,
+                ty: storage(g, v).wgsl(),
+                coords: vec![],
+                loads: vec![Load { name: "x0".into(), var: "in0".into(), offset: "i".into(), terms: vec![] }],
+                stmts: vec![],
+                result: "x0".into(),
+            };
             let terms = (0..shape.len())
                 .filter(|&d| shape[d] > 1)
                 .map(|d| Term { coord: d, stride: ocs[d], modulo: 0 })
@@ -812,13 +929,11 @@ impl Emitter<'_> {
             let tpl = ElementwiseTpl {
                 h: self.header(n, "elementwise.wgsl", &b),
                 helpers: Helpers::default(),
+                fu,
                 groups_x,
                 numel,
-                coords,
-                loads,
-                stmts: vec![],
+                store_coords,
                 store: Index { offset: offset.to_string(), terms },
-                result: "x0".into(),
             };
             kernels.push(self.kernel(n, format!("{}#{k}", node.name), "concat", tpl.render(), &b, wg)?);
         }
@@ -847,45 +962,64 @@ impl Emitter<'_> {
         self.kernel(n, node.name.clone(), "gather", tpl.render(), &b, wg)
     }
 
-    fn matmul(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
+    /// MatMul or Gemm with its epilogue. Operands are read through their composed views (folded transposes and
+    /// slices become strides); batch dimensions broadcast.
+    fn matmul(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
+        let n = group.anchor.expect("anchor");
         let node = g.node(n);
-        let (a, b, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let (a, b, mm_out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
         let (at, bt) = (g.ty(a).clone(), g.ty(b).clone());
+        let (va, vb) = (input_view(g, &self.sched.folded, n, 0), input_view(g, &self.sched.folded, n, 1));
+        let (sa, sb) = (&va.strides, &vb.strides);
         let (m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch_shape, a_batch, b_batch);
         match node.op {
             Op::Gemm { alpha: al, beta: be, trans_a, trans_b } => {
                 (m, k) = if trans_a { (at.shape[1], at.shape[0]) } else { (at.shape[0], at.shape[1]) };
                 nn = if trans_b { bt.shape[0] } else { bt.shape[1] };
-                (a_sm, a_sk) = if trans_a { (1, m) } else { (k, 1) };
-                (b_sk, b_sn) = if trans_b { (1, k) } else { (nn, 1) };
+                (a_sm, a_sk) = if trans_a { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+                (b_sk, b_sn) = if trans_b { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
                 (alpha, beta) = (al, be);
                 (batch_shape, a_batch, b_batch) = (vec![], vec![], vec![]);
             }
             _ => {
-                (m, k) =
-                    if at.rank() == 1 { (1, at.shape[0]) } else { (at.shape[at.rank() - 2], at.shape[at.rank() - 1]) };
-                nn = if bt.rank() == 1 { 1 } else { bt.shape[bt.rank() - 1] };
-                (a_sm, a_sk) = if at.rank() == 1 { (0, 1) } else { (k, 1) };
-                (b_sk, b_sn) = if bt.rank() == 1 { (1, 0) } else { (nn, 1) };
+                let (ra, rb) = (at.rank(), bt.rank());
+                (m, k) = if ra == 1 { (1, at.shape[0]) } else { (at.shape[ra - 2], at.shape[ra - 1]) };
+                nn = if rb == 1 { 1 } else { bt.shape[rb - 1] };
+                (a_sm, a_sk) = if ra == 1 { (0, sa[0]) } else { (sa[ra - 2], sa[ra - 1]) };
+                (b_sk, b_sn) = if rb == 1 { (sb[0], 0) } else { (sb[rb - 2], sb[rb - 1]) };
                 (alpha, beta) = (1.0, 0.0);
-                a_batch = at.shape[..at.rank().saturating_sub(2)].to_vec();
-                b_batch = bt.shape[..bt.rank().saturating_sub(2)].to_vec();
+                a_batch = at.shape[..ra.saturating_sub(2)].to_vec();
+                b_batch = bt.shape[..rb.saturating_sub(2)].to_vec();
                 batch_shape = wgslc_ir::broadcast_shapes(&a_batch, &b_batch).expect("inferred");
             }
         }
-        let sa = broadcast_strides(&a_batch, &batch_shape);
-        let sb = broadcast_strides(&b_batch, &batch_shape);
+        // Batch strides come from the views, right-aligned; broadcast dimensions read stride 0.
+        let batch_stride = |shape: &[usize], strides: &[i64], d: usize| -> i64 {
+            let off = batch_shape.len() - shape.len();
+            if d < off || shape[d - off] == 1 {
+                0
+            } else {
+                strides[d - off]
+            }
+        };
         let cs = contiguous_strides(&batch_shape);
         let batch: Vec<BatchDim> = (0..batch_shape.len())
             .filter(|&d| batch_shape[d] > 1)
             .map(|d| BatchDim {
                 div: cs[d],
                 extent: batch_shape[d],
-                a_stride: sa[d] as usize * m * k,
-                b_stride: sb[d] as usize * k * nn,
+                a_stride: batch_stride(&a_batch, sa, d),
+                b_stride: batch_stride(&b_batch, sb, d),
             })
             .collect();
+        if [a_sm, a_sk, b_sk, b_sn, va.offset, vb.offset]
+            .iter()
+            .chain(batch.iter().flat_map(|d| [&d.a_stride, &d.b_stride]))
+            .any(|&s| s < 0)
+        {
+            return Err(self.err(n, "operand views with negative strides are not supported"));
+        }
         let batches: usize = batch_shape.iter().product();
         if batches > self.limits.max_workgroups_per_dimension as usize {
             return Err(self.err(n, format!("{batches} batched products exceed the workgroup limit")));
@@ -898,10 +1032,15 @@ impl Emitter<'_> {
             }
             None => (0, 0),
         };
-        let mut bindings = vec![(a, false, "a"), (b, false, "b")];
+        let out = g.node(group.last()).outputs[0];
+        let mut helpers = Helpers::default();
+        let mut reads = Vec::new();
+        let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
+        let mut bindings = vec![(va.root, false, "a"), (vb.root, false, "b")];
         if let Some(c) = bias {
             bindings.push((c, false, "bias"));
         }
+        bindings.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
         bindings.push((out, true, "out"));
         let gx = nn.div_ceil(64);
         let gy = m.div_ceil(64);
@@ -909,24 +1048,31 @@ impl Emitter<'_> {
         if gx > max || gy > max {
             return Err(self.err(n, format!("a {m}x{nn} product needs more than {max} workgroups per dimension")));
         }
+        let mut h = self.header(n, "matmul.wgsl", &bindings);
+        h.comment = self.group_comment(group);
         let tpl = MatmulTpl {
-            h: self.header(n, "matmul.wgsl", &bindings),
+            h,
+            helpers,
+            fu,
+            a_off: va.offset,
+            b_off: vb.offset,
             batch,
             m,
             n: nn,
             k,
             mn: m * nn,
-            a_sm,
-            a_sk,
-            b_sk,
-            b_sn,
+            a_sm: a_sm as usize,
+            a_sk: a_sk as usize,
+            b_sk: b_sk as usize,
+            b_sn: b_sn as usize,
             alpha: f32_lit(alpha),
             beta: f32_lit(beta),
             has_bias: bias.is_some(),
             bias_sm,
             bias_sn,
         };
-        self.kernel(n, node.name.clone(), "matmul", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])
+        let name = group.nodes().iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>().join("+");
+        self.kernel(n, name, "matmul", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])
     }
 
     fn reduce(&self, n: NodeId, op: ReduceOp, axes: &[usize]) -> Result<EmittedKernel, EmitError> {
@@ -1388,31 +1534,41 @@ impl Emitter<'_> {
         }
     }
 
-    fn conv(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
+    fn conv(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
+        let n = group.anchor.expect("anchor");
         let node = g.node(n);
-        let Op::Conv { window, group } = &node.op else { unreachable!() };
-        let (x, w, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let Op::Conv { window, group: conv_groups } = &node.op else { unreachable!() };
+        let (x, w, conv_out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
         let bias = node.inputs.get(2).copied().flatten();
-        let (xs, ws, os) = (g.ty(x).shape.clone(), g.ty(w).shape.clone(), g.ty(out).shape.clone());
+        let (xs, ws, os) = (g.ty(x).shape.clone(), g.ty(w).shape.clone(), g.ty(conv_out).shape.clone());
         let geo = self.geometry(n, &xs, &os, window)?;
-        let numel = g.ty(out).numel();
+        let numel = g.ty(conv_out).numel();
+        let out = g.node(group.last()).outputs[0];
+        let mut helpers = Helpers::default();
+        let mut reads = Vec::new();
+        let fu = self.fused_body(group, Some(conv_out), &mut reads, &mut helpers)?;
         let mut bindings = vec![(x, false, "x"), (w, false, "weight")];
         if let Some(bv) = bias {
             bindings.push((bv, false, "bias"));
         }
+        bindings.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
         bindings.push((out, true, "out"));
         let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
         let m = ws[0];
+        let mut h = self.header(n, "conv2d.wgsl", &bindings);
+        h.comment = self.group_comment(group);
         let tpl = ConvTpl {
-            h: self.header(n, "conv2d.wgsl", &bindings),
+            h,
+            helpers,
+            fu,
             groups_x,
             numel,
             n: xs[0],
             c: xs[1],
             m,
             cg: ws[1],
-            m_per_group: m / group,
+            m_per_group: m / conv_groups,
             hw: geo.h * geo.w,
             khw: geo.kh * geo.kw,
             ohw: geo.oh * geo.ow,
@@ -1420,7 +1576,8 @@ impl Emitter<'_> {
             has_bias: bias.is_some(),
             g: geo,
         };
-        self.kernel(n, node.name.clone(), "conv", tpl.render(), &bindings, wg)
+        let name = group.nodes().iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>().join("+");
+        self.kernel(n, name, "conv", tpl.render(), &bindings, wg)
     }
 
     fn pool(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {

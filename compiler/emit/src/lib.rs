@@ -115,12 +115,11 @@ pub fn emit(g: &Graph, sched: &Schedule, plan: &MemoryPlan, limits: &Limits) -> 
             });
         }
     }
-    let em = kernels::Emitter { g, limits };
+    let em = kernels::Emitter { g, limits, sched };
     let mut out = Vec::new();
     for group in &sched.kernels {
-        // One node per group until fusion forms larger ones.
-        for &n in &group.nodes {
-            for k in em.emit_node(n)? {
+        {
+            for k in em.emit_group(group)? {
                 for &(v, _) in &k.bindings {
                     let size = plan.slots[&v].size;
                     if size > limits.max_storage_buffer_binding_size {

@@ -3,7 +3,7 @@
 
 use wgslc_emit::{emit, validate, Limits};
 use wgslc_ir::{BinaryOp, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
-use wgslc_passes::{plan_memory, run_pipeline, schedule};
+use wgslc_passes::{plan_memory, run_pipeline, schedule, FuseOptions};
 
 fn input(g: &mut Graph, name: &str, shape: &[usize]) -> wgslc_ir::ValueId {
     let v = g.add_value(name, Some(TensorType::new(DType::F32, shape.to_vec())));
@@ -22,10 +22,14 @@ fn node(g: &mut Graph, op: Op, ins: &[wgslc_ir::ValueId]) -> wgslc_ir::ValueId {
     y
 }
 
-/// Compiles a graph and returns every kernel's WGSL, concatenated.
-fn kernels(mut g: Graph) -> String {
+/// Compiles a graph (fused) and returns every kernel's WGSL, concatenated.
+fn kernels(g: Graph) -> String {
+    kernels_with(g, true)
+}
+
+fn kernels_with(mut g: Graph, fuse: bool) -> String {
     run_pipeline(&mut g, None).unwrap();
-    let sched = schedule(&g).unwrap();
+    let sched = schedule(&g, &FuseOptions { fuse, ..Default::default() }).unwrap();
     let plan = plan_memory(&g, &sched).unwrap();
     let ks = emit(&g, &sched, &plan, &Limits::default()).unwrap();
     let mut all = String::new();
@@ -35,6 +39,28 @@ fn kernels(mut g: Graph) -> String {
         all += &format!("// ---- {} ({:?} workgroups)\n{}\n", k.kernel.name, k.kernel.workgroups, k.kernel.wgsl);
     }
     all
+}
+
+/// A transformer MLP step: MatMul with a transposed weight (folded into strides), bias, GELU and a residual add
+/// as the epilogue: one kernel.
+#[test]
+fn matmul_with_folded_transpose_and_epilogue() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[2, 4, 8]);
+    let w = input(&mut g, "w", &[6, 8]);
+    let wt = node(&mut g, Op::Transpose { perm: Some(vec![1, 0]) }, &[w]);
+    let mm = node(&mut g, Op::MatMul, &[x, wt]);
+    let bias = weight(&mut g, "bias", &[6]);
+    let b = node(&mut g, Op::Binary(BinaryOp::Add), &[mm, bias]);
+    let act = node(&mut g, Op::Unary(UnaryOp::Gelu), &[b]);
+    let res = input(&mut g, "res", &[2, 4, 6]);
+    let y = g.add_value("y", None);
+    g.add_node("residual", Op::Binary(BinaryOp::Add), vec![Some(act), Some(res)], vec![y]).unwrap();
+    g.outputs.push(y);
+    let fused = kernels(g.clone());
+    assert_eq!(fused.matches("// ---- ").count(), 1, "one kernel:\n{fused}");
+    insta::assert_snapshot!(fused);
+    assert_eq!(kernels_with(g, false).matches("// ---- ").count(), 5);
 }
 
 #[test]
