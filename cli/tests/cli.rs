@@ -72,7 +72,13 @@ fn compile_then_run_reproduces_onnxruntime() {
     for f in ["plan.json", "weights.safetensors"] {
         assert!(art.join(f).exists(), "{f} missing");
     }
-    assert!(std::fs::read_dir(art.join("kernels")).unwrap().count() >= 4);
+    // Gemm+Gelu, LayerNormalization, Gemm: three kernels fused; one per op (four) with --no-fuse.
+    assert_eq!(std::fs::read_dir(art.join("kernels")).unwrap().count(), 3);
+    let unfused = tmp.path().join("unfused");
+    let o =
+        wgslc(&["compile", model.to_str().unwrap(), "-o", unfused.to_str().unwrap(), "--dim", "batch=4", "--no-fuse"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_dir(unfused.join("kernels")).unwrap().count(), 4);
 
     // Positional input, then the NAME=FILE form: the same outputs.
     let input = case.dir.join("input_0.npy");
