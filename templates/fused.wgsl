@@ -2,10 +2,10 @@
 // The fused elementwise body: `acc` is the anchor's value (unused without one), `i` the flat output index.
 fn fused(acc: f32, i: u32) -> {{ fu.ty }} {
 {%- for c in fu.coords %}
-    let c{{ loop.index0 }} = i32((i / {{ c.stride }}u) % {{ c.extent }}u);
+    let {{ c.name }} = i32((i / {{ c.stride }}u) % {{ c.extent }}u);
 {%- endfor %}
 {%- for l in fu.loads %}
-    let {{ l.name }} = {{ l.var }}[{{ l.offset }}{% for t in l.terms %}{% if t.modulo > 0 %} + (c{{ t.coord }} % {{ t.modulo }}) * {{ t.stride }}{% else %} + c{{ t.coord }} * {{ t.stride }}{% endif %}{% endfor %}];
+    let {{ l.name }} = {{ l.var }}[{{ l.offset }}{% for t in l.terms %}{% if t.modulo > 0 %} + ({{ t.coord }} % {{ t.modulo }}) * {{ t.stride }}{% else %} + {{ t.coord }} * {{ t.stride }}{% endif %}{% endfor %}];
 {%- endfor %}
 {%- for s in fu.stmts %}
     let {{ s.name }} = {{ s.expr }};

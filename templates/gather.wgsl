@@ -1,4 +1,6 @@
 {% include "header.wgsl" %}
+{%- include "helpers.wgsl" %}
+{%- include "fused.wgsl" %}
 // out[o, p, i] = data[o, clamp(wrap(indices[p])), i]: indices from data never address outside `data`.
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -14,5 +16,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         idx = idx + {{ axis_len }};
     }
     idx = clamp(idx, 0, {{ axis_len }} - 1);
-    out[i] = data[(outer * {{ axis_len }}u + u32(idx)) * {{ inner }}u + inner];
+    let v = data[(outer * {{ axis_len }}u + u32(idx)) * {{ inner }}u + inner];
+{%- if fu.defined %}
+    out[i] = fused(v, i);
+{%- else %}
+    out[i] = v;
+{%- endif %}
 }

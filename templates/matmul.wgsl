@@ -24,6 +24,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             var av = 0.0;
             if (row0 + am < {{ m }}u && k0 + ak < {{ k }}u) {
                 av = a[a_base + (row0 + am) * {{ a_sm }}u + (k0 + ak) * {{ a_sk }}u];
+{%- if !a_pro.is_empty() %}
+                av = {{ a_pro }};
+{%- endif %}
             }
             a_tile[ak * 64u + am] = av;
             // B tile: 16 k x 64 columns.
@@ -32,6 +35,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             var bv = 0.0;
             if (k0 + bk < {{ k }}u && col0 + bn < {{ n }}u) {
                 bv = b[b_base + (k0 + bk) * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u];
+{%- if !b_pro.is_empty() %}
+                bv = {{ b_pro }};
+{%- endif %}
             }
             b_tile[bk * 64u + bn] = bv;
         }

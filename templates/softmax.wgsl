@@ -1,4 +1,6 @@
 {% include "header.wgsl" %}
+{%- include "helpers.wgsl" %}
+{%- include "fused.wgsl" %}
 // {% if log %}LogSoftmax{% else %}Softmax{% endif %} over rows of {{ n }} elements spaced {{ inner }} apart; one workgroup of 64 threads per row.
 var<workgroup> part: array<f32, 64>;
 
@@ -50,9 +52,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var j = lid; j < {{ n }}u; j = j + 64u) {
         let idx = base + j * {{ inner }}u;
 {%- if log %}
-        out[idx] = x[idx] - m - log(s);
+        let y = x[idx] - m - log(s);
 {%- else %}
-        out[idx] = exp(x[idx] - m) / s;
+        let y = exp(x[idx] - m) / s;
+{%- endif %}
+{%- if fu.defined %}
+        out[idx] = fused(y, idx);
+{%- else %}
+        out[idx] = y;
 {%- endif %}
     }
 }

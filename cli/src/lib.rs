@@ -54,6 +54,7 @@ pub struct Summary {
     /// Kernels written (each dispatched once).
     pub kernels: usize,
     pub plan: artifact::Plan,
+    pub report: wgslc_emit::report::Report,
 }
 
 /// Imports a model file into the IR.
@@ -75,11 +76,12 @@ pub fn import(model: &Path, opts: &CompileOptions) -> Result<wgslc_ir::Graph, Co
 /// kernel naga-validated and checked against the limits), then plan.json, kernels/ and weights.safetensors.
 pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
     let mut g = import(model, opts)?;
-    let source_nodes = g.num_nodes();
+    let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
     wgslc_passes::run_pipeline(&mut g, None)?;
     let fuse = wgslc_passes::FuseOptions {
         fuse: !opts.no_fuse,
         max_storage_buffers: opts.limits.max_storage_buffers_per_shader_stage as usize,
+        ..Default::default()
     };
     let sched = wgslc_passes::schedule(&g, &fuse)?;
     let mem = wgslc_passes::plan_memory(&g, &sched)?;
@@ -87,7 +89,17 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     std::fs::create_dir_all(out_dir)
         .map_err(|source| wgslc_emit::EmitError::Io { path: out_dir.display().to_string(), source })?;
     let plan = wgslc_emit::write_artifact(out_dir, &g, &mem, &kernels)?;
-    Ok(Summary { source_nodes, kernels: kernels.len(), plan })
+    let report = wgslc_emit::report::build(&g, &sched, &mem, &kernels, &plan, source_nodes);
+    let rpath = out_dir.join("report.json");
+    std::fs::write(&rpath, report.to_json())
+        .map_err(|source| wgslc_emit::EmitError::Io { path: rpath.display().to_string(), source })?;
+    Ok(Summary { source_nodes, kernels: kernels.len(), plan, report })
+}
+
+/// ONNX nodes in the model file's main graph (Constant nodes included), for the report.
+fn count_source_nodes(model: &Path) -> Option<usize> {
+    let bytes = std::fs::read(model).ok()?;
+    wgslc_onnx::op_types(&bytes).ok().map(|ops| ops.len())
 }
 
 /// Runs the graph passes up to `pass` and returns the IR as text, for finding which pass broke a model.

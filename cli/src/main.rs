@@ -50,6 +50,20 @@ enum Cmd {
         #[arg(short = 'o', long = "out")]
         out: PathBuf,
     },
+    /// Print the fusion report of a compiled artifact (DIR/report.json) as text, JSON or one offline HTML file.
+    Report {
+        /// The artifact directory.
+        dir: PathBuf,
+        /// text, json or html.
+        #[arg(long, default_value = "text")]
+        format: String,
+        /// Memory bandwidth for the floor times, GB/s.
+        #[arg(long, default_value_t = 3000.0)]
+        bandwidth: f64,
+        /// Write to this file instead of standard output.
+        #[arg(short = 'o', long = "out")]
+        out: Option<PathBuf>,
+    },
     /// Time replays of a compiled artifact on the GPU (inputs are random unless given).
     Bench {
         /// The artifact directory.
@@ -139,6 +153,26 @@ fn real_main() -> Result<()> {
             }
             let json = serde_json::to_string_pretty(&serde_json::Value::Object(names))? + "\n";
             std::fs::write(out.join("outputs.json"), json).with_context(|| format!("writing '{}'", out.display()))?;
+        }
+        Cmd::Report { dir, format, bandwidth, out } => {
+            let path = dir.join("report.json");
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading '{}'", path.display()))?;
+            let report: wgslc_emit::report::Report =
+                serde_json::from_str(&text).with_context(|| format!("'{}' is not a wgslc report", path.display()))?;
+            if !(bandwidth > 0.0 && bandwidth.is_finite()) {
+                bail!("--bandwidth must be a positive number of GB/s");
+            }
+            let report = report.with_bandwidth(bandwidth);
+            let body = match format.as_str() {
+                "text" => report.to_text(),
+                "json" => report.to_json(),
+                "html" => report.to_html(),
+                f => bail!("unknown --format '{f}' (text, json or html)"),
+            };
+            match out {
+                Some(p) => std::fs::write(&p, body).with_context(|| format!("writing '{}'", p.display()))?,
+                None => print!("{body}"),
+            }
         }
         Cmd::Bench { dir, inputs, iterations, warmup } => {
             let gpu = Gpu::new()?;

@@ -18,8 +18,8 @@ pub use infer::infer_shapes;
 pub use lower::{eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, storage_of, Storage};
 pub use memory::{plan_memory, BufferKind, MemoryPlan, PlannedBuffer, Slot};
 pub use schedule::{
-    group_io, input_view, is_pointwise, read_spec, schedule, takes_epilogue, Boundary, FuseOptions, KernelGroup,
-    Schedule,
+    group_io, input_view, is_pointwise, read_spec, scalar_op_data_slot, schedule, takes_epilogue, Boundary,
+    FuseOptions, KernelGroup, Schedule,
 };
 
 use wgslc_ir::{Graph, GraphError};

@@ -21,6 +21,9 @@ use wgslc_ir::{broadcast_strides, contiguous_strides, Graph, NodeId, Op, ValueId
 /// Nodes emitted as one WGSL module and dispatched together.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelGroup {
+    /// Pointwise nodes with only scalar-constant operands applied to a MatMul operand as it is loaded
+    /// (`(slot, node)`: the operand slot they feed).
+    pub prologue: Vec<(usize, NodeId)>,
     /// The node with its own kernel shape, or `None` for a purely elementwise group.
     pub anchor: Option<NodeId>,
     /// Elementwise nodes applied after the anchor (its epilogue) or forming the whole kernel, in data order.
@@ -30,7 +33,7 @@ pub struct KernelGroup {
 impl KernelGroup {
     /// Every node of the group, anchor first.
     pub fn nodes(&self) -> Vec<NodeId> {
-        self.anchor.iter().chain(&self.elementwise).copied().collect()
+        self.prologue.iter().map(|&(_, p)| p).chain(self.anchor).chain(self.elementwise.iter().copied()).collect()
     }
 
     /// The node whose output the kernel writes.
@@ -61,13 +64,15 @@ pub struct Schedule {
 pub struct FuseOptions {
     /// `false` is `--no-fuse`: one kernel per op.
     pub fuse: bool,
+    /// Keep a value with several readers inside one kernel when all its readers join that kernel.
+    pub clusters: bool,
     /// WebGPU's maxStorageBuffersPerShaderStage.
     pub max_storage_buffers: usize,
 }
 
 impl Default for FuseOptions {
     fn default() -> Self {
-        FuseOptions { fuse: true, max_storage_buffers: 8 }
+        FuseOptions { fuse: true, clusters: true, max_storage_buffers: 8 }
     }
 }
 
@@ -78,7 +83,26 @@ pub fn is_pointwise(op: &Op) -> bool {
 
 /// Anchors whose kernels apply an elementwise epilogue before storing.
 pub fn takes_epilogue(op: &Op) -> bool {
-    matches!(op, Op::MatMul | Op::Gemm { .. } | Op::Conv { .. })
+    matches!(op, Op::MatMul | Op::Gemm { .. } | Op::Conv { .. } | Op::Softmax { .. } | Op::Gather { .. })
+}
+
+/// For a pointwise node whose inputs other than one are scalar constants, that one input's slot: such a node can
+/// be applied to a value as it is loaded, with the constants inlined.
+pub fn scalar_op_data_slot(g: &Graph, n: NodeId) -> Option<usize> {
+    let node = g.node(n);
+    if !matches!(node.op, Op::Unary(_) | Op::Binary(_)) || g.ty(node.outputs[0]).dtype != wgslc_ir::DType::F32 {
+        return None;
+    }
+    let mut data = None;
+    for (slot, v) in node.inputs.iter().enumerate() {
+        let v = (*v)?;
+        match g.const_data(v) {
+            Some(t) if t.numel() == 1 => {}
+            _ if data.is_none() => data = Some(slot),
+            _ => return None,
+        }
+    }
+    data
 }
 
 /// How a node reads input `slot`, as (offset, strides, extents) over its own coordinates, when the read can go
@@ -178,8 +202,11 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
     }
 
     // 2. Form groups in data order.
+    let eff = |u: ValueId| effective_readers(g, u, &readers);
     let mut group_of: HashMap<NodeId, usize> = HashMap::new();
     let mut reasons: HashMap<(NodeId, NodeId), String> = HashMap::new();
+    // Values with several readers that stay inside one kernel because all their readers join it.
+    let mut internal: HashSet<ValueId> = HashSet::new();
     for &n in &order {
         let node = g.node(n);
         if node.op == Op::Alias || sched.folded.contains(&n) {
@@ -190,22 +217,32 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
         if opts.fuse && is_pointwise(&node.op) {
             for v in node.inputs.iter() {
                 let Some(v) = *v else { continue };
-                let Some(q) = g.value(v).producer else { continue };
+                // Reshapes keep the flat order, so a producer seen through them can still take this node.
+                let (u, through_alias) = through_aliases(g, v);
+                let Some(q) = g.value(u).producer else { continue };
                 let Some(&gi) = group_of.get(&q) else { continue };
                 let group = &sched.kernels[gi];
-                let why = if group.last() != q {
+                let group_out = g.node(group.last()).outputs[0];
+                let n_readers = eff(u).len();
+                if opts.clusters && n_readers > 1 && !internal.contains(&u) && group.last() == q {
+                    if let Some(vals) = closed_cluster(g, u, &readers) {
+                        internal.extend(vals);
+                    }
+                }
+                let why = if group.last() != q && !internal.contains(&u) {
                     Some("the producer's kernel already ends elsewhere".to_string())
-                } else if g.outputs.contains(&v) {
+                } else if is_output(g, u, &readers) {
                     Some("graph output: materialized for the caller".to_string())
-                } else if readers.get(&v).map_or(0, |r| r.iter().map(|(n, _)| n).collect::<HashSet<_>>().len()) > 1 {
-                    let k = readers[&v].iter().map(|(n, _)| n).collect::<HashSet<_>>().len();
-                    Some(format!("{k} consumers: recompute costs more than materializing"))
-                } else if g.ty(v).shape != g.ty(out).shape {
+                } else if n_readers > 1 && !internal.contains(&u) {
+                    Some(format!("{n_readers} consumers: recompute costs more than materializing"))
+                } else if g.ty(out).numel() != g.ty(group_out).numel()
+                    || (!through_alias && g.ty(v).shape != g.ty(out).shape)
+                {
                     Some(format!("shapes differ: broadcast {:?} → {:?}", g.ty(v).shape, g.ty(out).shape))
+                } else if group.anchor.is_some_and(|a| g.ty(g.node(a).outputs[0]).dtype != wgslc_ir::DType::F32) {
+                    Some("epilogues take float32 only".to_string())
                 } else if let Some(a) = group.anchor.filter(|&a| !takes_epilogue(&g.node(a).op)) {
                     Some(format!("{} has no epilogue", g.node(a).op.name()))
-                } else if group.anchor.is_some() && g.ty(out).dtype != wgslc_ir::DType::F32 {
-                    Some("epilogues produce float32 only".to_string())
                 } else {
                     let mut members = group.nodes();
                     members.push(n);
@@ -242,11 +279,33 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                 }
             }
             None => {
-                let group = if is_pointwise(&node.op) || matches!(node.op, Op::StridedCopy { .. } | Op::TileCopy) {
-                    KernelGroup { anchor: None, elementwise: vec![n] }
+                let mut group = if is_pointwise(&node.op) || matches!(node.op, Op::StridedCopy { .. } | Op::TileCopy) {
+                    KernelGroup { prologue: vec![], anchor: None, elementwise: vec![n] }
                 } else {
-                    KernelGroup { anchor: Some(n), elementwise: vec![] }
+                    KernelGroup { prologue: vec![], anchor: Some(n), elementwise: vec![] }
                 };
+                // A MatMul operand computed by a lone scalar op (Q · scale, K · scale) is scaled as it is loaded.
+                if opts.fuse && matches!(node.op, Op::MatMul) {
+                    for slot in 0..2 {
+                        let Some(v) = node.inputs[slot] else { continue };
+                        let Some(p) = g.value(v).producer else { continue };
+                        let Some(&gp) = group_of.get(&p) else { continue };
+                        let lone = sched.kernels[gp].nodes() == [p];
+                        if lone && scalar_op_data_slot(g, p).is_some() && eff(v) == [n] && !is_output(g, v, &readers) {
+                            sched.kernels.remove(gp);
+                            for x in group_of.values_mut() {
+                                if *x > gp {
+                                    *x -= 1;
+                                }
+                            }
+                            group_of.remove(&p);
+                            group.prologue.push((slot, p));
+                        }
+                    }
+                }
+                for &(_, p) in &group.prologue {
+                    group_of.insert(p, sched.kernels.len());
+                }
                 sched.kernels.push(group);
                 group_of.insert(n, sched.kernels.len() - 1);
             }
@@ -295,8 +354,106 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
             sched.boundaries.push(Boundary { producer: q, consumer: n, value: *v, reason });
         }
     }
+    // Clusters are accepted optimistically: if any value meant to stay inside a kernel is read outside it, fall
+    // back to the plain rule.
+    if opts.clusters {
+        for k in &sched.kernels {
+            let members: HashSet<NodeId> = k.nodes().into_iter().collect();
+            for &m in &k.nodes() {
+                if m == k.last() {
+                    continue;
+                }
+                for &o in &g.node(m).outputs {
+                    let leaks = is_output(g, o, &readers) || eff(o).iter().any(|r| !members.contains(r));
+                    if leaks {
+                        return schedule(g, &FuseOptions { clusters: false, ..opts.clone() });
+                    }
+                }
+            }
+        }
+    }
     verify_schedule(g, &sched)?;
     Ok(sched)
+}
+
+/// Follows Alias producers from `v`; returns the first value not produced by an Alias and whether any was passed.
+fn through_aliases(g: &Graph, v: ValueId) -> (ValueId, bool) {
+    let mut u = v;
+    while let Some(p) = g.value(u).producer {
+        if g.node(p).op != Op::Alias {
+            break;
+        }
+        u = g.node(p).inputs[0].expect("alias input");
+    }
+    (u, u != v)
+}
+
+/// Whether `v`, or a value that aliases it, is a graph output (so it must be materialized).
+fn is_output(g: &Graph, v: ValueId, readers: &HashMap<ValueId, Vec<(NodeId, usize)>>) -> bool {
+    let mut stack = vec![v];
+    while let Some(u) = stack.pop() {
+        if g.outputs.contains(&u) {
+            return true;
+        }
+        for &(r, _) in readers.get(&u).map(Vec::as_slice).unwrap_or(&[]) {
+            if g.node(r).op == Op::Alias {
+                stack.push(g.node(r).outputs[0]);
+            }
+        }
+    }
+    false
+}
+
+/// The non-Alias nodes that read `v`, directly or through Alias nodes.
+fn effective_readers(g: &Graph, v: ValueId, readers: &HashMap<ValueId, Vec<(NodeId, usize)>>) -> Vec<NodeId> {
+    let mut out = Vec::new();
+    let mut stack = vec![v];
+    while let Some(u) = stack.pop() {
+        for &(r, _) in readers.get(&u).map(Vec::as_slice).unwrap_or(&[]) {
+            if g.node(r).op == Op::Alias {
+                stack.push(g.node(r).outputs[0]);
+            } else if !out.contains(&r) {
+                out.push(r);
+            }
+        }
+    }
+    out
+}
+
+/// If every reader of `v` is pointwise with `v`'s element count, and following their outputs the same way ends in
+/// exactly one value read elsewhere (the cluster's exit), returns the values strictly inside: they need not be
+/// materialized when the whole cluster joins one kernel.
+fn closed_cluster(g: &Graph, v: ValueId, readers: &HashMap<ValueId, Vec<(NodeId, usize)>>) -> Option<Vec<ValueId>> {
+    let numel = g.ty(v).numel();
+    let mut inside = vec![];
+    let mut exits = vec![];
+    let mut seen_nodes: HashSet<NodeId> = HashSet::new();
+    let mut stack = vec![v];
+    let mut seen_vals: HashSet<ValueId> = HashSet::new();
+    while let Some(u) = stack.pop() {
+        if !seen_vals.insert(u) {
+            continue;
+        }
+        let rs = effective_readers(g, u, readers);
+        let pointwise = !rs.is_empty()
+            && rs.iter().all(|&r| is_pointwise(&g.node(r).op) && g.ty(g.node(r).outputs[0]).numel() == numel);
+        if pointwise && !is_output(g, u, readers) {
+            inside.push(u);
+            for r in rs {
+                if seen_nodes.insert(r) {
+                    stack.push(g.node(r).outputs[0]);
+                }
+            }
+        } else if u == v {
+            return None;
+        } else {
+            exits.push(u);
+        }
+        if seen_nodes.len() > 64 {
+            return None;
+        }
+    }
+    (exits.len() == 1).then_some(inside)
 }
 
 /// Checks the schedule's invariants: every kernel node is in exactly one group, and every value a group reads
@@ -337,10 +494,14 @@ pub fn group_io(g: &Graph, sched: &Schedule, k: &KernelGroup) -> (Vec<ValueId>, 
     let members = k.nodes();
     let inside: HashSet<ValueId> = members.iter().flat_map(|&m| g.node(m).outputs.clone()).collect();
     let mut reads = Vec::new();
+    let prologue: HashSet<NodeId> = k.prologue.iter().map(|&(_, p)| p).collect();
     for &m in &members {
         for (slot, v) in g.node(m).inputs.iter().enumerate() {
+            if prologue.contains(&m) && scalar_op_data_slot(g, m) != Some(slot) {
+                continue; // inlined scalar constant
+            }
             if let Some(v) = v {
-                if !inside.contains(v) {
+                if !inside.contains(&through_aliases(g, *v).0) {
                     let r = input_view(g, &sched.folded, m, slot).root;
                     if !reads.contains(&r) {
                         reads.push(r);
@@ -359,7 +520,7 @@ fn bindings(g: &Graph, folded: &HashSet<NodeId>, members: &[NodeId]) -> usize {
     for &m in members {
         for (slot, v) in g.node(m).inputs.iter().enumerate() {
             if let Some(v) = v {
-                if !inside.contains(v) {
+                if !inside.contains(&through_aliases(g, *v).0) {
                     roots.insert(crate::lower::storage_root(g, input_view(g, folded, m, slot).root));
                 }
             }

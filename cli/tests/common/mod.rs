@@ -139,7 +139,12 @@ pub fn run_suite(suite: &str) {
     assert!(!cases.is_empty(), "no cases in testdata/{suite}");
     let mut failures = Vec::new();
     for case in &cases {
-        let r = compile_and_run(case, &case.opts).and_then(|got| compare(&got, &case.expected, case.rtol, case.atol));
+        // Fused (the default) and one kernel per op must both reproduce the reference.
+        let unfused = wgslc::CompileOptions { no_fuse: true, ..case.opts.clone() };
+        let r = compile_and_run(case, &case.opts)
+            .and_then(|got| compare(&got, &case.expected, case.rtol, case.atol))
+            .and_then(|()| compile_and_run(case, &unfused).map_err(|e| format!("--no-fuse: {e}")))
+            .and_then(|got| compare(&got, &case.expected, case.rtol, case.atol).map_err(|e| format!("--no-fuse: {e}")));
         match r {
             Ok(()) => eprintln!("ok   {suite}/{}", case.name),
             Err(e) => {

@@ -56,8 +56,6 @@ struct Coord {
 struct Term {
     coord: usize,
     stride: i64,
-    /// When non-zero, the coordinate is taken modulo this (Tile).
-    modulo: usize,
 }
 
 /// An index expression: `offset + Σ c{coord} * stride`.
@@ -69,16 +67,30 @@ struct Index {
 /// What makes two loads the same: buffer, offset and (coordinate, stride, modulo) terms.
 type LoadKey = (ValueId, String, Vec<(usize, i64, usize)>);
 
-struct Load {
-    name: String,
-    var: String,
-    offset: String,
-    terms: Vec<Term>,
-}
-
 struct Stmt {
     name: String,
     expr: String,
+}
+
+/// A coordinate of the fused function: `name = (i / stride) % extent`.
+struct NamedCoord {
+    name: String,
+    stride: usize,
+    extent: usize,
+}
+
+/// `coord * stride` (or `(coord % modulo) * stride`) in a fused load.
+struct NamedTerm {
+    coord: String,
+    stride: i64,
+    modulo: usize,
+}
+
+struct FusedLoad {
+    name: String,
+    var: String,
+    offset: String,
+    terms: Vec<NamedTerm>,
 }
 
 /// The generated `fused(acc, i)` function: loads, statements and the result of a group's elementwise nodes.
@@ -86,8 +98,8 @@ struct Stmt {
 struct Fused {
     defined: bool,
     ty: &'static str,
-    coords: Vec<Coord>,
-    loads: Vec<Load>,
+    coords: Vec<NamedCoord>,
+    loads: Vec<FusedLoad>,
     stmts: Vec<Stmt>,
     result: String,
 }
@@ -108,6 +120,8 @@ struct ElementwiseTpl {
 #[template(path = "gather.wgsl", escape = "none")]
 struct GatherTpl {
     h: Header,
+    helpers: Helpers,
+    fu: Fused,
     groups_x: u32,
     numel: usize,
     positions: usize,
@@ -131,6 +145,8 @@ struct MatmulTpl {
     fu: Fused,
     a_off: i64,
     b_off: i64,
+    a_pro: String,
+    b_pro: String,
     batch: Vec<BatchDim>,
     m: usize,
     n: usize,
@@ -174,6 +190,8 @@ struct ReduceTpl {
 #[template(path = "softmax.wgsl", escape = "none")]
 struct SoftmaxTpl {
     h: Header,
+    helpers: Helpers,
+    fu: Fused,
     log: bool,
     groups_x: u32,
     rows: usize,
@@ -474,6 +492,8 @@ impl Emitter<'_> {
             Some(a) => match &self.g.node(a).op {
                 Op::MatMul | Op::Gemm { .. } => vec![self.matmul(group)?],
                 Op::Conv { .. } => vec![self.conv(group)?],
+                Op::Softmax { axis, legacy, log } => vec![self.softmax(group, *axis as usize, *legacy, *log)?],
+                Op::Gather { axis } => vec![self.gather(group, *axis as usize)?],
                 _ if group.elementwise.is_empty() => self.emit_node(a)?,
                 op => return Err(self.err(a, format!("{} takes no epilogue", op.name()))),
             },
@@ -498,13 +518,18 @@ impl Emitter<'_> {
             | Op::Cast(_)
             | Op::StridedCopy { .. }
             | Op::TileCopy
-            | Op::Trilu { .. } => {
-                Ok(vec![self.elementwise_group(&KernelGroup { anchor: None, elementwise: vec![n] })?])
-            }
+            | Op::Trilu { .. } => Ok(vec![self.elementwise_group(&KernelGroup {
+                prologue: vec![],
+                anchor: None,
+                elementwise: vec![n],
+            })?]),
             Op::Concat { axis } => self.concat(n, *axis as usize),
-            Op::Gather { axis } => Ok(vec![self.gather(n, *axis as usize)?]),
+            Op::Gather { axis } => {
+                Ok(vec![self
+                    .gather(&KernelGroup { prologue: vec![], anchor: Some(n), elementwise: vec![] }, *axis as usize)?])
+            }
             Op::MatMul | Op::Gemm { .. } => {
-                Ok(vec![self.matmul(&KernelGroup { anchor: Some(n), elementwise: vec![] })?])
+                Ok(vec![self.matmul(&KernelGroup { prologue: vec![], anchor: Some(n), elementwise: vec![] })?])
             }
             Op::Reduce { op, axes, .. } => {
                 let axes: Vec<usize> = axes.as_ref().expect("resolved").iter().map(|&a| a as usize).collect();
@@ -515,7 +540,12 @@ impl Emitter<'_> {
                 let op = if *kind == PoolKind::Max { ReduceOp::Max } else { ReduceOp::Mean };
                 Ok(vec![self.reduce(n, op, &(2..r).collect::<Vec<_>>())?])
             }
-            Op::Softmax { axis, legacy, log } => Ok(vec![self.softmax(n, *axis as usize, *legacy, *log)?]),
+            Op::Softmax { axis, legacy, log } => Ok(vec![self.softmax(
+                &KernelGroup { prologue: vec![], anchor: Some(n), elementwise: vec![] },
+                *axis as usize,
+                *legacy,
+                *log,
+            )?]),
             Op::LayerNorm { axis, epsilon, rms } => Ok(vec![self.layernorm(n, *axis as usize, *epsilon, *rms)?]),
             Op::ArgReduce { max, axis, select_last, .. } => {
                 Ok(vec![self.argreduce(n, *max, *axis as usize, *select_last)?])
@@ -527,7 +557,9 @@ impl Emitter<'_> {
             Op::TopK { axis, largest, k } => Ok(vec![self.topk(n, *axis as usize, *largest, k.expect("resolved"))?]),
             Op::Scatter { axis, reduction } => Ok(vec![self.scatter(n, axis.map(|a| a as usize), *reduction)?]),
             Op::Pad { mode, pads, value } => Ok(vec![self.pad(n, *mode, pads.as_ref().expect("resolved"), *value)?]),
-            Op::Conv { .. } => Ok(vec![self.conv(&KernelGroup { anchor: Some(n), elementwise: vec![] })?]),
+            Op::Conv { .. } => {
+                Ok(vec![self.conv(&KernelGroup { prologue: vec![], anchor: Some(n), elementwise: vec![] })?])
+            }
             Op::Pool { .. } => Ok(vec![self.pool(n)?]),
             other => Err(self.err(n, format!("no kernel for resolved op {}", other.name()))),
         }
@@ -570,9 +602,11 @@ impl Emitter<'_> {
         format!("fused {} -> {}", ops.join(" + "), self.g.ty(self.g.node(group.last()).outputs[0]))
     }
 
-    /// Builds `fused(acc, i)` for a group's elementwise nodes over the last node's output coordinates. `acc`
-    /// stands for `anchor_out`; every other input is loaded through its composed view, binding each distinct
-    /// buffer once (`reads` collects them as `in0`, `in1`, …).
+    /// Builds `fused(acc, i)` for a group's elementwise nodes. `i` is the flat index of the group's output; every
+    /// member has that many elements in the same contiguous order (reshapes between members keep it), so each
+    /// member's coordinates are derived from `i` over its own shape. `acc` stands for `anchor_out`; every other
+    /// input is loaded through its composed view, binding each distinct buffer once (`reads` collects them as
+    /// `in0`, `in1`, …).
     fn fused_body(
         &self,
         group: &KernelGroup,
@@ -585,25 +619,45 @@ impl Emitter<'_> {
             return Ok(Fused::default());
         }
         let last = group.last();
-        let ot = g.ty(g.node(last).outputs[0]).clone();
-        let shape = &ot.shape;
-        let cs = contiguous_strides(shape);
-        let contiguous: Vec<i64> = cs.iter().map(|&s| s as i64).collect();
         let mut exprs: std::collections::HashMap<ValueId, String> = std::collections::HashMap::new();
         if let Some(a) = anchor_out {
             exprs.insert(a, "acc".into());
         }
-        let mut loads: Vec<Load> = Vec::new();
+        // Values inside the group are found through the reshapes (aliases) between members.
+        let lookup = |exprs: &std::collections::HashMap<ValueId, String>, mut v: ValueId| -> Option<String> {
+            loop {
+                if let Some(e) = exprs.get(&v) {
+                    return Some(e.clone());
+                }
+                match g.value(v).producer {
+                    Some(p) if g.node(p).op == Op::Alias => v = g.node(p).inputs[0].expect("alias input"),
+                    _ => return None,
+                }
+            }
+        };
+        let mut shapes: Vec<Vec<usize>> = Vec::new();
+        let mut used_shapes: Vec<bool> = Vec::new();
+        let mut loads: Vec<FusedLoad> = Vec::new();
         let mut load_keys: Vec<LoadKey> = Vec::new();
         let mut stmts = Vec::new();
-        let mut uses_coords = false;
         for (j, &n) in group.elementwise.iter().enumerate() {
             let node = g.node(n);
+            let shape = g.ty(node.outputs[0]).shape.clone();
+            let sid = match shapes.iter().position(|s| *s == shape) {
+                Some(p) => p,
+                None => {
+                    shapes.push(shape.clone());
+                    used_shapes.push(false);
+                    shapes.len() - 1
+                }
+            };
+            let cname = |d: usize| format!("c{sid}_{d}");
+            let contiguous: Vec<i64> = contiguous_strides(&shape).iter().map(|&s| s as i64).collect();
             let mut args = Vec::new();
             for (slot, v) in node.inputs.iter().enumerate() {
                 let Some(v) = *v else { continue };
-                if let Some(e) = exprs.get(&v) {
-                    args.push(e.clone());
+                if let Some(e) = lookup(&exprs, v) {
+                    args.push(e);
                     continue;
                 }
                 let view = input_view(g, &self.sched.folded, n, slot);
@@ -621,7 +675,7 @@ impl Emitter<'_> {
                     let xcs = contiguous_strides(xs);
                     ("0".into(), (0..xs.len()).filter(|&d| xs[d] > 1).map(|d| (d, xcs[d] as i64, xs[d])).collect())
                 } else if view.offset == 0
-                    && view.strides.iter().zip(&contiguous).zip(shape).all(|((s, c), &e)| e == 1 || s == c)
+                    && view.strides.iter().zip(&contiguous).zip(&shape).all(|((s, c), &e)| e == 1 || s == c)
                 {
                     ("i".into(), vec![])
                 } else {
@@ -631,19 +685,19 @@ impl Emitter<'_> {
                         .collect();
                     (view.offset.to_string(), t)
                 };
-                let key = (view.root, offset.clone(), terms.clone());
+                let key = (view.root, format!("{sid}:{offset}"), terms.clone());
                 let name = match load_keys.iter().position(|k| *k == key) {
                     Some(p) => loads[p].name.clone(),
                     None => {
-                        uses_coords |= !terms.is_empty();
+                        used_shapes[sid] |= !terms.is_empty();
                         let name = format!("x{}", loads.len());
-                        loads.push(Load {
+                        loads.push(FusedLoad {
                             name: name.clone(),
                             var,
                             offset,
                             terms: terms
                                 .iter()
-                                .map(|&(coord, stride, modulo)| Term { coord, stride, modulo })
+                                .map(|&(d, stride, modulo)| NamedTerm { coord: cname(d), stride, modulo })
                                 .collect(),
                         });
                         load_keys.push(key);
@@ -654,18 +708,23 @@ impl Emitter<'_> {
             }
             let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
             let out_ty = g.ty(node.outputs[0]).clone();
-            uses_coords |= matches!(node.op, Op::Trilu { .. });
-            let expr = self.op_expr(n, &args, &inputs, &out_ty, helpers)?;
+            used_shapes[sid] |= matches!(node.op, Op::Trilu { .. });
+            let expr = self.op_expr(n, &args, &inputs, &out_ty, helpers, &cname)?;
             let name = format!("t{j}");
             stmts.push(Stmt { name: name.clone(), expr });
             exprs.insert(node.outputs[0], name);
         }
         let result = exprs[&g.node(last).outputs[0]].clone();
-        let coords = if uses_coords {
-            shape.iter().zip(&cs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect()
-        } else {
-            vec![]
-        };
+        let mut coords = Vec::new();
+        for (sid, shape) in shapes.iter().enumerate() {
+            if !used_shapes[sid] {
+                continue;
+            }
+            let cs = contiguous_strides(shape);
+            for d in 0..shape.len() {
+                coords.push(NamedCoord { name: format!("c{sid}_{d}"), stride: cs[d], extent: shape[d].max(1) });
+            }
+        }
         Ok(Fused { defined: true, ty: storage(g, g.node(last).outputs[0]).wgsl(), coords, loads, stmts, result })
     }
 
@@ -677,6 +736,7 @@ impl Emitter<'_> {
         inputs: &[ValueId],
         out: &TensorType,
         helpers: &mut Helpers,
+        coord: &dyn Fn(usize) -> String,
     ) -> Result<String, EmitError> {
         let g = self.g;
         let node = g.node(n);
@@ -695,7 +755,12 @@ impl Emitter<'_> {
                     "0u"
                 };
                 let cmp = if *upper { ">=" } else { "<=" };
-                format!("select({zero}, {a}, c{} - c{} {cmp} {})", r - 1, r - 2, i32_lit(k.expect("resolved")))
+                format!(
+                    "select({zero}, {a}, {} - {} {cmp} {})",
+                    coord(r - 1),
+                    coord(r - 2),
+                    i32_lit(k.expect("resolved"))
+                )
             }
             Op::Unary(u) => {
                 let float = st(inputs[0]) == Storage::F32;
@@ -916,14 +981,11 @@ impl Emitter<'_> {
                 defined: true,
                 ty: storage(g, v).wgsl(),
                 coords: vec![],
-                loads: vec![Load { name: "x0".into(), var: "in0".into(), offset: "i".into(), terms: vec![] }],
+                loads: vec![FusedLoad { name: "x0".into(), var: "in0".into(), offset: "i".into(), terms: vec![] }],
                 stmts: vec![],
                 result: "x0".into(),
             };
-            let terms = (0..shape.len())
-                .filter(|&d| shape[d] > 1)
-                .map(|d| Term { coord: d, stride: ocs[d], modulo: 0 })
-                .collect();
+            let terms = (0..shape.len()).filter(|&d| shape[d] > 1).map(|d| Term { coord: d, stride: ocs[d] }).collect();
             let b = [(v, false, "in0"), (out, true, "out")];
             let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
             let tpl = ElementwiseTpl {
@@ -940,18 +1002,29 @@ impl Emitter<'_> {
         Ok(kernels)
     }
 
-    fn gather(&self, n: NodeId, axis: usize) -> Result<EmittedKernel, EmitError> {
+    fn gather(&self, group: &KernelGroup, axis: usize) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
+        let n = group.anchor.expect("anchor");
         let node = g.node(n);
-        let (data, ind, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let (data, ind, gout) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let out = g.node(group.last()).outputs[0];
+        let mut helpers = Helpers::default();
+        let mut reads = Vec::new();
+        let fu = self.fused_body(group, Some(gout), &mut reads, &mut helpers)?;
         let dt = g.ty(data);
         let positions = g.ty(ind).numel();
         let inner: usize = dt.shape[axis + 1..].iter().product();
         let numel = g.ty(out).numel();
-        let b = [(data, false, "data"), (ind, false, "indices"), (out, true, "out")];
+        let mut b = vec![(data, false, "data"), (ind, false, "indices")];
+        b.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
+        b.push((out, true, "out"));
         let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let mut h = self.header(n, "gather.wgsl", &b);
+        h.comment = self.group_comment(group);
         let tpl = GatherTpl {
-            h: self.header(n, "gather.wgsl", &b),
+            h,
+            helpers,
+            fu,
             groups_x,
             numel,
             positions,
@@ -959,7 +1032,8 @@ impl Emitter<'_> {
             positions_inner: positions * inner,
             axis_len: dt.shape[axis],
         };
-        self.kernel(n, node.name.clone(), "gather", tpl.render(), &b, wg)
+        let name = group.nodes().iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>().join("+");
+        self.kernel(n, name, "gather", tpl.render(), &b, wg)
     }
 
     /// MatMul or Gemm with its epilogue. Operands are read through their composed views (folded transposes and
@@ -970,7 +1044,39 @@ impl Emitter<'_> {
         let node = g.node(n);
         let (a, b, mm_out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
         let (at, bt) = (g.ty(a).clone(), g.ty(b).clone());
-        let (va, vb) = (input_view(g, &self.sched.folded, n, 0), input_view(g, &self.sched.folded, n, 1));
+        // Operand views: through a scalar prologue node when there is one (its data input is what is loaded).
+        let mut pro = [String::new(), String::new()];
+        let mut views = Vec::new();
+        let mut helpers = Helpers::default();
+        for (slot, pro_expr) in pro.iter_mut().enumerate() {
+            let view = match group.prologue.iter().find(|&&(s, _)| s == slot) {
+                Some(&(_, p)) => {
+                    let ds = wgslc_passes::scalar_op_data_slot(g, p).expect("scalar prologue");
+                    let pn = g.node(p);
+                    let var = if slot == 0 { "av" } else { "bv" };
+                    let args: Vec<String> = pn
+                        .inputs
+                        .iter()
+                        .flatten()
+                        .enumerate()
+                        .map(|(i, &v)| {
+                            if i == ds {
+                                var.to_string()
+                            } else {
+                                f32_lit(g.const_data(v).expect("scalar").to_f64()[0] as f32)
+                            }
+                        })
+                        .collect();
+                    let inputs: Vec<ValueId> = pn.inputs.iter().flatten().copied().collect();
+                    let ot = g.ty(pn.outputs[0]).clone();
+                    *pro_expr = self.op_expr(p, &args, &inputs, &ot, &mut helpers, &|d| format!("c{d}"))?;
+                    input_view(g, &self.sched.folded, p, ds)
+                }
+                None => input_view(g, &self.sched.folded, n, slot),
+            };
+            views.push(view);
+        }
+        let (va, vb) = (views[0].clone(), views[1].clone());
         let (sa, sb) = (&va.strides, &vb.strides);
         let (m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch_shape, a_batch, b_batch);
         match node.op {
@@ -1033,7 +1139,6 @@ impl Emitter<'_> {
             None => (0, 0),
         };
         let out = g.node(group.last()).outputs[0];
-        let mut helpers = Helpers::default();
         let mut reads = Vec::new();
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
         let mut bindings = vec![(va.root, false, "a"), (vb.root, false, "b")];
@@ -1056,6 +1161,8 @@ impl Emitter<'_> {
             fu,
             a_off: va.offset,
             b_off: vb.offset,
+            a_pro: pro[0].clone(),
+            b_pro: pro[1].clone(),
             batch,
             m,
             n: nn,
@@ -1179,10 +1286,15 @@ impl Emitter<'_> {
         self.kernel(n, node.name.clone(), "reduce", tpl.render(), &b, wg)
     }
 
-    fn softmax(&self, n: NodeId, axis: usize, legacy: bool, log: bool) -> Result<EmittedKernel, EmitError> {
+    fn softmax(&self, group: &KernelGroup, axis: usize, legacy: bool, log: bool) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
+        let n = group.anchor.expect("anchor");
         let node = g.node(n);
-        let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let (x, sout) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let out = g.node(group.last()).outputs[0];
+        let mut helpers = Helpers::default();
+        let mut reads = Vec::new();
+        let fu = self.fused_body(group, Some(sout), &mut reads, &mut helpers)?;
         let shape = &g.ty(x).shape;
         if storage(g, x) != Storage::F32 {
             return Err(self.err(n, "Softmax needs a float input"));
@@ -1194,18 +1306,16 @@ impl Emitter<'_> {
             (shape[axis], shape[axis + 1..].iter().product::<usize>())
         };
         let rows = outer * inner;
-        let b = [(x, false, "x"), (out, true, "out")];
+        let mut b = vec![(x, false, "x")];
+        b.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
+        b.push((out, true, "out"));
         let (wg, groups_x) = self.grid(n, rows)?;
-        let tpl = SoftmaxTpl {
-            h: self.header(n, "softmax.wgsl", &b),
-            log,
-            groups_x,
-            rows,
-            n: len,
-            inner: inner.max(1),
-            row_span: len * inner,
-        };
-        self.kernel(n, node.name.clone(), "softmax", tpl.render(), &b, wg)
+        let mut h = self.header(n, "softmax.wgsl", &b);
+        h.comment = self.group_comment(group);
+        let tpl =
+            SoftmaxTpl { h, helpers, fu, log, groups_x, rows, n: len, inner: inner.max(1), row_span: len * inner };
+        let name = group.nodes().iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>().join("+");
+        self.kernel(n, name, "softmax", tpl.render(), &b, wg)
     }
 
     fn layernorm(&self, n: NodeId, axis: usize, epsilon: f32, rms: bool) -> Result<EmittedKernel, EmitError> {
@@ -1299,7 +1409,7 @@ impl Emitter<'_> {
         let coords = os.iter().zip(&ocs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect();
         let terms = (0..os.len())
             .filter(|&d| d != axis && os[d] > 1)
-            .map(|d| Term { coord: d, stride: dcs[d] as i64, modulo: 0 })
+            .map(|d| Term { coord: d, stride: dcs[d] as i64 })
             .collect();
         let numel = g.ty(out).numel();
         let b = [(data, false, "data"), (ind, false, "indices"), (out, true, "out")];

@@ -6,6 +6,7 @@
 //! decides every extent, stride and literal and the templates only substitute them.
 
 mod kernels;
+pub mod report;
 
 pub use kernels::EmittedKernel;
 
