@@ -1,8 +1,9 @@
 {% include "header.wgsl" %}
 {%- include "helpers.wgsl" %}
 {%- include "fused.wgsl" %}
-// Tiled matrix product: a 64x64 output tile per workgroup of 16x16 threads, 4x4 outputs per thread,
-// K in steps of 16 through workgroup memory. A and B are read through strides, so transposes cost nothing.
+// Tiled matrix product: a 64x64 output tile per workgroup of 16x16 threads, 4x4 outputs per thread held in
+// registers (unrolled, so no array is spilled to local memory), K in steps of 16 through workgroup memory. A and
+// B are read through strides, so transposes cost nothing.
 var<workgroup> a_tile: array<f32, 1024>;
 var<workgroup> b_tile: array<f32, 1024>;
 
@@ -14,7 +15,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let row0 = wid.y * 64u;
     let col0 = wid.x * 64u;
     let tid = lid.y * 16u + lid.x;
-    var acc: array<f32, 16>;
+{%- for r in lanes %}{% for c in lanes %}
+    var acc{{ r.i }}{{ c.i }} = 0.0;
+{%- endfor %}{% endfor %}
     for (var k0 = 0u; k0 < {{ k }}u; k0 = k0 + 16u) {
         for (var l = 0u; l < 4u; l = l + 1u) {
             let e = tid + l * 256u;
@@ -43,36 +46,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         }
         workgroupBarrier();
         for (var kk = 0u; kk < 16u; kk = kk + 1u) {
-            var ar: array<f32, 4>;
-            var br: array<f32, 4>;
-            for (var r = 0u; r < 4u; r = r + 1u) {
-                ar[r] = a_tile[kk * 64u + lid.y + r * 16u];
-                br[r] = b_tile[kk * 64u + lid.x + r * 16u];
-            }
-            for (var r = 0u; r < 4u; r = r + 1u) {
-                for (var c = 0u; c < 4u; c = c + 1u) {
-                    acc[r * 4u + c] = acc[r * 4u + c] + ar[r] * br[c];
-                }
-            }
+{%- for r in lanes %}
+            let ar{{ r.i }} = a_tile[kk * 64u + lid.y + {{ r.off }}u];
+            let br{{ r.i }} = b_tile[kk * 64u + lid.x + {{ r.off }}u];
+{%- endfor %}
+{%- for r in lanes %}{% for c in lanes %}
+            acc{{ r.i }}{{ c.i }} = fma(ar{{ r.i }}, br{{ c.i }}, acc{{ r.i }}{{ c.i }});
+{%- endfor %}{% endfor %}
         }
         workgroupBarrier();
     }
-    for (var r = 0u; r < 4u; r = r + 1u) {
-        let m = row0 + lid.y + r * 16u;
-        for (var c = 0u; c < 4u; c = c + 1u) {
-            let n = col0 + lid.x + c * 16u;
-            if (m < {{ m }}u && n < {{ n }}u) {
-                var v = {{ alpha }} * acc[r * 4u + c];
+{%- for r in lanes %}{% for c in lanes %}
+    {
+        let m = row0 + lid.y + {{ r.off }}u;
+        let n = col0 + lid.x + {{ c.off }}u;
+        if (m < {{ m }}u && n < {{ n }}u) {
+            var v = {{ alpha }} * acc{{ r.i }}{{ c.i }};
 {%- if has_bias %}
-                v = v + {{ beta }} * bias[m * {{ bias_sm }}u + n * {{ bias_sn }}u];
+            v = v + {{ beta }} * bias[m * {{ bias_sm }}u + n * {{ bias_sn }}u];
 {%- endif %}
-                let o = batch * {{ mn }}u + m * {{ n }}u + n;
+            let o = batch * {{ mn }}u + m * {{ n }}u + n;
 {%- if fu.defined %}
-                out[o] = fused(v, o);
+            out[o] = fused(v, o);
 {%- else %}
-                out[o] = v;
+            out[o] = v;
 {%- endif %}
-            }
         }
     }
+{%- endfor %}{% endfor %}
 }

@@ -344,6 +344,15 @@ def ops():
         model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", F, ["batch", 4])], [vi("y", F, None)]),
         [rand(3, 4)],
     )
+    # Three projections of one input (Q, K, V), each with a bias: merged into one MatMul when fusing.
+    qkv_nodes, qkv_inits = [], []
+    for t in ["q", "k", "v"]:
+        qkv_nodes += [helper.make_node("MatMul", ["x", f"w{t}"], [f"{t}0"]), helper.make_node("Add", [f"{t}0", f"b{t}"], [t])]
+        qkv_inits += [init(f"w{t}", rand(8, 6)), init(f"b{t}", rand(6))]
+    cases["matmul_siblings_qkv"] = (
+        model(qkv_nodes, [vi("x", F, [2, 5, 8])], [vi(t, F, None) for t in ["q", "k", "v"]], qkv_inits),
+        [rand(2, 5, 8)],
+    )
     return cases
 
 

@@ -77,7 +77,7 @@ pub fn import(model: &Path, opts: &CompileOptions) -> Result<wgslc_ir::Graph, Co
 pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
     let mut g = import(model, opts)?;
     let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
-    wgslc_passes::run_pipeline(&mut g, None)?;
+    wgslc_passes::run_pipeline_with(&mut g, None, !opts.no_fuse)?;
     let fuse = wgslc_passes::FuseOptions {
         fuse: !opts.no_fuse,
         max_storage_buffers: opts.limits.max_storage_buffers_per_shader_stage as usize,

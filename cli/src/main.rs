@@ -77,6 +77,9 @@ enum Cmd {
         /// Untimed replays first.
         #[arg(long, default_value_t = 5)]
         warmup: usize,
+        /// Also time every dispatch on its own and print the slowest kernels (includes per-submit overhead).
+        #[arg(long)]
+        profile: bool,
     },
 }
 
@@ -174,7 +177,7 @@ fn real_main() -> Result<()> {
                 None => print!("{body}"),
             }
         }
-        Cmd::Bench { dir, inputs, iterations, warmup } => {
+        Cmd::Bench { dir, inputs, iterations, warmup, profile } => {
             let gpu = Gpu::new()?;
             let session = Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()))?;
             let tensors = load_inputs(&session, &inputs, true)?;
@@ -187,6 +190,13 @@ fn real_main() -> Result<()> {
                 session.plan().dispatches.len(),
                 t * 1e3
             );
+            if profile {
+                let mut times = session.profile(iterations.min(20))?;
+                times.sort_by(|a, b| b.1.total_cmp(&a.1));
+                for (name, ms) in times.iter().take(15) {
+                    println!("{{\"kernel\": {name:?}, \"ms\": {ms:.4}}}");
+                }
+            }
         }
     }
     Ok(())

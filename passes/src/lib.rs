@@ -15,7 +15,9 @@ pub use memory::ALIGN;
 mod schedule;
 
 pub use infer::infer_shapes;
-pub use lower::{eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, storage_of, Storage};
+pub use lower::{
+    eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, merge_sibling_matmuls, storage_of, Storage,
+};
 pub use memory::{plan_memory, BufferKind, MemoryPlan, PlannedBuffer, Slot};
 pub use schedule::{
     group_io, input_view, is_pointwise, read_spec, scalar_op_data_slot, schedule, takes_epilogue, Boundary,
@@ -89,10 +91,16 @@ pub fn verify(g: &Graph, stage: Stage) -> Result<(), PassError> {
 }
 
 /// The passes from an imported graph to a legalized one, in order. Each has a name for `--dump-after`.
-pub const PASSES: &[&str] = &["infer", "lower", "dce", "legalize"];
+pub const PASSES: &[&str] = &["infer", "lower", "dce", "merge", "legalize"];
 
 /// Runs the graph passes (up to and including `stop_after`, if given) and verifies after each.
 pub fn run_pipeline(g: &mut Graph, stop_after: Option<&str>) -> Result<(), PassError> {
+    run_pipeline_with(g, stop_after, true)
+}
+
+/// [`run_pipeline`], with the graph rewrites that only serve fusion (`merge`) skipped when `fuse` is false, so
+/// `--no-fuse` keeps one kernel per source op.
+pub fn run_pipeline_with(g: &mut Graph, stop_after: Option<&str>, fuse: bool) -> Result<(), PassError> {
     verify(g, Stage::Imported)?;
     // Types, resolved ops, folded constants (shape subgraphs disappear here).
     infer_shapes(g)?;
@@ -110,6 +118,15 @@ pub fn run_pipeline(g: &mut Graph, stop_after: Option<&str>) -> Result<(), PassE
     eliminate_dead_code(g);
     verify(g, Stage::Inferred)?;
     if stop_after == Some("dce") {
+        return Ok(());
+    }
+    // Sibling MatMuls on one input (Q, K, V) → one MatMul over concatenated weights.
+    if fuse {
+        merge_sibling_matmuls(g)?;
+        eliminate_dead_code(g);
+        verify(g, Stage::Inferred)?;
+    }
+    if stop_after == Some("merge") {
         return Ok(());
     }
     // Storage types (int64 → i32, bool → u32) and outputs that own their buffers.

@@ -3,7 +3,7 @@
 
 use crate::PassError;
 use std::collections::HashSet;
-use wgslc_ir::{BinaryOp, DType, Graph, NodeId, Op, Tensor, ValueId};
+use wgslc_ir::{BinaryOp, DType, Graph, NodeId, Op, Tensor, TensorType, ValueId};
 
 /// How a logical dtype is stored on the GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -165,4 +165,105 @@ pub fn storage_root(g: &Graph, mut v: ValueId) -> ValueId {
         v = node.inputs[0].expect("alias input");
     }
     v
+}
+
+/// Merges MatMuls that read the same input with constant 2-D weights of the same K (Q, K and V projections) into
+/// one MatMul over the weights concatenated along N, followed when every one has it by one Add of the
+/// concatenated constant biases; each original result becomes a slice (a StridedCopy the scheduler folds into
+/// its readers).
+///
+/// Requires: an inferred graph. Establishes: no two such siblings remain; values keep their types and names.
+pub fn merge_sibling_matmuls(g: &mut Graph) -> Result<(), PassError> {
+    use std::collections::BTreeMap;
+    let mut by_input: BTreeMap<ValueId, Vec<NodeId>> = BTreeMap::new();
+    for n in g.topo_order()? {
+        let node = g.node(n);
+        if node.op != Op::MatMul {
+            continue;
+        }
+        let (Some(a), Some(w)) = (node.inputs[0], node.inputs[1]) else { continue };
+        let wt = g.ty(w);
+        if g.const_data(w).is_some() && wt.rank() == 2 && wt.dtype == DType::F32 && g.ty(a).rank() >= 2 {
+            by_input.entry(a).or_default().push(n);
+        }
+    }
+    for (a, group) in by_input {
+        if group.len() < 2 {
+            continue;
+        }
+        let k = g.ty(g.node(group[0]).inputs[1].unwrap()).shape[0];
+        if group.iter().any(|&n| g.ty(g.node(n).inputs[1].unwrap()).shape[0] != k) {
+            continue;
+        }
+        // The bias Add of each sibling, when every sibling's only reader is an Add of a constant [N] vector.
+        let bias_of = |g: &Graph, n: NodeId| -> Option<(NodeId, ValueId)> {
+            let out = g.node(n).outputs[0];
+            let rs = g.consumers(out);
+            let &[add] = rs.as_slice() else { return None };
+            let an = g.node(add);
+            if an.op != Op::Binary(BinaryOp::Add) || g.outputs.contains(&out) {
+                return None;
+            }
+            let other = if an.inputs[0] == Some(out) { an.inputs[1]? } else { an.inputs[0]? };
+            let n_cols = g.ty(out).shape.last().copied()?;
+            (g.const_data(other).is_some() && g.ty(other).shape == [n_cols]).then_some((add, other))
+        };
+        let biases: Option<Vec<(NodeId, ValueId)>> = group.iter().map(|&n| bias_of(g, n)).collect();
+        let widths: Vec<usize> = group.iter().map(|&n| g.ty(g.node(n).inputs[1].unwrap()).shape[1]).collect();
+        let total: usize = widths.iter().sum();
+        // Concatenate the weights along N (row-major [K, total]).
+        let mut wcat = vec![0f32; k * total];
+        let mut col = 0;
+        for (&n, &w) in group.iter().zip(&widths) {
+            let t = g.const_data(g.node(n).inputs[1].unwrap()).unwrap().to_f64();
+            for r in 0..k {
+                for c in 0..w {
+                    wcat[r * total + col + c] = t[r * w + c] as f32;
+                }
+            }
+            col += w;
+        }
+        let base = g.node(group[0]).name.clone();
+        let wv = g.add_const(g.fresh_name(&format!("{base}.merged_weight")), Tensor::f32(vec![k, total], wcat));
+        let mut shape = g.ty(a).shape.clone();
+        *shape.last_mut().unwrap() = total;
+        let mut merged =
+            g.add_value(g.fresh_name(&format!("{base}.merged")), Some(TensorType::new(DType::F32, shape.clone())));
+        g.add_node(format!("{base}/merged"), Op::MatMul, vec![Some(a), Some(wv)], vec![merged])?;
+        // The values the slices produce: the bias Adds' outputs, or the MatMuls' outputs.
+        let mut results: Vec<ValueId> = group.iter().map(|&n| g.node(n).outputs[0]).collect();
+        if let Some(bs) = &biases {
+            let mut bcat = Vec::with_capacity(total);
+            for &(_, b) in bs {
+                bcat.extend(g.const_data(b).unwrap().to_f64().into_iter().map(|x| x as f32));
+            }
+            let bv = g.add_const(g.fresh_name(&format!("{base}.merged_bias")), Tensor::f32(vec![total], bcat));
+            let biased = g.add_value(
+                g.fresh_name(&format!("{base}.merged_biased")),
+                Some(TensorType::new(DType::F32, shape.clone())),
+            );
+            g.add_node(
+                format!("{base}/merged_bias"),
+                Op::Binary(BinaryOp::Add),
+                vec![Some(merged), Some(bv)],
+                vec![biased],
+            )?;
+            merged = biased;
+            results = bs.iter().map(|&(add, _)| g.node(add).outputs[0]).collect();
+            for &(add, _) in bs {
+                g.remove_node(add);
+            }
+        }
+        for &n in &group {
+            g.remove_node(n);
+        }
+        let strides: Vec<i64> = wgslc_ir::contiguous_strides(&shape).into_iter().map(|s| s as i64).collect();
+        let mut start = 0i64;
+        for (i, (&r, &w)) in results.iter().zip(&widths).enumerate() {
+            let op = Op::StridedCopy { offset: start, strides: strides.clone() };
+            g.add_node(format!("{base}/part{i}"), op, vec![Some(merged)], vec![r])?;
+            start += w as i64;
+        }
+    }
+    Ok(())
 }

@@ -381,6 +381,35 @@ impl Session {
         }
     }
 
+    /// Times each dispatch on its own (one pass and one submit per dispatch, waiting for each, `iterations`
+    /// times) and returns (kernel name, milliseconds per run) in dispatch order. Includes per-submit overhead, so
+    /// it is for finding the slow kernels, not for totals.
+    pub fn profile(&self, iterations: usize) -> Result<Vec<(String, f64)>, RuntimeError> {
+        let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let gpu = &self.gpu;
+        let mut out = Vec::with_capacity(self.plan.dispatches.len());
+        for &d in &self.plan.dispatches {
+            let k = &self.plan.kernels[d];
+            let start = std::time::Instant::now();
+            for _ in 0..iterations.max(1) {
+                let mut enc =
+                    gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc profile") });
+                {
+                    let mut pass =
+                        enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+                    pass.set_pipeline(&self.pipelines[d]);
+                    pass.set_bind_group(0, &self.bind_groups[d], &[]);
+                    pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
+                }
+                gpu.queue.submit([enc.finish()]);
+                gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+            }
+            out.push((k.name.clone(), start.elapsed().as_secs_f64() * 1e3 / iterations.max(1) as f64));
+        }
+        gpu.check_lost()?;
+        Ok(out)
+    }
+
     /// Replays the plan `iterations` times without reading outputs back (inputs stay as last written) and
     /// returns the wall time per iteration in seconds, measured to queue completion. For benchmarks.
     pub fn time_replay(&self, iterations: usize) -> Result<f64, RuntimeError> {

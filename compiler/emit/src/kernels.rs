@@ -130,6 +130,12 @@ struct GatherTpl {
     axis_len: usize,
 }
 
+/// One of the four rows (or columns) a matmul thread owns: its index and its offset in the 64-wide tile.
+struct Lane {
+    i: usize,
+    off: usize,
+}
+
 struct BatchDim {
     div: usize,
     extent: usize,
@@ -147,6 +153,7 @@ struct MatmulTpl {
     b_off: i64,
     a_pro: String,
     b_pro: String,
+    lanes: Vec<Lane>,
     batch: Vec<BatchDim>,
     m: usize,
     n: usize,
@@ -1163,6 +1170,7 @@ impl Emitter<'_> {
             b_off: vb.offset,
             a_pro: pro[0].clone(),
             b_pro: pro[1].clone(),
+            lanes: (0..4).map(|i| Lane { i, off: i * 16 }).collect(),
             batch,
             m,
             n: nn,

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""The fusion benchmark of docs/performance.md: exports a GPT-2-style and a BERT-style model (torch.onnx.export,
+dynamo, opset 20) and a CNN (ResNet-18), compiles each with wgslc fused and with --no-fuse, times both with
+`wgslc bench`, checks the fused outputs against onnxruntime, and times onnxruntime (CUDA) and PyTorch (CUDA,
+eager) on the same inputs as baselines.
+
+    python3 scripts/bench_models.py OUT_DIR --wgslc PATH [--models gpt2,bert,resnet18] [--iterations N]
+
+Prints a table and writes OUT_DIR/bench.json. Needs torch, torchvision, transformers, onnx, onnxscript and
+onnxruntime (the GPU machine has them).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2Model
+    cfg = GPT2Config(vocab_size=8192, n_positions=256, n_embd=768, n_layer=12, n_head=12, use_cache=False)
+    m = GPT2Model(cfg)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids, use_cache=False).last_hidden_state
+
+    return Wrap(m), (torch.randint(0, 8192, (1, 128)),)
+
+
+def bert():
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(vocab_size=8192, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                     intermediate_size=3072, max_position_embeddings=256)
+    m = BertModel(cfg, add_pooling_layer=False)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids).last_hidden_state
+
+    return Wrap(m), (torch.randint(0, 8192, (1, 128)),)
+
+
+def resnet18():
+    import torchvision
+    return torchvision.models.resnet18(weights=None), (torch.randn(1, 3, 224, 224),)
+
+
+MODELS = {"gpt2": gpt2, "bert": bert, "resnet18": resnet18}
+
+
+def cuda_time(fn, iters):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)) * 1e3
+
+
+def wgslc_bench(wgslc, art, inputs, iters):
+    r = subprocess.run([wgslc, "bench", art, "--iterations", str(iters)] + sum([["--input", p] for p in inputs], []),
+                       capture_output=True, text=True)
+    if r.returncode:
+        return {"error": r.stderr.strip()[-300:]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--wgslc", required=True)
+    ap.add_argument("--models", default="gpt2,bert,resnet18")
+    ap.add_argument("--iterations", type=int, default=30)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    torch.manual_seed(0)
+    results = []
+    for name in a.models.split(","):
+        model, args = MODELS[name]()
+        model.eval()
+        d = os.path.join(a.out, name)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, "model.onnx")
+        with torch.no_grad():
+            torch.onnx.export(model, args, path, dynamo=True, opset_version=20, external_data=False,
+                              input_names=[f"input_{i}" for i in range(len(args))])
+        nodes = len(onnx.load(path, load_external_data=False).graph.node)
+        inputs = []
+        for i, t in enumerate(args):
+            p = os.path.join(d, f"input_{i}.npy")
+            np.save(p, t.numpy())
+            inputs.append(p)
+        row = {"model": name, "onnx_nodes": nodes}
+        # onnxruntime references and CUDA timing.
+        sess = ort.InferenceSession(path, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+        feed = {i.name: t.numpy() for i, t in zip(sess.get_inputs(), args)}
+        ref = sess.run(None, feed)
+        row["ort_provider"] = sess.get_providers()[0]
+        row["ort_cuda_ms"] = cuda_time(lambda: sess.run(None, feed), a.iterations)
+        cm = model.cuda()
+        cargs = [t.cuda() for t in args]
+        with torch.no_grad():
+            row["torch_cuda_eager_ms"] = cuda_time(lambda: cm(*cargs), a.iterations)
+        cm.cpu()
+        for mode, extra in [("fused", []), ("no_fuse", ["--no-fuse"])]:
+            art = os.path.join(d, f"art_{mode}")
+            t = time.perf_counter()
+            r = subprocess.run([a.wgslc, "compile", path, "-o", art] + extra, capture_output=True, text=True)
+            row[f"{mode}_compile_s"] = round(time.perf_counter() - t, 2)
+            if r.returncode:
+                row[f"{mode}_error"] = r.stderr.strip()[-400:]
+                continue
+            rep = json.load(open(os.path.join(art, "report.json")))
+            row[f"{mode}_dispatches"] = rep["dispatches"]
+            row[f"{mode}_graph_nodes"] = rep["graph_nodes"]
+            row[f"{mode}_bytes_moved"] = rep["bytes_moved"]
+            b = wgslc_bench(a.wgslc, art, inputs, a.iterations)
+            row[f"{mode}_ms"] = b.get("ms_per_inference")
+            row["adapter"] = b.get("adapter", row.get("adapter"))
+            if "error" in b:
+                row[f"{mode}_error"] = b["error"]
+            outd = os.path.join(d, f"out_{mode}")
+            r = subprocess.run([a.wgslc, "run", art, "-o", outd] + sum([["--input", p] for p in inputs], []),
+                               capture_output=True, text=True)
+            if r.returncode == 0:
+                got = np.load(os.path.join(outd, "output_0.npy"))
+                row[f"{mode}_max_abs_err"] = float(np.abs(got - ref[0]).max())
+                row[f"{mode}_rel_l2"] = float(np.linalg.norm(got - ref[0]) / np.linalg.norm(ref[0]))
+        row["dispatch_ratio"] = row.get("fused_dispatches", 0) / max(nodes, 1)
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    json.dump(results, open(os.path.join(a.out, "bench.json"), "w"), indent=1)
+    print()
+    print("| model | ONNX nodes | dispatches fused / unfused | ratio | wgslc fused ms | wgslc --no-fuse ms | ORT CUDA ms | torch CUDA ms | rel. L2 vs ORT |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        print(f"| {r['model']} | {r['onnx_nodes']} | {r.get('fused_dispatches')} / {r.get('no_fuse_dispatches')} | "
+              f"{r['dispatch_ratio']:.2f} | {r.get('fused_ms')} | {r.get('no_fuse_ms')} | {r['ort_cuda_ms']:.3f} | "
+              f"{r['torch_cuda_eager_ms']:.3f} | {r.get('fused_rel_l2')} |")
+
+
+if __name__ == "__main__":
+    main()
