@@ -353,6 +353,11 @@ def ops():
         model(qkv_nodes, [vi("x", F, [2, 5, 8])], [vi(t, F, None) for t in ["q", "k", "v"]], qkv_inits),
         [rand(2, 5, 8)],
     )
+    # Enough output tiles that the compiler picks the 32-wide matmul tile.
+    cases["matmul_tile32"] = (
+        model([helper.make_node("MatMul", ["a", "b"], ["y"])], [vi("a", F, [4, 256, 8]), vi("b", F, [8, 256])], [vi("y", F, None)]),
+        [rand(4, 256, 8), rand(8, 256)],
+    )
     return cases
 
 

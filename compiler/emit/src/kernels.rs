@@ -154,6 +154,9 @@ struct MatmulTpl {
     a_pro: String,
     b_pro: String,
     lanes: Vec<Lane>,
+    tile: usize,
+    tile_elems: usize,
+    loads: usize,
     batch: Vec<BatchDim>,
     m: usize,
     n: usize,
@@ -1154,8 +1157,12 @@ impl Emitter<'_> {
         }
         bindings.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
         bindings.push((out, true, "out"));
-        let gx = nn.div_ceil(64);
-        let gy = m.div_ceil(64);
+        // The largest square tile (64, 32 or 16) that still gives at least 256 workgroups: small products (short
+        // sequences) would otherwise leave most of a large GPU idle.
+        let tile =
+            [64usize, 32, 16].into_iter().find(|&t| nn.div_ceil(t) * m.div_ceil(t) * batches >= 256).unwrap_or(16);
+        let gx = nn.div_ceil(tile);
+        let gy = m.div_ceil(tile);
         let max = self.limits.max_workgroups_per_dimension as usize;
         if gx > max || gy > max {
             return Err(self.err(n, format!("a {m}x{nn} product needs more than {max} workgroups per dimension")));
@@ -1170,7 +1177,10 @@ impl Emitter<'_> {
             b_off: vb.offset,
             a_pro: pro[0].clone(),
             b_pro: pro[1].clone(),
-            lanes: (0..4).map(|i| Lane { i, off: i * 16 }).collect(),
+            lanes: (0..tile / 16).map(|i| Lane { i, off: i * 16 }).collect(),
+            tile,
+            tile_elems: tile * 16,
+            loads: tile / 16,
             batch,
             m,
             n: nn,
