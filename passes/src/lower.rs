@@ -41,8 +41,10 @@ pub fn storage_of(d: DType) -> Result<Storage, String> {
     }
 }
 
-/// Lowers inference-mode BatchNormalization with constant statistics into `x * a + b`, where
-/// `a = scale / sqrt(var + eps)` and `b = bias - mean * a` are computed here, per channel.
+/// Lowers inference-mode BatchNormalization. With constant statistics it is `x * a + b` per channel, where
+/// `a = scale / sqrt(var + eps)` and `b = bias - mean * a` are computed here; when `x` comes from a Conv with
+/// constant weights that nothing else reads, `a` and `b` are folded into that Conv's weights and bias instead, so
+/// the normalization costs nothing at run time. Statistics computed at run time give the elementwise formula.
 ///
 /// Requires: [`crate::infer_shapes`] has run. Establishes: no BatchNorm node remains.
 pub fn lower_batchnorm(g: &mut Graph) -> Result<(), PassError> {
@@ -50,26 +52,93 @@ pub fn lower_batchnorm(g: &mut Graph) -> Result<(), PassError> {
     for n in bns {
         let node = g.node(n).clone();
         let Op::BatchNorm { epsilon } = node.op else { unreachable!() };
-        let p: Vec<Vec<f64>> = (1..5)
-            .map(|i| {
-                let v = node.inputs[i].expect("typed BatchNorm has 5 inputs");
-                g.const_data(v).map(|t| t.to_f64()).ok_or_else(|| PassError::Node {
-                    node: node.name.clone(),
-                    op: "BatchNormalization".into(),
-                    reason: format!("parameter '{}' must be a constant in inference mode", g.value(v).name),
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        let (scale, bias, mean, var) = (&p[0], &p[1], &p[2], &p[3]);
-        let a: Vec<f32> = (0..scale.len()).map(|c| (scale[c] / (var[c] + epsilon as f64).sqrt()) as f32).collect();
-        let b: Vec<f32> = (0..scale.len()).map(|c| (bias[c] - mean[c] * a[c] as f64) as f32).collect();
         let x = node.inputs[0].expect("input");
         let xt = g.ty(x).clone();
-        let mut shape = vec![xt.shape[1]];
-        shape.extend(std::iter::repeat_n(1, xt.rank() - 2));
-        let av = g.add_const(g.fresh_name(&format!("{}.scale", node.name)), Tensor::f32(shape.clone(), a));
-        let bv = g.add_const(g.fresh_name(&format!("{}.shift", node.name)), Tensor::f32(shape, b));
         let out = node.outputs[0];
+        let params: Vec<ValueId> = (1..5).map(|i| node.inputs[i].expect("typed BatchNorm has 5 inputs")).collect();
+        let mut cshape = vec![xt.shape[1]];
+        cshape.extend(std::iter::repeat_n(1, xt.rank() - 2));
+        if params.iter().any(|&v| g.const_data(v).is_none()) {
+            // (x - mean) / sqrt(var + eps) * scale + bias, with the [C] parameters viewed as [C, 1, …].
+            let view = |g: &mut Graph, v: ValueId, what: &str| -> Result<ValueId, PassError> {
+                let r = g.add_value(
+                    g.fresh_name(&format!("{}.{what}", node.name)),
+                    Some(TensorType::new(xt.dtype, cshape.clone())),
+                );
+                g.add_node(format!("{}/{what}", node.name), Op::Alias, vec![Some(v)], vec![r])?;
+                Ok(r)
+            };
+            let (s, bi, m, va) = (
+                view(g, params[0], "s")?,
+                view(g, params[1], "b")?,
+                view(g, params[2], "m")?,
+                view(g, params[3], "v")?,
+            );
+            let eps = g.add_const(g.fresh_name(&format!("{}.eps", node.name)), Tensor::f32(vec![], vec![epsilon]));
+            g.remove_node(n);
+            let step = |g: &mut Graph,
+                        op: Op,
+                        a: ValueId,
+                        b: Option<ValueId>,
+                        shape: &[usize],
+                        what: &str,
+                        dst: Option<ValueId>| {
+                let o = dst.unwrap_or_else(|| {
+                    g.add_value(
+                        g.fresh_name(&format!("{}.{what}", node.name)),
+                        Some(TensorType::new(xt.dtype, shape.to_vec())),
+                    )
+                });
+                g.add_node(format!("{}/{what}", node.name), op, vec![Some(a), b], vec![o]).map(|_| o)
+            };
+            let ve = step(g, Op::Binary(BinaryOp::Add), va, Some(eps), &cshape, "var_eps", None)?;
+            let sd = step(g, Op::Unary(wgslc_ir::UnaryOp::Sqrt), ve, None, &cshape, "std", None)?;
+            let c = step(g, Op::Binary(BinaryOp::Sub), x, Some(m), &xt.shape, "centered", None)?;
+            let d = step(g, Op::Binary(BinaryOp::Div), c, Some(sd), &xt.shape, "normed", None)?;
+            let e = step(g, Op::Binary(BinaryOp::Mul), d, Some(s), &xt.shape, "scaled", None)?;
+            step(g, Op::Binary(BinaryOp::Add), e, Some(bi), &xt.shape, "shifted", Some(out))?;
+            continue;
+        }
+        let p: Vec<Vec<f64>> = params.iter().map(|&v| g.const_data(v).unwrap().to_f64()).collect();
+        let (scale, bias, mean, var) = (&p[0], &p[1], &p[2], &p[3]);
+        let a: Vec<f64> = (0..scale.len()).map(|c| scale[c] / (var[c] + epsilon as f64).sqrt()).collect();
+        let b: Vec<f64> = (0..scale.len()).map(|c| bias[c] - mean[c] * a[c]).collect();
+
+        // Fold into the producing Conv when its weights are constants and only this node reads its output.
+        let conv = g.value(x).producer.filter(|&c| {
+            let cn = g.node(c);
+            matches!(cn.op, Op::Conv { .. })
+                && g.const_data(cn.inputs[1].expect("W")).is_some()
+                && cn.inputs.get(2).copied().flatten().is_none_or(|bv| g.const_data(bv).is_some())
+                && g.consumers(x).len() == 1
+                && !g.outputs.contains(&x)
+        });
+        if let Some(c) = conv {
+            let cn = g.node(c).clone();
+            let w = g.const_data(cn.inputs[1].unwrap()).unwrap().clone();
+            let per = w.numel() / w.shape[0].max(1);
+            let wv = w.to_f64();
+            let folded_w: Vec<f32> = wv.iter().enumerate().map(|(i, &v)| (v * a[i / per]) as f32).collect();
+            let old_b = cn.inputs.get(2).copied().flatten().map(|bv| g.const_data(bv).unwrap().to_f64());
+            let folded_b: Vec<f32> =
+                (0..a.len()).map(|m| (old_b.as_ref().map_or(0.0, |ob| ob[m]) * a[m] + b[m]) as f32).collect();
+            let nw = g
+                .add_const(g.fresh_name(&format!("{}.folded_weight", cn.name)), Tensor::f32(w.shape.clone(), folded_w));
+            let nb =
+                g.add_const(g.fresh_name(&format!("{}.folded_bias", cn.name)), Tensor::f32(vec![a.len()], folded_b));
+            g.remove_node(n);
+            g.remove_node(c);
+            g.add_node(cn.name.clone(), cn.op.clone(), vec![cn.inputs[0], Some(nw), Some(nb)], vec![out])?;
+            continue;
+        }
+        let av = g.add_const(
+            g.fresh_name(&format!("{}.scale", node.name)),
+            Tensor::f32(cshape.clone(), a.iter().map(|&v| v as f32).collect()),
+        );
+        let bv = g.add_const(
+            g.fresh_name(&format!("{}.shift", node.name)),
+            Tensor::f32(cshape, b.iter().map(|&v| v as f32).collect()),
+        );
         let mid = g.add_value(g.fresh_name(&format!("{}.scaled", node.name)), Some(xt.clone()));
         g.remove_node(n);
         g.add_node(format!("{}/mul", node.name), Op::Binary(BinaryOp::Mul), vec![Some(x), Some(av)], vec![mid])?;
