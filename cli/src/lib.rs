@@ -44,6 +44,8 @@ pub struct CompileOptions {
     pub limits: Limits,
     /// `--no-fuse`: one kernel per op, for comparison and debugging.
     pub no_fuse: bool,
+    /// `--no-reuse`: one buffer per intermediate instead of the liveness-based plan.
+    pub no_reuse: bool,
 }
 
 /// What a compile produced.
@@ -84,7 +86,7 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
         ..Default::default()
     };
     let sched = wgslc_passes::schedule(&g, &fuse)?;
-    let mem = wgslc_passes::plan_memory(&g, &sched)?;
+    let mem = wgslc_passes::plan_memory_with(&g, &sched, &wgslc_passes::MemoryOptions { reuse: !opts.no_reuse })?;
     let kernels = wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?;
     std::fs::create_dir_all(out_dir)
         .map_err(|source| wgslc_emit::EmitError::Io { path: out_dir.display().to_string(), source })?;

@@ -35,6 +35,9 @@ enum Cmd {
         /// Keep one kernel per op (no fusion), for comparison and debugging.
         #[arg(long = "no-fuse")]
         no_fuse: bool,
+        /// Give every intermediate a buffer of its own (no reuse by lifetime), for comparison and debugging.
+        #[arg(long = "no-reuse")]
+        no_reuse: bool,
         /// Print the IR after a pass (import, infer, lower, dce, legalize) to stdout and stop.
         #[arg(long = "dump-after", value_name = "PASS")]
         dump_after: Option<String>,
@@ -103,8 +106,8 @@ fn parse_kv(s: &str, what: &str) -> Result<(String, String)> {
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Compile { model, out, dims, shapes, constants, no_fuse, dump_after } => {
-            let mut opts = wgslc::CompileOptions { no_fuse, ..Default::default() };
+        Cmd::Compile { model, out, dims, shapes, constants, no_fuse, no_reuse, dump_after } => {
+            let mut opts = wgslc::CompileOptions { no_fuse, no_reuse, ..Default::default() };
             for d in dims {
                 let (k, v) = parse_kv(&d, "--dim")?;
                 let n =

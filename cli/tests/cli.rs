@@ -225,3 +225,16 @@ fn compiling_twice_gives_identical_artifacts() {
     };
     assert!(files(&a) == files(&b), "artifacts differ");
 }
+
+#[test]
+fn buffer_reuse_gives_bitwise_identical_outputs() {
+    // The liveness plan must not change a single bit of any output compared with a buffer per value.
+    for model in ["models/transformer", "torch/gpt2_dynamo20"] {
+        let case = common::load_case(&common::testdata().join(model));
+        let reuse = common::compile_and_run(&case, &case.opts).unwrap();
+        let apart =
+            common::compile_and_run(&case, &wgslc::CompileOptions { no_reuse: true, ..case.opts.clone() }).unwrap();
+        assert_eq!(reuse, apart, "{model}");
+        common::compare(&reuse, &case.expected, case.rtol, case.atol).unwrap();
+    }
+}

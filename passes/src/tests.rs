@@ -95,3 +95,126 @@ fn memory_plan_gives_aliases_their_roots_slot() {
     assert_ne!(plan.slots[&x].buffer, plan.slots[&r].buffer);
     assert_eq!(plan.buffers.len(), 3);
 }
+
+/// A small deterministic generator (xorshift), so property tests need no extra dependency and replay exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// A random DAG of elementwise ops, MatMuls, Softmaxes, Transposes and Reshapes over [4, 8] and [8, 8] tensors.
+fn random_graph(seed: u64) -> Graph {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut g = Graph::new();
+    let mut vals = vec![f32_input(&mut g, "x0", &[4, 8]), f32_input(&mut g, "x1", &[4, 8])];
+    let w = g.add_const("w", Tensor::f32(vec![8, 8], (0..64).map(|i| i as f32 * 0.01).collect()));
+    let nodes = 4 + rng.below(20);
+    for i in 0..nodes {
+        let a = vals[rng.below(vals.len())];
+        let b = vals[rng.below(vals.len())];
+        let y = g.add_value(format!("v{i}"), None);
+        let (op, ins) = match rng.below(7) {
+            0 => (Op::Binary(BinaryOp::Add), vec![Some(a), Some(b)]),
+            1 => (Op::Binary(BinaryOp::Mul), vec![Some(a), Some(b)]),
+            2 => (Op::Unary(wgslc_ir::UnaryOp::Tanh), vec![Some(a)]),
+            3 => (Op::MatMul, vec![Some(a), Some(w)]),
+            4 => (Op::Softmax { axis: -1, legacy: false, log: false }, vec![Some(a)]),
+            5 => {
+                // Transpose then back: a layout copy the scheduler may fold.
+                let t = g.add_value(format!("t{i}"), None);
+                g.add_node(format!("tr{i}"), Op::Transpose { perm: Some(vec![1, 0]) }, vec![Some(a)], vec![t]).unwrap();
+                (Op::Transpose { perm: Some(vec![1, 0]) }, vec![Some(t)])
+            }
+            _ => {
+                let s = g.add_const(format!("s{i}"), Tensor::i64(vec![2], vec![8, 4]));
+                let r = g.add_value(format!("r{i}"), None);
+                g.add_node(format!("rs{i}"), Op::Reshape { allowzero: false }, vec![Some(a), Some(s)], vec![r])
+                    .unwrap();
+                let s2 = g.add_const(format!("s2{i}"), Tensor::i64(vec![2], vec![4, 8]));
+                (Op::Reshape { allowzero: false }, vec![Some(r), Some(s2)])
+            }
+        };
+        g.add_node(format!("n{i}"), op, ins, vec![y]).unwrap();
+        vals.push(y);
+    }
+    // One or two outputs, from late values.
+    g.outputs.push(*vals.last().unwrap());
+    if rng.below(2) == 0 {
+        let o = vals[2 + rng.below(vals.len() - 2)];
+        if !g.outputs.contains(&o) {
+            g.outputs.push(o);
+        }
+    }
+    g
+}
+
+#[test]
+fn property_random_dags_schedule_and_plan_soundly() {
+    for seed in 0..200u64 {
+        for fuse in [true, false] {
+            for reuse in [true, false] {
+                let mut g = random_graph(seed);
+                run_pipeline_with(&mut g, None, fuse).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                let sched = schedule(&g, &FuseOptions { fuse, ..Default::default() })
+                    .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                // verify_schedule ran inside: every group reads only values written by earlier groups.
+                let plan = plan_memory_with(&g, &sched, &MemoryOptions { reuse })
+                    .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                // Independently of verify_plan: values sharing a buffer are never live at once, every value is
+                // written before it is read, offsets are aligned and slots fit their buffers.
+                for (i, a) in plan.lifetimes.iter().enumerate() {
+                    assert!(a.first <= a.last, "seed {seed}");
+                    for b in &plan.lifetimes[i + 1..] {
+                        if a.buffer == b.buffer {
+                            assert!(
+                                a.last < b.first || b.last < a.first,
+                                "seed {seed}: overlapping values share a buffer"
+                            );
+                        }
+                    }
+                }
+                for s in plan.slots.values() {
+                    assert_eq!(s.offset % ALIGN, 0);
+                    assert!(s.offset + s.size <= plan.buffers[s.buffer].size, "seed {seed}");
+                }
+                assert!(plan.stats.planned_bytes >= plan.stats.lower_bound_bytes, "seed {seed}");
+                assert!(plan.stats.planned_bytes <= plan.stats.naive_bytes, "seed {seed}");
+                if !reuse {
+                    assert_eq!(plan.stats.planned_bytes, plan.stats.naive_bytes);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn lifetimes_reuse_a_buffer_in_a_chain() {
+    // x → tanh → tanh → tanh → tanh → y: t0 lives over steps 0..=1, t1 over 1..=2, t2 over 2..=3, so t2 can take
+    // t0's buffer once t0 is dead.
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1024]);
+    let mut v = x;
+    for i in 0..4 {
+        let y = g.add_value(format!("t{i}"), None);
+        g.add_node(format!("n{i}"), Op::Unary(wgslc_ir::UnaryOp::Tanh), vec![Some(v)], vec![y]).unwrap();
+        v = y;
+    }
+    g.outputs.push(v);
+    run_pipeline(&mut g, None).unwrap();
+    let sched = schedule(&g, &FuseOptions { fuse: false, ..Default::default() }).unwrap();
+    let plan = plan_memory(&g, &sched).unwrap();
+    assert_eq!(plan.lifetimes.len(), 3);
+    assert_eq!(plan.stats.naive_bytes, 12288);
+    assert_eq!(plan.stats.lower_bound_bytes, 8192);
+    assert_eq!(plan.stats.planned_bytes, 8192);
+    assert_eq!(plan.lifetimes[0].buffer, plan.lifetimes[2].buffer);
+}

@@ -32,6 +32,39 @@ pub struct Report {
     pub folded: Vec<NodeRef>,
     /// Edges that cross a kernel boundary, with the reason each was not fused.
     pub boundaries: Vec<BoundaryReport>,
+    pub memory: MemoryReport,
+}
+
+/// The memory plan: totals and every intermediate's lifetime and buffer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryReport {
+    /// Bytes of the buffers intermediates live in.
+    pub planned_bytes: u64,
+    /// The most intermediate bytes live at one dispatch step: no plan can use less.
+    pub lower_bound_bytes: u64,
+    /// Every intermediate in a buffer of its own.
+    pub naive_bytes: u64,
+    pub weights_bytes: u64,
+    /// Graph inputs and outputs.
+    pub io_bytes: u64,
+    pub steps: usize,
+    pub buffers: Vec<BufferReport>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BufferReport {
+    pub name: String,
+    pub bytes: u64,
+    /// The intermediates placed in it: name, bytes, first and last dispatch step (inclusive).
+    pub values: Vec<LifetimeReport>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LifetimeReport {
+    pub name: String,
+    pub bytes: u64,
+    pub first: usize,
+    pub last: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -153,6 +186,33 @@ pub fn build(
             reason: b.reason.clone(),
         })
         .collect();
+    let mut pool: Vec<BufferReport> = Vec::new();
+    let mut index: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    for l in &plan.lifetimes {
+        let i = *index.entry(l.buffer).or_insert_with(|| {
+            pool.push(BufferReport {
+                name: plan.buffers[l.buffer].name.clone(),
+                bytes: plan.buffers[l.buffer].size,
+                values: vec![],
+            });
+            pool.len() - 1
+        });
+        pool[i].values.push(LifetimeReport {
+            name: g.value(l.value).name.clone(),
+            bytes: l.bytes,
+            first: l.first,
+            last: l.last,
+        });
+    }
+    let memory = MemoryReport {
+        planned_bytes: plan.stats.planned_bytes,
+        lower_bound_bytes: plan.stats.lower_bound_bytes,
+        naive_bytes: plan.stats.naive_bytes,
+        weights_bytes: plan.stats.weights_bytes,
+        io_bytes: plan.stats.io_bytes,
+        steps: sched.kernels.len(),
+        buffers: pool,
+    };
     let mut folded: Vec<NodeId> = sched.folded.iter().copied().collect();
     folded.sort();
     Report {
@@ -167,6 +227,7 @@ pub fn build(
         kernels: ks,
         folded: folded.into_iter().map(|n| node_ref(g, n)).collect(),
         boundaries,
+        memory,
     }
 }
 
@@ -229,6 +290,36 @@ impl Report {
         if !self.folded.is_empty() {
             let names: Vec<String> = self.folded.iter().map(|n| format!("{} ({})", n.name, n.op)).collect();
             let _ = writeln!(s, "\nfolded into their readers' index math: {}", names.join(", "));
+        }
+        let m = &self.memory;
+        let _ = writeln!(
+            s,
+            "\nmemory: intermediates {} B planned, {} B lower bound ({:.2}x), {} B with a buffer each; weights {} B; inputs and outputs {} B",
+            m.planned_bytes,
+            m.lower_bound_bytes,
+            m.planned_bytes as f64 / m.lower_bound_bytes.max(1) as f64,
+            m.naive_bytes,
+            m.weights_bytes,
+            m.io_bytes
+        );
+        // A timeline: one row per buffer, one column per dispatch step (scaled to 64 columns), '#' where a value
+        // placed there is live.
+        let cols = m.steps.clamp(1, 64);
+        for b in &m.buffers {
+            let mut row = vec!['.'; cols];
+            for v in &b.values {
+                for step in v.first..=v.last {
+                    row[step * cols / m.steps.max(1)] = '#';
+                }
+            }
+            let _ = writeln!(
+                s,
+                "  {:>10} B  {}  {} ({} values)",
+                b.bytes,
+                row.iter().collect::<String>(),
+                b.name,
+                b.values.len()
+            );
         }
         let _ = writeln!(s, "\nkernel boundaries ({}):", self.boundaries.len());
         for b in &self.boundaries {
@@ -355,7 +446,43 @@ impl Report {
                 esc(&b.reason)
             );
         }
-        h += "</table></body></html>\n";
+        h += "</table>";
+        // The memory timeline: buffers as rows, dispatch steps as columns, each value a bar.
+        let m = &self.memory;
+        let _ = write!(
+            h,
+            "<h2>Memory</h2><p>Intermediates: {} B planned, {} B lower bound ({:.2}x), {} B with a buffer each. Weights {} B; inputs and outputs {} B.</p>",
+            m.planned_bytes,
+            m.lower_bound_bytes,
+            m.planned_bytes as f64 / m.lower_bound_bytes.max(1) as f64,
+            m.naive_bytes,
+            m.weights_bytes,
+            m.io_bytes
+        );
+        let (cw, rh) = (720.0 / m.steps.max(1) as f64, 18.0);
+        let _ = write!(
+            h,
+            "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='{}' font-family='monospace' font-size='11'>",
+            20.0 + rh * m.buffers.len() as f64
+        );
+        for (i, b) in m.buffers.iter().enumerate() {
+            let y = 10.0 + rh * i as f64;
+            let _ = write!(h, "<text x='0' y='{}'>{} ({} B)</text>", y + 12.0, esc(&b.name), b.bytes);
+            for v in &b.values {
+                let _ = write!(
+                    h,
+                    "<rect x='{}' y='{y}' width='{}' height='{}' fill='#6a9' stroke='#fff'><title>{}: {} B, steps {}–{}</title></rect>",
+                    220.0 + cw * v.first as f64,
+                    (cw * (v.last - v.first + 1) as f64).max(1.0),
+                    rh - 4.0,
+                    esc(&v.name),
+                    v.bytes,
+                    v.first,
+                    v.last
+                );
+            }
+        }
+        h += "</svg></body></html>\n";
         h
     }
 }
