@@ -238,3 +238,25 @@ fn buffer_reuse_gives_bitwise_identical_outputs() {
         common::compare(&reuse, &case.expected, case.rtol, case.atol).unwrap();
     }
 }
+
+#[test]
+fn a_session_shared_by_threads_matches_sequential_runs_bitwise() {
+    use std::sync::Arc;
+    let case = common::load_case(&common::testdata().join("models/transformer"));
+    let dir = tempfile::tempdir().unwrap();
+    wgslc::compile(&case.dir.join("model.onnx"), dir.path(), &case.opts).unwrap();
+    let session = Arc::new(wgslc::runtime::Session::load_with(dir.path(), common::gpu()).unwrap());
+    let sequential = session.run(&case.inputs).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (s, inputs) = (session.clone(), case.inputs.clone());
+            std::thread::spawn(move || (0..5).map(|_| s.run(&inputs).unwrap()).collect::<Vec<_>>())
+        })
+        .collect();
+    for t in threads {
+        for out in t.join().unwrap() {
+            assert_eq!(out, sequential);
+        }
+    }
+    common::compare(&sequential, &case.expected, case.rtol, case.atol).unwrap();
+}

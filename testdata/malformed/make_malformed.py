@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Writes testdata/malformed/: models and artifacts that wgslc must refuse with a clear error, never a panic.
+
+Each case is listed in cases.json with the substring its error message must contain. Models are compiled with
+`wgslc compile`; artifact cases (directories) are loaded with `wgslc run`. Regenerate with the venv of
+testdata/requirements.txt: python testdata/malformed/make_malformed.py
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+D = os.path.dirname(os.path.abspath(__file__))
+
+
+def relu_model(inputs=None, nodes=None, inits=(), outputs=None, opset=17):
+    g = helper.make_graph(
+        nodes if nodes is not None else [helper.make_node("Relu", ["x"], ["y"])],
+        "m",
+        inputs if inputs is not None else [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        outputs if outputs is not None else [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=list(inits),
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def main():
+    cases = []
+    for f in os.listdir(D):
+        p = os.path.join(D, f)
+        if f.endswith(".onnx") or (os.path.isdir(p) and f.startswith("artifact_")):
+            shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+
+    def model(name, m_or_bytes, expect):
+        data = m_or_bytes if isinstance(m_or_bytes, bytes) else m_or_bytes.SerializeToString()
+        open(os.path.join(D, name), "wb").write(data)
+        cases.append({"file": name, "kind": "model", "expect": expect})
+
+    good = relu_model().SerializeToString()
+    model("truncated.onnx", good[: len(good) // 2], "not a valid ONNX model")
+    model("random_bytes.onnx", bytes(np.random.default_rng(1).integers(0, 256, 300, dtype=np.uint8)), "not a valid ONNX model")
+    model("empty.onnx", b"", "the model has no graph")
+    big = numpy_helper.from_array(np.zeros(4, np.float32), "w")
+    del big.dims[:]
+    big.dims.extend([1 << 20, 1 << 20, 1 << 20])
+    model("huge_dims.onnx", relu_model(inits=[big]), "too many elements")
+    short = numpy_helper.from_array(np.zeros(4, np.float32), "w")
+    short.dims[0] = 40
+    model("short_raw_data.onnx", relu_model(inits=[short]), "raw data holds 16 bytes")
+    neg = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    neg.type.tensor_type.shape.dim[0].dim_value = -4
+    model("negative_dim.onnx", relu_model(inputs=[neg]), "negative")
+    model("undefined_input.onnx", relu_model(nodes=[helper.make_node("Relu", ["nope"], ["y"])]), "which no node, input or initializer defines")
+    model("undefined_output.onnx", relu_model(outputs=[helper.make_tensor_value_info("ghost", TensorProto.FLOAT, None)]), "'ghost'")
+    model("duplicate_output.onnx", relu_model(nodes=[helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])]), "defined more than once")
+    cyc = relu_model(nodes=[helper.make_node("Relu", ["b"], ["a"]), helper.make_node("Neg", ["a"], ["b"])],
+                     outputs=[helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+    model("cycle.onnx", cyc, "which no node, input or initializer defines")
+    dom = relu_model(nodes=[helper.make_node("Relu", ["x"], ["y"], domain="com.example")])
+    model("unknown_domain.onnx", dom, "domain 'com.example'")
+    model("unsupported_op.onnx", relu_model(nodes=[helper.make_node("NonZero", ["x"], ["y"])]), "unsupported op 'NonZero'")
+    model("dtype_mismatch.onnx", relu_model(
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]), helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3])],
+        nodes=[helper.make_node("Add", ["x", "i"], ["y"])]), "input dtypes differ")
+    model("unbound_dim.onnx", relu_model(inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])]), "unbound symbolic dimensions")
+    model("float64.onnx", relu_model(inputs=[helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 3])],
+                                     outputs=[helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)]), "float64 is not supported")
+    for name, loc, expect in [("external_absolute.onnx", "/etc/passwd", "escapes the model's directory"),
+                              ("external_escape.onnx", "../../secret.bin", "escapes the model's directory"),
+                              ("external_missing.onnx", "missing.bin", "cannot read external data")]:
+        t = numpy_helper.from_array(np.zeros(4, np.float32), "w")
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in [("location", loc), ("offset", "0"), ("length", "16")]:
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        model(name, relu_model(inits=[t], nodes=[helper.make_node("Add", ["x", "w"], ["y"])]), expect)
+    # Artifacts: one valid artifact is made by the test itself (it needs the compiler); these are tampered plans.
+    plan = {"format": "wgslc-plan", "version": 1, "inputs": [], "outputs": [], "buffers": [{"name": "a", "size": 16, "kind": "intermediate"}],
+            "kernels": [{"name": "k", "wgsl": "kernels/k.wgsl", "entry_point": "main",
+                         "bindings": [{"binding": 0, "buffer": 0, "offset": 0, "size": 16, "access": "read_write"}], "workgroups": [1, 1, 1]}],
+            "dispatches": [0]}
+    wgsl = "@group(0) @binding(0) var<storage, read_write> out: array<f32>;\n@compute @workgroup_size(1)\nfn main() { out[0] = 1.0; }\n"
+
+    def artifact(name, mutate, expect, kernel=wgsl, weights=True):
+        d = os.path.join(D, name)
+        os.makedirs(os.path.join(d, "kernels"))
+        p = json.loads(json.dumps(plan))
+        mutate(p)
+        json.dump(p, open(os.path.join(d, "plan.json"), "w"))
+        if kernel is not None:
+            open(os.path.join(d, "kernels", "k.wgsl"), "w").write(kernel)
+        if weights:
+            # An empty safetensors file: an 8-byte header length and the header "{}".
+            open(os.path.join(d, "weights.safetensors"), "wb").write((2).to_bytes(8, "little") + b"{}")
+        cases.append({"file": name, "kind": "artifact", "expect": expect})
+
+    artifact("artifact_bad_version", lambda p: p.update(version=99), "schema version 99")
+    artifact("artifact_binding_outside_buffer", lambda p: p["kernels"][0]["bindings"][0].update(size=64), "outside buffer")
+    artifact("artifact_path_escape", lambda p: p["kernels"][0].update(wgsl="../../../etc/passwd"), "outside the artifact")
+    artifact("artifact_missing_kernel", lambda p: None, "cannot read 'kernels/k.wgsl'", kernel=None)
+    artifact("artifact_invalid_wgsl", lambda p: None, "kernel 'k'", kernel="this is not wgsl")
+    artifact("artifact_missing_weights", lambda p: None, "weights.safetensors", weights=False)
+    artifact("artifact_weight_missing_tensor", lambda p: p["buffers"].append({"name": "w", "size": 16, "kind": "weight"}), "weight 'w'")
+    artifact("artifact_unknown_field", lambda p: p.update(extra=1), "unknown field")
+    artifact("artifact_too_many_workgroups", lambda p: p["kernels"][0].update(workgroups=[70000, 1, 1]), "workgroups")
+    artifact("artifact_reads_and_writes_one_buffer", lambda p: p["kernels"][0]["bindings"].append(
+        {"binding": 1, "buffer": 0, "offset": 0, "size": 16, "access": "read"}), "both read-only and read-write")
+    json.dump(cases, open(os.path.join(D, "cases.json"), "w"), indent=1)
+    print(f"{len(cases)} malformed cases")
+
+
+if __name__ == "__main__":
+    main()
