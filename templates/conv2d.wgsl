@@ -3,12 +3,7 @@
 {%- include "fused.wgsl" %}
 // Direct 2-D convolution (1-D runs with height 1): one output element per thread.
 // x: [{{ n }}, {{ c }}, {{ g.h }}, {{ g.w }}], w: [{{ m }}, {{ cg }}, {{ g.kh }}, {{ g.kw }}], out: [{{ n }}, {{ m }}, {{ g.oh }}, {{ g.ow }}].
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
-    if (i >= {{ numel }}u) {
-        return;
-    }
+{% include "main_1d.wgsl" %}
     let ox = i32(i % {{ g.ow }}u);
     let oy = i32((i / {{ g.ow }}u) % {{ g.oh }}u);
     let oc = (i / {{ ohw }}u) % {{ m }}u;

@@ -1,11 +1,6 @@
 {% include "header.wgsl" %}
 // Cum{% if prod %}Prod{% else %}Sum{% endif %} along an axis of {{ n }} elements spaced {{ inner }} apart ({% if exclusive %}exclusive{% else %}inclusive{% endif %}, {% if reverse %}reverse{% else %}forward{% endif %}); one output per thread.
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
-    if (i >= {{ numel }}u) {
-        return;
-    }
+{% include "main_1d.wgsl" %}
     let j = (i / {{ inner }}u) % {{ n }}u;
     let base = (i / {{ span }}u) * {{ span }}u + i % {{ inner }}u;
 {%- if reverse %}

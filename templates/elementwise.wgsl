@@ -2,12 +2,7 @@
 {%- include "helpers.wgsl" %}
 {%- include "fused.wgsl" %}
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
-    if (i >= {{ numel }}u) {
-        return;
-    }
+{% include "main_1d.wgsl" %}
 {%- for c in store_coords %}
     let c{{ loop.index0 }} = i32((i / {{ c.stride }}u) % {{ c.extent }}u);
 {%- endfor %}

@@ -2,12 +2,7 @@
 {%- include "helpers.wgsl" %}
 {%- include "fused.wgsl" %}
 // out[o, p, i] = data[o, clamp(wrap(indices[p])), i]: indices from data never address outside `data`.
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
-    if (i >= {{ numel }}u) {
-        return;
-    }
+{% include "main_1d.wgsl" %}
     let outer = i / {{ positions_inner }}u;
     let p = (i / {{ inner }}u) % {{ positions }}u;
     let inner = i % {{ inner }}u;

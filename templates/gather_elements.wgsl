@@ -1,11 +1,6 @@
 {% include "header.wgsl" %}
 // GatherElements along axis {{ axis }}: out[c] = data[c with c_axis = indices[c]]; indices wrap once and clamp.
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
-    if (i >= {{ numel }}u) {
-        return;
-    }
+{% include "main_1d.wgsl" %}
 {%- for c in coords %}
     let c{{ loop.index0 }} = i32((i / {{ c.stride }}u) % {{ c.extent }}u);
 {%- endfor %}

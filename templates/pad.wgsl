@@ -1,11 +1,6 @@
 {% include "header.wgsl" %}
 // Pad ({{ mode }}): each output coordinate maps back to an input coordinate, or to the constant.
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
-    if (i >= {{ numel }}u) {
-        return;
-    }
+{% include "main_1d.wgsl" %}
     var src = 0;
     var inside = true;
 {%- for d in dims %}

@@ -1,11 +1,6 @@
 {% include "header.wgsl" %}
 // {{ kind }} pooling over 2-D windows (1-D runs with height 1): one output element per thread.
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
-    if (i >= {{ numel }}u) {
-        return;
-    }
+{% include "main_1d.wgsl" %}
     let ox = i32(i % {{ g.ow }}u);
     let oy = i32((i / {{ g.ow }}u) % {{ g.oh }}u);
     let plane = i / {{ ohw }}u;

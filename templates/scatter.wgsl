@@ -1,12 +1,7 @@
 {% include "header.wgsl" %}
 // {{ kind }} (reduction: {{ reduction }}): one output element per thread, starting from data and applying every
 // update that targets it in update order, so results are deterministic without atomics.
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
-    if (i >= {{ numel }}u) {
-        return;
-    }
+{% include "main_1d.wgsl" %}
     var v = data[i];
 {%- if nd %}
     // ScatterND: update tuple t addresses the slice of {{ slice }} elements at Σ idx[t, j] · stride_j.

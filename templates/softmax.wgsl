@@ -2,35 +2,7 @@
 {%- include "helpers.wgsl" %}
 {%- include "fused.wgsl" %}
 // {% if log %}LogSoftmax{% else %}Softmax{% endif %} over rows of {{ n }} elements spaced {{ inner }} apart; one workgroup of 64 threads per row.
-var<workgroup> part: array<f32, 64>;
-
-fn reduce_max(lid: u32, v: f32) -> f32 {
-    part[lid] = v;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            part[lid] = max(part[lid], part[lid + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = part[0];
-    workgroupBarrier();
-    return r;
-}
-
-fn reduce_sum(lid: u32, v: f32) -> f32 {
-    part[lid] = v;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            part[lid] = part[lid] + part[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let r = part[0];
-    workgroupBarrier();
-    return r;
-}
+{% include "workgroup_reduce.wgsl" %}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

@@ -2,12 +2,7 @@
 // TopK ({% if largest %}largest{% else %}smallest{% endif %} {{ k }} of {{ n }} along an axis spaced {{ inner }} apart): each element
 // counts the elements that precede it in the order (ties: lower index first) and, if its rank is under k, writes
 // itself there. One element per thread; no shared state.
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * {{ groups_x }}u + wid.x) * 256u + lid;
-    if (i >= {{ numel }}u) {
-        return;
-    }
+{% include "main_1d.wgsl" %}
     let j = (i / {{ inner }}u) % {{ n }}u;
     let outer = i / {{ span }}u;
     let inner = i % {{ inner }}u;

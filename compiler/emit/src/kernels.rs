@@ -587,8 +587,7 @@ impl Emitter<'_> {
         let mut b: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
         b.push((out, true, "out"));
         let (wg, groups_x) = self.grid(last, numel.div_ceil(256))?;
-        let mut h = self.header(last, "elementwise.wgsl", &b);
-        h.comment = self.group_comment(group);
+        let h = self.group_header(group, "elementwise.wgsl", &b);
         let tpl = ElementwiseTpl {
             h,
             helpers,
@@ -598,8 +597,21 @@ impl Emitter<'_> {
             store_coords: vec![],
             store: Index { offset: "i".into(), terms: vec![] },
         };
-        let name = group.nodes().iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>().join("+");
+        let name = self.group_name(group);
         self.kernel(last, name, "elementwise", tpl.render(), &b, wg)
+    }
+
+    /// A header whose comment describes the whole group.
+    fn group_header(&self, group: &KernelGroup, template: &'static str, bindings: &[(ValueId, bool, &str)]) -> Header {
+        let mut h = self.header(group.last(), template, bindings);
+        h.name = self.group_name(group);
+        h.comment = self.group_comment(group);
+        h
+    }
+
+    /// The kernel's name: its nodes' names joined by "+".
+    fn group_name(&self, group: &KernelGroup) -> String {
+        group.nodes().iter().map(|&n| self.g.node(n).name.as_str()).collect::<Vec<_>>().join("+")
     }
 
     /// "Op(types) -> type" for one node, or the fused ops joined by " + ".
@@ -1029,8 +1041,7 @@ impl Emitter<'_> {
         b.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
         b.push((out, true, "out"));
         let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
-        let mut h = self.header(n, "gather.wgsl", &b);
-        h.comment = self.group_comment(group);
+        let h = self.group_header(group, "gather.wgsl", &b);
         let tpl = GatherTpl {
             h,
             helpers,
@@ -1042,7 +1053,7 @@ impl Emitter<'_> {
             positions_inner: positions * inner,
             axis_len: dt.shape[axis],
         };
-        let name = group.nodes().iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>().join("+");
+        let name = self.group_name(group);
         self.kernel(n, name, "gather", tpl.render(), &b, wg)
     }
 
@@ -1167,8 +1178,7 @@ impl Emitter<'_> {
         if gx > max || gy > max {
             return Err(self.err(n, format!("a {m}x{nn} product needs more than {max} workgroups per dimension")));
         }
-        let mut h = self.header(n, "matmul.wgsl", &bindings);
-        h.comment = self.group_comment(group);
+        let h = self.group_header(group, "matmul.wgsl", &bindings);
         let tpl = MatmulTpl {
             h,
             helpers,
@@ -1196,7 +1206,7 @@ impl Emitter<'_> {
             bias_sm,
             bias_sn,
         };
-        let name = group.nodes().iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>().join("+");
+        let name = self.group_name(group);
         self.kernel(n, name, "matmul", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])
     }
 
@@ -1328,11 +1338,10 @@ impl Emitter<'_> {
         b.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
         b.push((out, true, "out"));
         let (wg, groups_x) = self.grid(n, rows)?;
-        let mut h = self.header(n, "softmax.wgsl", &b);
-        h.comment = self.group_comment(group);
+        let h = self.group_header(group, "softmax.wgsl", &b);
         let tpl =
             SoftmaxTpl { h, helpers, fu, log, groups_x, rows, n: len, inner: inner.max(1), row_span: len * inner };
-        let name = group.nodes().iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>().join("+");
+        let name = self.group_name(group);
         self.kernel(n, name, "softmax", tpl.render(), &b, wg)
     }
 
@@ -1684,8 +1693,7 @@ impl Emitter<'_> {
         bindings.push((out, true, "out"));
         let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
         let m = ws[0];
-        let mut h = self.header(n, "conv2d.wgsl", &bindings);
-        h.comment = self.group_comment(group);
+        let h = self.group_header(group, "conv2d.wgsl", &bindings);
         let tpl = ConvTpl {
             h,
             helpers,
@@ -1704,7 +1712,7 @@ impl Emitter<'_> {
             has_bias: bias.is_some(),
             g: geo,
         };
-        let name = group.nodes().iter().map(|&n| g.node(n).name.as_str()).collect::<Vec<_>>().join("+");
+        let name = self.group_name(group);
         self.kernel(n, name, "conv", tpl.render(), &bindings, wg)
     }
 

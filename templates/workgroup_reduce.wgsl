@@ -1,0 +1,30 @@
+// Reductions across a workgroup of 64 invocations through workgroup memory; every invocation gets the result.
+var<workgroup> part: array<f32, 64>;
+
+fn reduce_max(lid: u32, v: f32) -> f32 {
+    part[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            part[lid] = max(part[lid], part[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = part[0];
+    workgroupBarrier();
+    return r;
+}
+
+fn reduce_sum(lid: u32, v: f32) -> f32 {
+    part[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            part[lid] = part[lid] + part[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = part[0];
+    workgroupBarrier();
+    return r;
+}
