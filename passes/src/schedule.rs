@@ -13,6 +13,7 @@
 //!   kernel at all.
 //! - A group stops growing before it would bind more storage buffers than the limit.
 
+use crate::lower::storage_root;
 use crate::view::{compose, View};
 use crate::PassError;
 use std::collections::{HashMap, HashSet};
@@ -218,7 +219,8 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
             for v in node.inputs.iter() {
                 let Some(v) = *v else { continue };
                 // Reshapes keep the flat order, so a producer seen through them can still take this node.
-                let (u, through_alias) = through_aliases(g, v);
+                let u = storage_root(g, v);
+                let through_alias = u != v;
                 let Some(q) = g.value(u).producer else { continue };
                 let Some(&gi) = group_of.get(&q) else { continue };
                 let group = &sched.kernels[gi];
@@ -376,18 +378,6 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
     Ok(sched)
 }
 
-/// Follows Alias producers from `v`; returns the first value not produced by an Alias and whether any was passed.
-fn through_aliases(g: &Graph, v: ValueId) -> (ValueId, bool) {
-    let mut u = v;
-    while let Some(p) = g.value(u).producer {
-        if g.node(p).op != Op::Alias {
-            break;
-        }
-        u = g.node(p).inputs[0].expect("alias input");
-    }
-    (u, u != v)
-}
-
 /// Whether `v`, or a value that aliases it, is a graph output (so it must be materialized).
 fn is_output(g: &Graph, v: ValueId, readers: &HashMap<ValueId, Vec<(NodeId, usize)>>) -> bool {
     let mut stack = vec![v];
@@ -464,7 +454,7 @@ pub fn verify_schedule(g: &Graph, sched: &Schedule) -> Result<(), PassError> {
     for k in &sched.kernels {
         let (reads, writes) = group_io(g, sched, k);
         for r in reads {
-            let root = crate::lower::storage_root(g, r);
+            let root = storage_root(g, r);
             if g.value(root).producer.is_some() && !written.contains(&root) {
                 let node = g.node(k.last());
                 return Err(PassError::Node {
@@ -501,7 +491,7 @@ pub fn group_io(g: &Graph, sched: &Schedule, k: &KernelGroup) -> (Vec<ValueId>, 
                 continue; // inlined scalar constant
             }
             if let Some(v) = v {
-                if !inside.contains(&through_aliases(g, *v).0) {
+                if !inside.contains(&storage_root(g, *v)) {
                     let r = input_view(g, &sched.folded, m, slot).root;
                     if !reads.contains(&r) {
                         reads.push(r);
@@ -520,8 +510,8 @@ fn bindings(g: &Graph, folded: &HashSet<NodeId>, members: &[NodeId]) -> usize {
     for &m in members {
         for (slot, v) in g.node(m).inputs.iter().enumerate() {
             if let Some(v) = v {
-                if !inside.contains(&through_aliases(g, *v).0) {
-                    roots.insert(crate::lower::storage_root(g, input_view(g, folded, m, slot).root));
+                if !inside.contains(&storage_root(g, *v)) {
+                    roots.insert(storage_root(g, input_view(g, folded, m, slot).root));
                 }
             }
         }

@@ -231,6 +231,21 @@ pub fn build(
     }
 }
 
+impl MemoryReport {
+    /// One line: planned vs lower bound vs a buffer per value, then weights and inputs/outputs.
+    pub fn summary(&self) -> String {
+        format!(
+            "intermediates {} B planned, {} B lower bound ({:.2}x), {} B with a buffer each; weights {} B; inputs and outputs {} B",
+            self.planned_bytes,
+            self.lower_bound_bytes,
+            self.planned_bytes as f64 / self.lower_bound_bytes.max(1) as f64,
+            self.naive_bytes,
+            self.weights_bytes,
+            self.io_bytes
+        )
+    }
+}
+
 impl Report {
     /// Recomputes the floor times for another bandwidth (GB/s).
     pub fn with_bandwidth(mut self, gbps: f64) -> Report {
@@ -292,16 +307,7 @@ impl Report {
             let _ = writeln!(s, "\nfolded into their readers' index math: {}", names.join(", "));
         }
         let m = &self.memory;
-        let _ = writeln!(
-            s,
-            "\nmemory: intermediates {} B planned, {} B lower bound ({:.2}x), {} B with a buffer each; weights {} B; inputs and outputs {} B",
-            m.planned_bytes,
-            m.lower_bound_bytes,
-            m.planned_bytes as f64 / m.lower_bound_bytes.max(1) as f64,
-            m.naive_bytes,
-            m.weights_bytes,
-            m.io_bytes
-        );
+        let _ = writeln!(s, "\nmemory: {}", m.summary());
         // A timeline: one row per buffer, one column per dispatch step (scaled to 64 columns), '#' where a value
         // placed there is live.
         let cols = m.steps.clamp(1, 64);
@@ -449,16 +455,7 @@ impl Report {
         h += "</table>";
         // The memory timeline: buffers as rows, dispatch steps as columns, each value a bar.
         let m = &self.memory;
-        let _ = write!(
-            h,
-            "<h2>Memory</h2><p>Intermediates: {} B planned, {} B lower bound ({:.2}x), {} B with a buffer each. Weights {} B; inputs and outputs {} B.</p>",
-            m.planned_bytes,
-            m.lower_bound_bytes,
-            m.planned_bytes as f64 / m.lower_bound_bytes.max(1) as f64,
-            m.naive_bytes,
-            m.weights_bytes,
-            m.io_bytes
-        );
+        let _ = write!(h, "<h2>Memory</h2><p>{}.</p>", esc(&m.summary()));
         let (cw, rh) = (720.0 / m.steps.max(1) as f64, 18.0);
         let _ = write!(
             h,
