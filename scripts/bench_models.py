@@ -121,7 +121,11 @@ def main():
         with torch.no_grad():
             row["torch_cuda_eager_ms"] = cuda_time(lambda: cm(*cargs), a.iterations)
         cm.cpu()
-        for mode, extra in [("fused", []), ("no_fuse", ["--no-fuse"])]:
+        # fused_no_reuse: a buffer per value, so every kernel binds its inputs read-only; against "fused" it measures
+        # what the arena's read-write input bindings cost.
+        # fused_split: two sets of arenas whatever they cost (--memory-budget 2), so inputs are read-only.
+        for mode, extra in [("fused", []), ("fused_split", ["--memory-budget", "2"]), ("fused_no_reuse", ["--no-reuse"]),
+                            ("no_fuse", ["--no-fuse"])]:
             art = os.path.join(d, f"art_{mode}")
             t = time.perf_counter()
             r = subprocess.run([a.wgslc, "compile", path, "-o", art] + extra, capture_output=True, text=True)
@@ -133,6 +137,9 @@ def main():
             row[f"{mode}_dispatches"] = rep["dispatches"]
             row[f"{mode}_graph_nodes"] = rep["graph_nodes"]
             row[f"{mode}_bytes_moved"] = rep["bytes_moved"]
+            mem = rep["memory"]
+            row[f"{mode}_memory"] = {k: mem[k] for k in ("planned_bytes", "lower_bound_bytes", "naive_bytes", "weights_bytes", "split_arenas")}
+            row[f"{mode}_memory_ratio"] = round(mem["planned_bytes"] / max(mem["lower_bound_bytes"], 1), 3)
             b = wgslc_bench(a.wgslc, art, inputs, a.iterations)
             row[f"{mode}_ms"] = b.get("ms_per_inference")
             row["adapter"] = b.get("adapter", row.get("adapter"))
@@ -150,12 +157,13 @@ def main():
         print(json.dumps(row), flush=True)
     json.dump(results, open(os.path.join(a.out, "bench.json"), "w"), indent=1)
     print()
-    print("| model | ONNX nodes | dispatches fused / unfused | ratio | wgslc fused ms | wgslc --no-fuse ms | ORT CUDA ms | torch CUDA ms | rel. L2 vs ORT |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | ONNX nodes | dispatches fused / unfused | ratio | wgslc fused ms | --memory-budget 2 ms | --no-reuse ms | --no-fuse ms | ORT CPU ms | torch CUDA ms | rel. L2 vs ORT | planned / lower bound (budget 2) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(f"| {r['model']} | {r['onnx_nodes']} | {r.get('fused_dispatches')} / {r.get('no_fuse_dispatches')} | "
-              f"{r['dispatch_ratio']:.2f} | {r.get('fused_ms')} | {r.get('no_fuse_ms')} | {r['ort_cuda_ms']:.3f} | "
-              f"{r['torch_cuda_eager_ms']:.3f} | {r.get('fused_rel_l2')} |")
+              f"{r['dispatch_ratio']:.2f} | {r.get('fused_ms')} | {r.get('fused_split_ms')} | {r.get('fused_no_reuse_ms')} | "
+              f"{r.get('no_fuse_ms')} | {r['ort_cuda_ms']:.3f} | {r['torch_cuda_eager_ms']:.3f} | {r.get('fused_rel_l2')} | "
+              f"{r.get('fused_memory_ratio')} ({r.get('fused_split_memory_ratio')}) |")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let bn = e % {{ tile }}u;
             var bv = 0.0;
             if (k0 + bk < {{ k }}u && col0 + bn < {{ n }}u) {
-                bv = b[b_base + (k0 + bk) * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u];
+                bv = {{ b_var }}[b_base + (k0 + bk) * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u];
 {%- if !b_pro.is_empty() %}
                 bv = {{ b_pro }};
 {%- endif %}
@@ -64,7 +64,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         if (m < {{ m }}u && n < {{ n }}u) {
             var v = {{ alpha }} * acc{{ r.i }}{{ c.i }};
 {%- if has_bias %}
-            v = v + {{ beta }} * bias[m * {{ bias_sm }}u + n * {{ bias_sn }}u];
+            v = v + {{ beta }} * {{ bias_var }}[m * {{ bias_sm }}u + n * {{ bias_sn }}u];
 {%- endif %}
             let o = batch * {{ mn }}u + m * {{ n }}u + n;
 {%- if fu.defined %}

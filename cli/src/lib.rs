@@ -46,6 +46,9 @@ pub struct CompileOptions {
     pub no_fuse: bool,
     /// `--no-reuse`: one buffer per intermediate instead of the liveness-based plan.
     pub no_reuse: bool,
+    /// `--memory-budget RATIO`: how much activation memory, as a multiple of the lower bound, the planner may spend
+    /// so that kernels bind their inputs read-only (faster on NVIDIA GPUs). `None`: 1.10.
+    pub memory_budget: Option<f64>,
 }
 
 /// What a compile produced.
@@ -86,7 +89,12 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
         ..Default::default()
     };
     let sched = wgslc_passes::schedule(&g, &fuse)?;
-    let mem = wgslc_passes::plan_memory_with(&g, &sched, &wgslc_passes::MemoryOptions { reuse: !opts.no_reuse })?;
+    let mem_opts = wgslc_passes::MemoryOptions {
+        reuse: !opts.no_reuse,
+        max_buffer_size: opts.limits.max_buffer_size,
+        split_budget: opts.memory_budget.unwrap_or(wgslc_passes::MemoryOptions::default().split_budget),
+    };
+    let mem = wgslc_passes::plan_memory_with(&g, &sched, &mem_opts)?;
     let kernels = wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?;
     std::fs::create_dir_all(out_dir)
         .map_err(|source| wgslc_emit::EmitError::Io { path: out_dir.display().to_string(), source })?;

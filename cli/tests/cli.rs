@@ -228,14 +228,17 @@ fn compiling_twice_gives_identical_artifacts() {
 
 #[test]
 fn buffer_reuse_gives_bitwise_identical_outputs() {
-    // The liveness plan must not change a single bit of any output compared with a buffer per value.
-    for model in ["models/transformer", "torch/gpt2_dynamo20"] {
+    // The memory plan (arenas, in-place writes) must not change a single bit of any output compared with a buffer
+    // per value, fused and unfused (where most in-place kernels are).
+    for model in ["models/transformer", "torch/gpt2_dynamo20", "models/cnn"] {
         let case = common::load_case(&common::testdata().join(model));
-        let reuse = common::compile_and_run(&case, &case.opts).unwrap();
-        let apart =
-            common::compile_and_run(&case, &wgslc::CompileOptions { no_reuse: true, ..case.opts.clone() }).unwrap();
-        assert_eq!(reuse, apart, "{model}");
-        common::compare(&reuse, &case.expected, case.rtol, case.atol).unwrap();
+        for no_fuse in [false, true] {
+            let opts = wgslc::CompileOptions { no_fuse, ..case.opts.clone() };
+            let reuse = common::compile_and_run(&case, &opts).unwrap();
+            let apart = common::compile_and_run(&case, &wgslc::CompileOptions { no_reuse: true, ..opts }).unwrap();
+            assert_eq!(reuse, apart, "{model} no_fuse={no_fuse}");
+            common::compare(&reuse, &case.expected, case.rtol, case.atol).unwrap();
+        }
     }
 }
 
@@ -259,4 +262,20 @@ fn a_session_shared_by_threads_matches_sequential_runs_bitwise() {
         }
     }
     common::compare(&sequential, &case.expected, case.rtol, case.atol).unwrap();
+}
+
+#[test]
+fn a_lost_device_gives_an_error_not_a_panic() {
+    // Its own device: destroying it must not disturb the other tests' shared one.
+    let case = common::load_case(&common::testdata().join("models/transformer"));
+    let dir = tempfile::tempdir().unwrap();
+    wgslc::compile(&case.dir.join("model.onnx"), dir.path(), &case.opts).unwrap();
+    let gpu = wgslc::runtime::Gpu::new().unwrap();
+    let session = wgslc::runtime::Session::load_with(dir.path(), gpu.clone()).unwrap();
+    session.run(&case.inputs).unwrap();
+    gpu.device.destroy();
+    let err = session.run(&case.inputs).unwrap_err().to_string();
+    assert!(err.contains("device lost") || err.contains("GPU error"), "{err}");
+    let err = wgslc::runtime::Session::load_with(dir.path(), gpu).err().expect("loading on a lost device fails");
+    assert!(err.to_string().contains("device lost") || err.to_string().contains("GPU error"), "{err}");
 }

@@ -16,15 +16,16 @@ mod schedule;
 
 pub use infer::infer_shapes;
 pub use lower::{
-    eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, merge_sibling_matmuls, storage_of, Storage,
+    eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, merge_sibling_matmuls, storage_of,
+    storage_root, Storage,
 };
 pub use memory::{
-    plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan, MemoryStats,
-    PlannedBuffer, Slot,
+    binding_access, plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan,
+    MemoryStats, PlannedBuffer, Slot,
 };
 pub use schedule::{
-    group_io, input_view, is_pointwise, read_spec, scalar_op_data_slot, schedule, takes_epilogue, Boundary,
-    FuseOptions, KernelGroup, Schedule,
+    group_io, in_place_candidates, input_view, is_pointwise, read_spec, scalar_op_data_slot, schedule, takes_epilogue,
+    Boundary, FuseOptions, KernelGroup, Schedule,
 };
 
 use wgslc_ir::{Graph, GraphError};

@@ -503,6 +503,49 @@ pub fn group_io(g: &Graph, sched: &Schedule, k: &KernelGroup) -> (Vec<ValueId>, 
     (reads, g.node(k.last()).outputs.clone())
 }
 
+/// Storage roots a purely elementwise group reads only at exactly the element it writes (same element count, every
+/// read contiguous and unbroadcast, same storage type), so its output may take their memory if they die there:
+/// each invocation reads its element before writing it, and no invocation reads another's.
+pub fn in_place_candidates(g: &Graph, sched: &Schedule, k: &KernelGroup) -> Vec<ValueId> {
+    if k.anchor.is_some() || !k.prologue.is_empty() {
+        return vec![];
+    }
+    let out = g.node(k.last()).outputs[0];
+    let out_ty = g.ty(out);
+    let inside: HashSet<ValueId> = k.elementwise.iter().flat_map(|&m| g.node(m).outputs.clone()).collect();
+    let mut ok: Vec<ValueId> = Vec::new();
+    let mut bad: HashSet<ValueId> = HashSet::new();
+    for &m in &k.elementwise {
+        for (slot, v) in g.node(m).inputs.iter().enumerate() {
+            let Some(v) = *v else { continue };
+            if inside.contains(&storage_root(g, v)) {
+                continue;
+            }
+            let view = input_view(g, &sched.folded, m, slot);
+            let vt = g.ty(v);
+            let contiguous: Vec<i64> = contiguous_strides(&vt.shape).into_iter().map(|s| s as i64).collect();
+            let unit_strides = view.strides.len() == contiguous.len()
+                && (0..contiguous.len()).all(|d| vt.shape[d] == 1 || view.strides[d] == contiguous[d]);
+            let identity = is_pointwise(&g.node(m).op)
+                && vt.shape == out_ty.shape
+                && g.ty(g.node(m).outputs[0]).shape == out_ty.shape
+                && view.offset == 0
+                && unit_strides
+                && g.ty(view.root).numel() == out_ty.numel()
+                && crate::lower::storage_of(g.ty(view.root).dtype) == crate::lower::storage_of(out_ty.dtype);
+            if identity {
+                if !ok.contains(&view.root) {
+                    ok.push(view.root);
+                }
+            } else {
+                bad.insert(view.root);
+            }
+        }
+    }
+    ok.retain(|r| !bad.contains(r));
+    ok
+}
+
 /// Storage buffers a group would bind: the distinct buffers its reads resolve to, plus its output.
 fn bindings(g: &Graph, folded: &HashSet<NodeId>, members: &[NodeId]) -> usize {
     let inside: HashSet<ValueId> = members.iter().flat_map(|&m| g.node(m).outputs.clone()).collect();

@@ -196,26 +196,33 @@ impl Session {
         let weights = safetensors::SafeTensors::deserialize(&mmap)
             .map_err(|e| RuntimeError::Invalid(format!("weights.safetensors: {e}")))?;
 
+        // Every tensor the plan names must be in the file with the plan's dtype and shape, before any GPU work.
+        let mut tensors = Vec::with_capacity(plan.weights.len());
+        for w in &plan.weights {
+            let t = weights.tensor(&w.name).map_err(|e| RuntimeError::Invalid(format!("weight '{}': {e}", w.name)))?;
+            let dtype = match w.storage {
+                StorageType::F32 => safetensors::Dtype::F32,
+                StorageType::I32 => safetensors::Dtype::I32,
+                StorageType::U32 => safetensors::Dtype::U32,
+            };
+            if t.dtype() != dtype || t.shape() != w.shape.as_slice() {
+                return Err(RuntimeError::Invalid(format!(
+                    "weight '{}' is {:?} {:?} in weights.safetensors, the plan expects {:?} {:?}",
+                    w.name,
+                    t.dtype(),
+                    t.shape(),
+                    dtype,
+                    w.shape
+                )));
+            }
+            tensors.push(t);
+        }
+
         let dev = &gpu.device;
         let mut buffers = Vec::with_capacity(plan.buffers.len());
-        for b in &plan.buffers {
+        for (i, b) in plan.buffers.iter().enumerate() {
             let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
             let buf = if b.kind == BufferKind::Weight {
-                let t =
-                    weights.tensor(&b.name).map_err(|e| RuntimeError::Invalid(format!("weight '{}': {e}", b.name)))?;
-                let data = t.data();
-                // Exactly the buffer, or nothing for an empty tensor (whose buffer is the 4-byte minimum).
-                if !(data.len() as u64 == b.size || data.is_empty()) {
-                    return Err(RuntimeError::Invalid(format!(
-                        "weight '{}' holds {} bytes, its buffer {}",
-                        b.name,
-                        data.len(),
-                        b.size
-                    )));
-                }
-                if !matches!(t.dtype(), safetensors::Dtype::F32 | safetensors::Dtype::I32 | safetensors::Dtype::U32) {
-                    return Err(RuntimeError::Invalid(format!("weight '{}' has dtype {:?}", b.name, t.dtype())));
-                }
                 gpu.scoped(&format!("creating weight buffer '{}'", b.name), || {
                     let buf = dev.create_buffer(&wgpu::BufferDescriptor {
                         label: Some(&b.name),
@@ -223,8 +230,14 @@ impl Session {
                         usage,
                         mapped_at_creation: true,
                     });
-                    let copied =
-                        buf.slice(..).get_mapped_range_mut().map(|mut m| m.slice(..data.len()).copy_from_slice(data));
+                    // Plan::check put every weight inside its buffer; the dtype and shape checks fixed its length.
+                    let copied = buf.slice(..).get_mapped_range_mut().map(|mut m| {
+                        for (w, t) in plan.weights.iter().zip(&tensors).filter(|(w, _)| w.buffer == i) {
+                            let data = t.data();
+                            let at = w.offset as usize;
+                            m.slice(at..at + data.len()).copy_from_slice(data);
+                        }
+                    });
                     buf.unmap();
                     copied.map(|_| buf)
                 })?
@@ -241,6 +254,7 @@ impl Session {
             };
             buffers.push(buf);
         }
+        drop(tensors);
         drop(weights);
         drop(mmap);
 

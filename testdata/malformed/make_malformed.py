@@ -81,12 +81,46 @@ def main():
             e = t.external_data.add()
             e.key, e.value = k, v
         model(name, relu_model(inits=[t], nodes=[helper.make_node("Add", ["x", "w"], ["y"])]), expect)
+    # If nodes nested 200 deep: each then-branch a graph holding the next If. Python's protobuf refuses to build
+    # that, so the wire bytes are written by hand and appended to the model as a second `graph` field (protobuf
+    # merges it into the first). Past its recursion limit a decoder must refuse cleanly, not overflow the stack.
+    def varint(n):
+        out = b""
+        while True:
+            out += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+            n >>= 7
+            if not n:
+                return out
+
+    def ld(field, payload):
+        return varint(field << 3 | 2) + varint(len(payload)) + payload
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "leaf", [], []).SerializeToString()
+    for _ in range(200):
+        attr = ld(1, b"then_branch") + varint(20 << 3) + varint(5) + ld(6, graph)
+        node = ld(1, b"c") + ld(2, b"y") + ld(4, b"If") + ld(5, attr)
+        graph = ld(1, node)
+    deep = relu_model().SerializeToString() + ld(7, graph)
+    model("nested_subgraphs.onnx", deep, "recursion limit reached")
     # Artifacts: one valid artifact is made by the test itself (it needs the compiler); these are tampered plans.
-    plan = {"format": "wgslc-plan", "version": 1, "inputs": [], "outputs": [], "buffers": [{"name": "a", "size": 16, "kind": "intermediate"}],
+    plan = {"format": "wgslc-plan", "version": 2, "inputs": [], "outputs": [], "buffers": [{"name": "a", "size": 16, "kind": "intermediate"}],
+            "weights": [],
             "kernels": [{"name": "k", "wgsl": "kernels/k.wgsl", "entry_point": "main",
                          "bindings": [{"binding": 0, "buffer": 0, "offset": 0, "size": 16, "access": "read_write"}], "workgroups": [1, 1, 1]}],
             "dispatches": [0]}
     wgsl = "@group(0) @binding(0) var<storage, read_write> out: array<f32>;\n@compute @workgroup_size(1)\nfn main() { out[0] = 1.0; }\n"
+
+    def safetensors(tensors):
+        """The safetensors format by hand: a little-endian u64 header length, a JSON header, the bytes."""
+        header, blob = {}, b""
+        for name, arr in tensors.items():
+            data = arr.tobytes()
+            header[name] = {"dtype": {"float32": "F32", "int32": "I32"}[str(arr.dtype)], "shape": list(arr.shape),
+                            "data_offsets": [len(blob), len(blob) + len(data)]}
+            blob += data
+        h = json.dumps(header).encode()
+        h += b" " * (-len(h) % 8)
+        return len(h).to_bytes(8, "little") + h + blob
 
     def artifact(name, mutate, expect, kernel=wgsl, weights=True):
         d = os.path.join(D, name)
@@ -97,17 +131,27 @@ def main():
         if kernel is not None:
             open(os.path.join(d, "kernels", "k.wgsl"), "w").write(kernel)
         if weights:
-            # An empty safetensors file: an 8-byte header length and the header "{}".
-            open(os.path.join(d, "weights.safetensors"), "wb").write((2).to_bytes(8, "little") + b"{}")
+            tensors = weights if isinstance(weights, dict) else {}
+            open(os.path.join(d, "weights.safetensors"), "wb").write(safetensors(tensors))
         cases.append({"file": name, "kind": "artifact", "expect": expect})
 
     artifact("artifact_bad_version", lambda p: p.update(version=99), "schema version 99")
+    artifact("artifact_old_version", lambda p: (p.update(version=1), p.pop("weights")), "schema version 1 is not supported")
     artifact("artifact_binding_outside_buffer", lambda p: p["kernels"][0]["bindings"][0].update(size=64), "outside buffer")
     artifact("artifact_path_escape", lambda p: p["kernels"][0].update(wgsl="../../../etc/passwd"), "outside the artifact")
     artifact("artifact_missing_kernel", lambda p: None, "cannot read 'kernels/k.wgsl'", kernel=None)
     artifact("artifact_invalid_wgsl", lambda p: None, "kernel 'k'", kernel="this is not wgsl")
     artifact("artifact_missing_weights", lambda p: None, "weights.safetensors", weights=False)
-    artifact("artifact_weight_missing_tensor", lambda p: p["buffers"].append({"name": "w", "size": 16, "kind": "weight"}), "weight 'w'")
+    weight = {"name": "w", "shape": [4], "storage": "f32", "buffer": 1, "offset": 0}
+    add_weight = lambda p, **kw: (p["buffers"].append({"name": "weights0", "size": 16, "kind": "weight"}),
+                                  p["weights"].append({**weight, **kw}))
+    artifact("artifact_weight_missing_tensor", add_weight, "weight 'w'")
+    artifact("artifact_weight_wrong_shape", add_weight, "the plan expects F32 [4]", weights={"w": np.zeros(2, np.float32)})
+    artifact("artifact_weight_wrong_dtype", add_weight, "the plan expects F32 [4]", weights={"w": np.zeros(4, np.int32)})
+    artifact("artifact_weight_outside_buffer", lambda p: add_weight(p, offset=256), "outside its weight buffer",
+             weights={"w": np.zeros(4, np.float32)})
+    artifact("artifact_overlapping_writable_bindings", lambda p: p["kernels"][0]["bindings"].append(
+        {"binding": 1, "buffer": 0, "offset": 0, "size": 16, "access": "read_write"}), "overlapping writable ranges")
     artifact("artifact_unknown_field", lambda p: p.update(extra=1), "unknown field")
     artifact("artifact_too_many_workgroups", lambda p: p["kernels"][0].update(workgroups=[70000, 1, 1]), "workgroups")
     artifact("artifact_reads_and_writes_one_buffer", lambda p: p["kernels"][0]["bindings"].append(

@@ -7,7 +7,7 @@ use wgslc_ir::{
     broadcast_strides, contiguous_strides, BinaryOp, Graph, NodeId, Op, PoolKind, ReduceOp, TensorType, UnaryOp,
     ValueId,
 };
-use wgslc_passes::{input_view, storage_of, KernelGroup, Schedule, Storage};
+use wgslc_passes::{binding_access, input_view, storage_of, KernelGroup, MemoryPlan, Schedule, Storage};
 
 /// One kernel ready to be validated and written: its source and what it binds.
 #[derive(Clone, Debug)]
@@ -151,6 +151,8 @@ struct MatmulTpl {
     fu: Fused,
     a_off: i64,
     b_off: i64,
+    b_var: String,
+    bias_var: String,
     a_pro: String,
     b_pro: String,
     lanes: Vec<Lane>,
@@ -426,6 +428,7 @@ pub(crate) struct Emitter<'g> {
     pub g: &'g Graph,
     pub limits: &'g Limits,
     pub sched: &'g Schedule,
+    pub plan: &'g MemoryPlan,
 }
 
 fn storage(g: &Graph, v: ValueId) -> Storage {
@@ -455,6 +458,8 @@ impl Emitter<'_> {
     fn header(&self, n: NodeId, template: &'static str, bindings: &[(ValueId, bool, &str)]) -> Header {
         let node = self.g.node(n);
         let ins: Vec<String> = node.inputs.iter().flatten().map(|&v| self.g.ty(v).to_string()).collect();
+        let pairs: Vec<(ValueId, bool)> = bindings.iter().map(|&(v, w, _)| (v, w)).collect();
+        let access = binding_access(self.plan, &pairs);
         Header {
             name: node.name.clone(),
             comment: format!("{}({}) -> {}", node.op.name(), ins.join(", "), self.g.ty(node.outputs[0])),
@@ -462,9 +467,9 @@ impl Emitter<'_> {
             bindings: bindings
                 .iter()
                 .enumerate()
-                .map(|(i, &(v, write, var))| BindingDecl {
+                .map(|(i, &(v, _, var))| BindingDecl {
                     binding: i,
-                    access: if write { "read_write" } else { "read" },
+                    access: if access[i] { "read_write" } else { "read" },
                     var: var.to_string(),
                     ty: storage(self.g, v).wgsl(),
                 })
@@ -582,9 +587,15 @@ impl Emitter<'_> {
         let out = g.node(last).outputs[0];
         let numel = g.ty(out).numel();
         let mut reads = Vec::new();
+        // Written in place: that input is read through the output's binding (the same memory).
+        let in_place = self.plan.in_place.get(&wgslc_passes::storage_root(g, out)).copied();
+        if let Some(src) = in_place {
+            reads.push((src, "out".to_string()));
+        }
         let mut helpers = Helpers::default();
         let fu = self.fused_body(group, None, &mut reads, &mut helpers)?;
-        let mut b: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
+        let mut b: Vec<(ValueId, bool, &str)> =
+            reads.iter().filter(|(v, _)| Some(*v) != in_place).map(|(v, s)| (*v, false, s.as_str())).collect();
         b.push((out, true, "out"));
         let (wg, groups_x) = self.grid(last, numel.div_ceil(256))?;
         let h = self.group_header(group, "elementwise.wgsl", &b);
@@ -1160,13 +1171,23 @@ impl Emitter<'_> {
             None => (0, 0),
         };
         let out = g.node(group.last()).outputs[0];
-        let mut reads = Vec::new();
+        // One binding per stored tensor: operands, bias and epilogue inputs that are one tensor (Q and Kᵀ read out
+        // of one QKV product) share a binding, since writable bindings may not alias and the output's arena makes
+        // every binding in it writable.
+        let mut reads: Vec<(ValueId, String)> = vec![(va.root, "a".into())];
+        let var_of = |v: ValueId, name: &str, reads: &mut Vec<(ValueId, String)>| -> String {
+            match reads.iter().find(|(r, _)| *r == v) {
+                Some((_, var)) => var.clone(),
+                None => {
+                    reads.push((v, name.into()));
+                    name.into()
+                }
+            }
+        };
+        let b_var = var_of(vb.root, "b", &mut reads);
+        let bias_var = bias.map(|c| var_of(c, "bias", &mut reads)).unwrap_or_default();
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
-        let mut bindings = vec![(va.root, false, "a"), (vb.root, false, "b")];
-        if let Some(c) = bias {
-            bindings.push((c, false, "bias"));
-        }
-        bindings.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
+        let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
         bindings.push((out, true, "out"));
         // The largest square tile (64, 32 or 16) that still gives at least 256 workgroups: small products (short
         // sequences) would otherwise leave most of a large GPU idle.
@@ -1185,6 +1206,8 @@ impl Emitter<'_> {
             fu,
             a_off: va.offset,
             b_off: vb.offset,
+            b_var,
+            bias_var,
             a_pro: pro[0].clone(),
             b_pro: pro[1].clone(),
             lanes: (0..tile / 16).map(|i| Lane { i, off: i * 16 }).collect(),

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use wgslc_artifact as art;
 use wgslc_ir::{Data, Graph, ValueId};
-use wgslc_passes::{storage_of, BufferKind, MemoryPlan, Schedule, Storage};
+use wgslc_passes::{binding_access, storage_of, BufferKind, MemoryPlan, Schedule, Storage};
 
 /// The device limits a compile targets. [`Limits::default`] is WebGPU's default limits, which every WebGPU
 /// device supports.
@@ -116,7 +116,7 @@ pub fn emit(g: &Graph, sched: &Schedule, plan: &MemoryPlan, limits: &Limits) -> 
             });
         }
     }
-    let em = kernels::Emitter { g, limits, sched };
+    let em = kernels::Emitter { g, limits, sched, plan };
     let mut out = Vec::new();
     for group in &sched.kernels {
         {
@@ -134,11 +134,36 @@ pub fn emit(g: &Graph, sched: &Schedule, plan: &MemoryPlan, limits: &Limits) -> 
                         });
                     }
                 }
+                check_aliasing(g, plan, &k)?;
                 out.push(validate(k, limits)?);
             }
         }
     }
     Ok(out)
+}
+
+/// WebGPU forbids writable bindings that alias: with the kernel's output in an arena, every binding in that arena
+/// is writable, so each tensor there must be bound once.
+fn check_aliasing(g: &Graph, plan: &MemoryPlan, k: &EmittedKernel) -> Result<(), EmitError> {
+    let rw = binding_access(plan, &k.bindings);
+    for (i, &(v, _)) in k.bindings.iter().enumerate() {
+        let s = plan.slots[&v];
+        for (j, &(u, _)) in k.bindings.iter().enumerate().skip(i + 1) {
+            let t = plan.slots[&u];
+            if (rw[i] || rw[j]) && s.buffer == t.buffer && s.offset < t.offset + t.size && t.offset < s.offset + s.size
+            {
+                return Err(EmitError::Limit {
+                    kernel: k.name.clone(),
+                    reason: format!(
+                        "binds '{}' and '{}' at overlapping writable ranges (an emitter bug)",
+                        g.value(v).name,
+                        g.value(u).name
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 fn storage_type(s: Storage) -> art::StorageType {
@@ -170,7 +195,7 @@ pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::P
             kind: match b.kind {
                 BufferKind::Input(_) => art::BufferKind::Input,
                 BufferKind::Output(_) => art::BufferKind::Output,
-                BufferKind::Weight(_) => art::BufferKind::Weight,
+                BufferKind::Weights => art::BufferKind::Weight,
                 BufferKind::Intermediate => art::BufferKind::Intermediate,
             },
         })
@@ -187,26 +212,52 @@ pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::P
                 .bindings
                 .iter()
                 .enumerate()
-                .map(|(b, &(v, write))| {
+                .zip(binding_access(plan, &k.kernel.bindings))
+                .map(|((b, &(v, _)), rw)| {
                     let s = plan.slots[&v];
                     art::Binding {
                         binding: b as u32,
                         buffer: s.buffer,
                         offset: s.offset,
                         size: s.size,
-                        access: if write { art::Access::ReadWrite } else { art::Access::Read },
+                        access: if rw { art::Access::ReadWrite } else { art::Access::Read },
                     }
                 })
                 .collect(),
             workgroups: k.kernel.workgroups,
         })
         .collect();
+    // Tensor names in weights.safetensors must be unique; value names normally are, but nothing forces a model to.
+    let mut used = std::collections::HashSet::new();
+    let mut unique = |name: &str| {
+        let mut n = name.to_string();
+        let mut k = 1;
+        while !used.insert(n.clone()) {
+            n = format!("{name}#{k}");
+            k += 1;
+        }
+        n
+    };
     art::Plan {
         format: art::FORMAT.into(),
         version: art::VERSION,
         inputs: g.inputs.iter().map(|&v| spec(v)).collect(),
         outputs: g.outputs.iter().map(|&v| spec(v)).collect(),
         buffers,
+        weights: plan
+            .weights
+            .iter()
+            .map(|&(v, s)| {
+                let ty = g.ty(v);
+                art::WeightSpec {
+                    name: unique(&g.value(v).name),
+                    shape: ty.shape.clone(),
+                    storage: storage_type(storage_of(ty.dtype).expect("legalized")),
+                    buffer: s.buffer,
+                    offset: s.offset,
+                }
+            })
+            .collect(),
         dispatches: (0..kernels.len()).collect(),
         kernels,
     }
@@ -235,10 +286,10 @@ pub fn write_artifact(dir: &Path, g: &Graph, plan: &MemoryPlan, kernels: &[Valid
         std::fs::write(&path, &k.kernel.wgsl).map_err(io(&path))?;
     }
 
-    // Weights, in storage type, one tensor per weight buffer.
+    // Weights, in storage type, one tensor per constant, named as in the plan.
     let mut bytes: BTreeMap<String, (safetensors::Dtype, Vec<usize>, Vec<u8>)> = BTreeMap::new();
-    for b in &plan.buffers {
-        if let BufferKind::Weight(v) = b.kind {
+    for (&(v, _), spec) in plan.weights.iter().zip(&p.weights) {
+        {
             let t = g.const_data(v).expect("weight buffers hold constants");
             let (dtype, data): (safetensors::Dtype, Vec<u8>) = match &t.data {
                 Data::F32(x) => (safetensors::Dtype::F32, x.iter().flat_map(|f| f.to_le_bytes()).collect()),
@@ -246,7 +297,9 @@ pub fn write_artifact(dir: &Path, g: &Graph, plan: &MemoryPlan, kernels: &[Valid
                 Data::I64(x) => (safetensors::Dtype::I32, x.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect()),
                 Data::Bool(x) => (safetensors::Dtype::U32, x.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect()),
             };
-            bytes.insert(b.name.clone(), (dtype, t.shape.clone(), data));
+            if bytes.insert(spec.name.clone(), (dtype, t.shape.clone(), data)).is_some() {
+                return Err(EmitError::Weights(format!("two constants are named '{}'", spec.name)));
+            }
         }
     }
     let views: Vec<(String, safetensors::tensor::TensorView)> = bytes

@@ -47,6 +47,10 @@ pub struct MemoryReport {
     pub weights_bytes: u64,
     /// Graph inputs and outputs.
     pub io_bytes: u64,
+    /// Intermediates split between two sets of arenas so most kernels bind their inputs read-only.
+    pub split_arenas: bool,
+    /// Kernels writing their output over an input that dies there.
+    pub in_place_kernels: usize,
     pub steps: usize,
     pub buffers: Vec<BufferReport>,
 }
@@ -63,6 +67,8 @@ pub struct BufferReport {
 pub struct LifetimeReport {
     pub name: String,
     pub bytes: u64,
+    /// Byte offset in its buffer.
+    pub offset: u64,
     pub first: usize,
     pub last: usize,
 }
@@ -145,13 +151,19 @@ pub fn build(
         let mut seen = HashSet::new();
         for &(v, write) in &k.kernel.bindings {
             let slot = plan.slots[&v];
-            if !seen.insert((slot.buffer, write)) {
+            if !seen.insert((slot.buffer, slot.offset, write)) {
                 continue;
             }
             if write {
                 w += slot.size;
             } else {
                 r += slot.size;
+            }
+        }
+        // An in-place kernel reads its overwritten input through the output binding.
+        if let Some(&(out, _)) = k.kernel.bindings.iter().find(|b| b.1) {
+            if let Some(&src) = plan.in_place.get(&wgslc_passes::storage_root(g, out)) {
+                r += plan.slots[&src].size;
             }
         }
         let flops = k.kernel.nodes.iter().map(|&n| node_flops(g, n)).sum();
@@ -200,6 +212,7 @@ pub fn build(
         pool[i].values.push(LifetimeReport {
             name: g.value(l.value).name.clone(),
             bytes: l.bytes,
+            offset: l.offset,
             first: l.first,
             last: l.last,
         });
@@ -210,6 +223,8 @@ pub fn build(
         naive_bytes: plan.stats.naive_bytes,
         weights_bytes: plan.stats.weights_bytes,
         io_bytes: plan.stats.io_bytes,
+        split_arenas: plan.stats.split_arenas,
+        in_place_kernels: plan.stats.in_place_kernels,
         steps: sched.kernels.len(),
         buffers: pool,
     };
@@ -235,11 +250,13 @@ impl MemoryReport {
     /// One line: planned vs lower bound vs a buffer per value, then weights and inputs/outputs.
     pub fn summary(&self) -> String {
         format!(
-            "intermediates {} B planned, {} B lower bound ({:.2}x), {} B with a buffer each; weights {} B; inputs and outputs {} B",
+            "intermediates {} B planned in {}, {} B lower bound ({:.2}x), {} B with a buffer each; {} kernels write in place; weights {} B; inputs and outputs {} B",
             self.planned_bytes,
+            if self.split_arenas { "two sets of arenas (inputs bound read-only)" } else { "arenas" },
             self.lower_bound_bytes,
             self.planned_bytes as f64 / self.lower_bound_bytes.max(1) as f64,
             self.naive_bytes,
+            self.in_place_kernels,
             self.weights_bytes,
             self.io_bytes
         )
@@ -308,16 +325,24 @@ impl Report {
         }
         let m = &self.memory;
         let _ = writeln!(s, "\nmemory: {}", m.summary());
-        // A timeline: one row per buffer, one column per dispatch step (scaled to 64 columns), '#' where a value
-        // placed there is live.
+        // A timeline: one row per buffer, one column per dispatch step (scaled to 64 columns), the character
+        // showing how full the buffer is at that step (' ' empty … '@' full).
         let cols = m.steps.clamp(1, 64);
+        const SHADES: &[char] = &[' ', '.', ':', '-', '=', '+', '*', '#', '%', '@'];
         for b in &m.buffers {
-            let mut row = vec!['.'; cols];
-            for v in &b.values {
-                for step in v.first..=v.last {
-                    row[step * cols / m.steps.max(1)] = '#';
-                }
-            }
+            // Per column, the fullest step among those it covers.
+            let live = (0..cols).map(|col| {
+                let (s0, s1) = (col * m.steps / cols, ((col + 1) * m.steps / cols).max(col * m.steps / cols + 1));
+                (s0..s1)
+                    .map(|s| b.values.iter().filter(|v| v.first <= s && s <= v.last).map(|v| v.bytes).sum::<u64>())
+                    .max()
+                    .unwrap_or(0)
+            });
+            let row: Vec<char> = live
+                .map(|l| {
+                    SHADES[((l * (SHADES.len() as u64 - 1)).div_ceil(b.bytes.max(1)) as usize).min(SHADES.len() - 1)]
+                })
+                .collect();
             let _ = writeln!(
                 s,
                 "  {:>10} B  {}  {} ({} values)",
@@ -453,27 +478,37 @@ impl Report {
             );
         }
         h += "</table>";
-        // The memory timeline: buffers as rows, dispatch steps as columns, each value a bar.
+        // The memory picture: per buffer, dispatch steps across and byte offsets down, each value a box over its
+        // lifetime and its bytes.
         let m = &self.memory;
         let _ = write!(h, "<h2>Memory</h2><p>{}.</p>", esc(&m.summary()));
-        let (cw, rh) = (720.0 / m.steps.max(1) as f64, 18.0);
+        let (cw, bh) = (720.0 / m.steps.max(1) as f64, 160.0);
         let _ = write!(
             h,
             "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='{}' font-family='monospace' font-size='11'>",
-            20.0 + rh * m.buffers.len() as f64
+            20.0 + (bh + 10.0) * m.buffers.len() as f64
         );
         for (i, b) in m.buffers.iter().enumerate() {
-            let y = 10.0 + rh * i as f64;
-            let _ = write!(h, "<text x='0' y='{}'>{} ({} B)</text>", y + 12.0, esc(&b.name), b.bytes);
+            let y0 = 10.0 + (bh + 10.0) * i as f64;
+            let scale = bh / b.bytes.max(1) as f64;
+            let _ = write!(
+                h,
+                "<text x='0' y='{}'>{} ({} B)</text><rect x='220' y='{y0}' width='720' height='{bh}' fill='#f4f4f4'/>",
+                y0 + 12.0,
+                esc(&b.name),
+                b.bytes
+            );
             for v in &b.values {
                 let _ = write!(
                     h,
-                    "<rect x='{}' y='{y}' width='{}' height='{}' fill='#6a9' stroke='#fff'><title>{}: {} B, steps {}–{}</title></rect>",
+                    "<rect x='{}' y='{}' width='{}' height='{}' fill='#6a9' stroke='#fff' stroke-width='0.5'><title>{}: {} B at {}, steps {}–{}</title></rect>",
                     220.0 + cw * v.first as f64,
+                    y0 + scale * v.offset as f64,
                     (cw * (v.last - v.first + 1) as f64).max(1.0),
-                    rh - 4.0,
+                    (scale * v.bytes as f64).max(1.0),
                     esc(&v.name),
                     v.bytes,
+                    v.offset,
                     v.first,
                     v.last
                 );

@@ -16,13 +16,13 @@ pub use tensor::dtype_from_onnx;
 
 /// Decodes a standalone TensorProto (as in the ONNX test suite's `.pb` files); external data is refused.
 pub fn decode_tensor(bytes: &[u8]) -> Result<Tensor, ImportError> {
-    let t = <proto::TensorProto as prost::Message>::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    let t = <proto::TensorProto as prost::Message>::decode(bytes).map_err(decode_error)?;
     tensor::decode(&t, None)
 }
 
 /// The names of a model's run-time inputs (graph inputs that are not initializers), in order.
 pub fn input_names(bytes: &[u8]) -> Result<Vec<String>, ImportError> {
-    let m = <ModelProto as prost::Message>::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    let m = <ModelProto as prost::Message>::decode(bytes).map_err(decode_error)?;
     let g = m.graph.ok_or(ImportError::NoGraph)?;
     let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
     Ok(g.input.iter().filter(|i| !inits.contains(i.name.as_str())).map(|i| i.name.clone()).collect())
@@ -30,8 +30,27 @@ pub fn input_names(bytes: &[u8]) -> Result<Vec<String>, ImportError> {
 
 /// The op types of a model's main graph, in node order (for reports).
 pub fn op_types(bytes: &[u8]) -> Result<Vec<String>, ImportError> {
-    let m = <ModelProto as prost::Message>::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    let m = <ModelProto as prost::Message>::decode(bytes).map_err(decode_error)?;
     Ok(m.graph.map(|g| g.node.into_iter().map(|n| n.op_type).collect()).unwrap_or_default())
+}
+
+/// prost names every enclosing field of a decode failure; past a few levels (a deeply nested subgraph) only the
+/// outermost and innermost matter.
+fn decode_error(e: prost::DecodeError) -> ImportError {
+    let text = e.to_string();
+    let parts: Vec<&str> = text.split(": ").collect();
+    if parts.len() <= 8 {
+        return ImportError::Decode(text);
+    }
+    let n = parts.len();
+    ImportError::Decode(format!(
+        "{}: {}: … ({} nested fields) …: {}: {}",
+        parts[0],
+        parts[1],
+        n - 4,
+        parts[n - 2],
+        parts[n - 1]
+    ))
 }
 
 /// Why a model could not be imported. Every variant names what it is about (node, tensor or input).
@@ -86,7 +105,7 @@ pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Graph, ImportErr
 
 /// Imports a serialized ModelProto. `model_dir` is where external data may live (`None` refuses external data).
 pub fn import_bytes(bytes: &[u8], model_dir: Option<&Path>, opts: &ImportOptions) -> Result<Graph, ImportError> {
-    let model = <ModelProto as prost::Message>::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    let model = <ModelProto as prost::Message>::decode(bytes).map_err(decode_error)?;
     import_model(&model, model_dir, opts)
 }
 

@@ -4,7 +4,8 @@
 //! An artifact directory holds:
 //! - `plan.json` — a [`Plan`];
 //! - `kernels/*.wgsl` — one WGSL module per kernel, each validated by naga at compile time;
-//! - `weights.safetensors` — one tensor per weight buffer, named as the buffer, already in storage type.
+//! - `weights.safetensors` — every constant the kernels read, already in storage type (f32, i32 or u32), named as
+//!   in [`Plan::weights`], which says which weight buffer and offset it is copied to at load.
 //!
 //! The format is versioned by [`Plan::version`]; a runtime refuses versions it does not know.
 
@@ -14,7 +15,7 @@ use std::path::Path;
 /// The format identifier in every plan.json.
 pub const FORMAT: &str = "wgslc-plan";
 /// The schema version this crate reads and writes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The whole replay plan.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -30,6 +31,8 @@ pub struct Plan {
     pub outputs: Vec<TensorSpec>,
     /// Every GPU buffer the plan needs, created once at load.
     pub buffers: Vec<Buffer>,
+    /// Where each tensor of weights.safetensors goes: weight buffers hold several, at aligned offsets.
+    pub weights: Vec<WeightSpec>,
     /// Every kernel: a WGSL module with its bindings and workgroup counts.
     pub kernels: Vec<Kernel>,
     /// The replay order: indices into `kernels`.
@@ -48,6 +51,19 @@ pub struct TensorSpec {
     pub storage: StorageType,
     /// The buffer holding it (the whole buffer, from offset 0).
     pub buffer: usize,
+}
+
+/// A constant: a tensor of weights.safetensors copied into a weight buffer at load.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightSpec {
+    /// The tensor's name in weights.safetensors.
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub storage: StorageType,
+    pub buffer: usize,
+    /// Byte offset in the buffer, a multiple of 256.
+    pub offset: u64,
 }
 
 /// GPU element types; every one is 4 bytes wide.
@@ -71,7 +87,7 @@ pub enum BufferKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Buffer {
-    /// For weights, the tensor name in weights.safetensors; otherwise informative.
+    /// Informative (inputs and outputs are named as the tensor they hold).
     pub name: String,
     /// Size in bytes, a multiple of 4.
     pub size: u64,
@@ -126,7 +142,23 @@ impl Plan {
         let path = dir.join("plan.json");
         let text = std::fs::read_to_string(&path)
             .map_err(|source| ArtifactError::Io { path: path.display().to_string(), source })?;
-        let plan: Plan = serde_json::from_str(&text).map_err(|e| ArtifactError::Parse(e.to_string()))?;
+        Plan::parse(&text)
+    }
+
+    /// Parses and checks plan.json's text. The format and version are read first, so an artifact of another
+    /// schema version is refused as such rather than for the fields it lacks.
+    pub fn parse(text: &str) -> Result<Plan, ArtifactError> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| ArtifactError::Parse(e.to_string()))?;
+        let format = value.get("format").and_then(|f| f.as_str());
+        if format.is_some_and(|f| f != FORMAT) {
+            return Err(ArtifactError::Invalid(format!("format is '{}', expected '{FORMAT}'", format.unwrap_or(""))));
+        }
+        if let Some(v) = value.get("version").and_then(|v| v.as_u64()).filter(|&v| v != VERSION as u64) {
+            return Err(ArtifactError::Invalid(format!(
+                "schema version {v} is not supported (this runtime reads {VERSION}); recompile the model"
+            )));
+        }
+        let plan: Plan = serde_json::from_value(value).map_err(|e| ArtifactError::Parse(e.to_string()))?;
         plan.check()?;
         Ok(plan)
     }
@@ -163,6 +195,18 @@ impl Plan {
                 }
             }
         }
+        for w in &self.weights {
+            let bytes = w.shape.iter().try_fold(4u64, |a, &d| a.checked_mul(d as u64));
+            let fits = match (self.buffers.get(w.buffer), bytes) {
+                (Some(b), Some(n)) => {
+                    b.kind == BufferKind::Weight && w.offset.checked_add(n).is_some_and(|e| e <= b.size)
+                }
+                _ => false,
+            };
+            if !fits || w.offset % 256 != 0 {
+                return bad(format!("weight '{}' is outside its weight buffer or misaligned", w.name));
+            }
+        }
         for k in &self.kernels {
             let p = Path::new(&k.wgsl);
             if p.is_absolute() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
@@ -192,10 +236,21 @@ impl Plan {
                     return bad(format!("kernel '{}' writes {:?} buffer '{}'", k.name, buf.kind, buf.name));
                 }
             }
-            // WebGPU: one buffer may not be bound read-only and read-write in one dispatch.
-            for w in k.bindings.iter().filter(|b| b.access == Access::ReadWrite) {
+            // WebGPU: one buffer may not be bound read-only and read-write in one dispatch, and writable bindings
+            // must not alias.
+            for (i, w) in k.bindings.iter().enumerate().filter(|(_, b)| b.access == Access::ReadWrite) {
                 if k.bindings.iter().any(|r| r.access == Access::Read && r.buffer == w.buffer) {
                     return bad(format!("kernel '{}' binds buffer {} both read-only and read-write", k.name, w.buffer));
+                }
+                let overlaps = |r: &Binding| r.offset < w.offset + w.size && w.offset < r.offset + r.size;
+                if k.bindings[i + 1..]
+                    .iter()
+                    .any(|r| r.buffer == w.buffer && r.access == Access::ReadWrite && overlaps(r))
+                {
+                    return bad(format!(
+                        "kernel '{}' binds overlapping writable ranges of buffer {}",
+                        k.name, w.buffer
+                    ));
                 }
             }
         }
@@ -217,6 +272,7 @@ mod tests {
             inputs: vec![],
             outputs: vec![],
             buffers: vec![Buffer { name: "a".into(), size: 16, kind: BufferKind::Intermediate }],
+            weights: vec![],
             kernels: vec![Kernel {
                 name: "k".into(),
                 wgsl: "kernels/k.wgsl".into(),
@@ -250,5 +306,20 @@ mod tests {
         let mut p = plan();
         p.dispatches = vec![3];
         assert!(p.check().is_err());
+        let mut p = plan();
+        p.kernels[0].bindings.push(Binding { binding: 1, buffer: 0, offset: 0, size: 4, access: Access::ReadWrite });
+        assert!(p.check().unwrap_err().to_string().contains("overlapping writable"));
+        let mut p = plan();
+        p.kernels[0].bindings.push(Binding { binding: 1, buffer: 0, offset: 0, size: 4, access: Access::Read });
+        assert!(p.check().unwrap_err().to_string().contains("both read-only and read-write"));
+        let mut p = plan();
+        p.weights.push(WeightSpec {
+            name: "w".into(),
+            shape: vec![2],
+            storage: StorageType::F32,
+            buffer: 0,
+            offset: 0,
+        });
+        assert!(p.check().unwrap_err().to_string().contains("outside its weight buffer"));
     }
 }
