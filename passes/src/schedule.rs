@@ -29,17 +29,55 @@ pub struct KernelGroup {
     pub anchor: Option<NodeId>,
     /// Elementwise nodes applied after the anchor (its epilogue) or forming the whole kernel, in data order.
     pub elementwise: Vec<NodeId>,
+    /// Attention: the anchor is the score product Q·Kᵀ (with its prologue and epilogue: scale, mask), and the
+    /// softmax over its last axis and the product with V run in the same kernel with an online softmax.
+    pub attention: Option<AttentionTail>,
 }
+
+/// The rest of an attention kernel after its score product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionTail {
+    pub softmax: NodeId,
+    /// `Where(IsNaN(p), 0, p)` after the softmax (PyTorch's SDPA export: a fully masked row gives zeros, not NaN),
+    /// as (IsNaN, Where); the kernel writes zeros for rows whose scores are all -inf.
+    pub nan_to_zero: Option<(NodeId, NodeId)>,
+    /// The MatMul of the probabilities with V; the kernel writes its output.
+    pub pv: NodeId,
+}
+
+/// The longest key/query width whose query row the attention kernel keeps in workgroup memory, and the widest
+/// value rows (four accumulators per thread of 64).
+pub const ATTENTION_MAX_DK: usize = 1024;
+pub const ATTENTION_MAX_DV: usize = 256;
 
 impl KernelGroup {
     /// Every node of the group, anchor first.
     pub fn nodes(&self) -> Vec<NodeId> {
-        self.prologue.iter().map(|&(_, p)| p).chain(self.anchor).chain(self.elementwise.iter().copied()).collect()
+        let tail = self.attention.iter().flat_map(|t| {
+            let nz = t.nan_to_zero.map(|(i, w)| vec![i, w]).unwrap_or_default();
+            std::iter::once(t.softmax).chain(nz).chain([t.pv])
+        });
+        self.prologue
+            .iter()
+            .map(|&(_, p)| p)
+            .chain(self.anchor)
+            .chain(self.elementwise.iter().copied())
+            .chain(tail)
+            .collect()
     }
 
     /// The node whose output the kernel writes.
     pub fn last(&self) -> NodeId {
+        if let Some(t) = self.attention {
+            return t.pv;
+        }
         *self.elementwise.last().or(self.anchor.as_ref()).expect("non-empty group")
+    }
+
+    /// A group of one node's kernel.
+    pub fn single(n: NodeId, pointwise: bool) -> KernelGroup {
+        let (anchor, elementwise) = if pointwise { (None, vec![n]) } else { (Some(n), vec![]) };
+        KernelGroup { prologue: vec![], anchor, elementwise, attention: None }
     }
 }
 
@@ -281,11 +319,10 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                 }
             }
             None => {
-                let mut group = if is_pointwise(&node.op) || matches!(node.op, Op::StridedCopy { .. } | Op::TileCopy) {
-                    KernelGroup { prologue: vec![], anchor: None, elementwise: vec![n] }
-                } else {
-                    KernelGroup { prologue: vec![], anchor: Some(n), elementwise: vec![] }
-                };
+                let mut group = KernelGroup::single(
+                    n,
+                    is_pointwise(&node.op) || matches!(node.op, Op::StridedCopy { .. } | Op::TileCopy),
+                );
                 // A MatMul operand computed by a lone scalar op (Q · scale, K · scale) is scaled as it is loaded.
                 if opts.fuse && matches!(node.op, Op::MatMul) {
                     for slot in 0..2 {
@@ -312,6 +349,11 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                 group_of.insert(n, sched.kernels.len() - 1);
             }
         }
+    }
+
+    // 2b. Attention: score product → softmax over its last axis → product with V, as one kernel.
+    if opts.fuse {
+        fuse_attention(g, &mut sched, &mut group_of, &readers, opts.max_storage_buffers);
     }
 
     // 3. Why every remaining edge crosses a kernel boundary.
@@ -379,6 +421,125 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
 }
 
 /// Whether `v`, or a value that aliases it, is a graph output (so it must be materialized).
+/// Merges each MatMul(Q, Kᵀ) [scale, mask] → Softmax(last axis) → MatMul(·, V) chain whose intermediate values
+/// nothing else reads into one attention group, placed where the V product was (everything it reads is written
+/// by then). Shapes the kernel cannot hold (query rows wider than [`ATTENTION_MAX_DK`], value rows wider than
+/// [`ATTENTION_MAX_DV`]) and groups that would pass the binding limit stay three kernels.
+fn fuse_attention(
+    g: &Graph,
+    sched: &mut Schedule,
+    group_of: &mut HashMap<NodeId, usize>,
+    readers: &HashMap<ValueId, Vec<(NodeId, usize)>>,
+    max_bindings: usize,
+) {
+    let mut ci = 0;
+    while ci < sched.kernels.len() {
+        let merged = (|| {
+            let c = &sched.kernels[ci];
+            let pv = c.anchor.filter(|&a| g.node(a).op == Op::MatMul)?;
+            if !c.elementwise.is_empty() || !c.prologue.is_empty() || c.attention.is_some() {
+                return None;
+            }
+            // The probabilities, through reshapes that only regroup batch dimensions.
+            let mut probs = g.node(pv).inputs[0]?;
+            let mut reshapes = Vec::new();
+            while let Some(r) = g.value(probs).producer.filter(|&r| g.node(r).op == Op::Alias) {
+                let src = g.node(r).inputs[0]?;
+                let (i, o) = (&g.ty(src).shape, &g.ty(probs).shape);
+                if i.len() < 2 || o.len() < 2 || i[i.len() - 2..] != o[o.len() - 2..] {
+                    return None;
+                }
+                reshapes.push((r, probs));
+                probs = src;
+            }
+            let bi = *group_of.get(&g.value(probs).producer?)?;
+            let b = &sched.kernels[bi];
+            let sm = b.anchor?;
+            let Op::Softmax { axis, log: false, .. } = g.node(sm).op else { return None };
+            let scores = g.node(sm).inputs[0]?;
+            let st = g.ty(scores);
+            if axis as usize + 1 != st.rank() || st.rank() < 2 || !b.prologue.is_empty() {
+                return None;
+            }
+            let soft = g.node(sm).outputs[0];
+            let nan_to_zero = match b.elementwise[..] {
+                [] => None,
+                [i, w] => {
+                    let (ni, nw) = (g.node(i), g.node(w));
+                    let zero = nw.inputs.get(1).copied().flatten().and_then(|z| g.const_data(z));
+                    let ok = ni.op == Op::Unary(wgslc_ir::UnaryOp::IsNaN)
+                        && ni.inputs[0] == Some(soft)
+                        && nw.op == Op::Where
+                        && nw.inputs[0] == Some(ni.outputs[0])
+                        && nw.inputs[2] == Some(soft)
+                        && zero.is_some_and(|z| z.to_f64().iter().all(|&x| x == 0.0))
+                        && nw.outputs[0] == probs;
+                    let inside = |v: ValueId, rs: &[NodeId]| {
+                        !is_output(g, v, readers)
+                            && readers.get(&v).is_some_and(|r| r.iter().all(|(n, _)| rs.contains(n)))
+                    };
+                    if !ok || !inside(soft, &[i, w]) || !inside(ni.outputs[0], &[w]) {
+                        return None;
+                    }
+                    Some((i, w))
+                }
+                _ => return None,
+            };
+            let qk_last = g.value(scores).producer?;
+            let ai = *group_of.get(&qk_last)?;
+            let a = &sched.kernels[ai];
+            let qk = a.anchor.filter(|&q| g.node(q).op == Op::MatMul && a.last() == qk_last)?;
+            if a.attention.is_some() || ai >= bi || bi >= ci {
+                return None;
+            }
+            // The intermediates stay inside: read by the next step only, not graph outputs, read as they are.
+            let only = |v: ValueId, r: NodeId| {
+                !is_output(g, v, readers) && readers.get(&v).is_some_and(|rs| rs.iter().all(|&(n, _)| n == r))
+            };
+            let mut next = pv;
+            for &(r, out) in &reshapes {
+                if !only(out, next) {
+                    return None;
+                }
+                next = r;
+            }
+            if !only(scores, sm) || !only(probs, next) {
+                return None;
+            }
+            let pt = g.ty(g.node(pv).inputs[0]?);
+            let (ot, qt) = (g.ty(g.node(pv).outputs[0]), g.ty(g.node(qk).inputs[0]?));
+            let dk = qt.shape[qt.rank() - 1];
+            let dv = ot.shape[ot.rank() - 1];
+            if ot.rank() != pt.rank() || ot.shape[..ot.rank() - 1] != pt.shape[..pt.rank() - 1] {
+                return None;
+            }
+            if dk > ATTENTION_MAX_DK || dv > ATTENTION_MAX_DV || qt.rank() < 2 {
+                return None;
+            }
+            let mut merged = a.clone();
+            merged.attention = Some(AttentionTail { softmax: sm, nan_to_zero, pv });
+            if bindings(g, &sched.folded, &merged.nodes()) > max_bindings {
+                return None;
+            }
+            Some((ai, bi, merged))
+        })();
+        if let Some((ai, bi, merged)) = merged {
+            // Remove the score and softmax groups; the merged group takes the V product's place.
+            sched.kernels[ci] = merged;
+            sched.kernels.remove(bi);
+            sched.kernels.remove(ai);
+            ci -= 2;
+            group_of.clear();
+            for (i, k) in sched.kernels.iter().enumerate() {
+                for m in k.nodes() {
+                    group_of.insert(m, i);
+                }
+            }
+        }
+        ci += 1;
+    }
+}
+
 fn is_output(g: &Graph, v: ValueId, readers: &HashMap<ValueId, Vec<(NodeId, usize)>>) -> bool {
     let mut stack = vec![v];
     while let Some(u) = stack.pop() {

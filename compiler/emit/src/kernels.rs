@@ -144,6 +144,68 @@ struct BatchDim {
 }
 
 #[derive(Template)]
+#[template(path = "attention.wgsl", escape = "none")]
+struct AttentionTpl {
+    h: Header,
+    helpers: Helpers,
+    fu: Fused,
+    groups_x: u32,
+    rows: usize,
+    m: usize,
+    n: usize,
+    mn: usize,
+    dk: usize,
+    dv: usize,
+    a_off: i64,
+    b_off: i64,
+    v_off: i64,
+    a_sm: i64,
+    a_sk: i64,
+    b_sk: i64,
+    b_sn: i64,
+    v_sk: i64,
+    v_sn: i64,
+    a_pro: String,
+    b_pro: String,
+    b_var: String,
+    v_var: String,
+    alpha: String,
+    nan_to_zero: bool,
+    batch: Vec<AttnBatchDim>,
+    lanes: Vec<Lane>,
+}
+
+struct AttnBatchDim {
+    div: usize,
+    extent: usize,
+    a_stride: i64,
+    b_stride: i64,
+    v_stride: i64,
+}
+
+/// A product's geometry, shared by the matmul and attention kernels.
+struct MmGeom {
+    /// The MatMul or Gemm node and its output.
+    n: NodeId,
+    mm_out: ValueId,
+    va: wgslc_passes::view::View,
+    vb: wgslc_passes::view::View,
+    /// Scalar prologue expressions applied to the loaded `av` / `bv` ("" for none).
+    pro: [String; 2],
+    m: usize,
+    k: usize,
+    nn: usize,
+    a_sm: i64,
+    a_sk: i64,
+    b_sk: i64,
+    b_sn: i64,
+    alpha: f32,
+    beta: f32,
+    batch: Vec<BatchDim>,
+    batches: usize,
+}
+
+#[derive(Template)]
 #[template(path = "matmul.wgsl", escape = "none")]
 struct MatmulTpl {
     h: Header,
@@ -503,6 +565,7 @@ impl Emitter<'_> {
             return Ok(vec![]);
         }
         let mut ks = match group.anchor {
+            _ if group.attention.is_some() => vec![self.attention(group)?],
             None => vec![self.elementwise_group(group)?],
             Some(a) => match &self.g.node(a).op {
                 Op::MatMul | Op::Gemm { .. } => vec![self.matmul(group)?],
@@ -533,19 +596,10 @@ impl Emitter<'_> {
             | Op::Cast(_)
             | Op::StridedCopy { .. }
             | Op::TileCopy
-            | Op::Trilu { .. } => Ok(vec![self.elementwise_group(&KernelGroup {
-                prologue: vec![],
-                anchor: None,
-                elementwise: vec![n],
-            })?]),
+            | Op::Trilu { .. } => Ok(vec![self.elementwise_group(&KernelGroup::single(n, true))?]),
             Op::Concat { axis } => self.concat(n, *axis as usize),
-            Op::Gather { axis } => {
-                Ok(vec![self
-                    .gather(&KernelGroup { prologue: vec![], anchor: Some(n), elementwise: vec![] }, *axis as usize)?])
-            }
-            Op::MatMul | Op::Gemm { .. } => {
-                Ok(vec![self.matmul(&KernelGroup { prologue: vec![], anchor: Some(n), elementwise: vec![] })?])
-            }
+            Op::Gather { axis } => Ok(vec![self.gather(&KernelGroup::single(n, false), *axis as usize)?]),
+            Op::MatMul | Op::Gemm { .. } => Ok(vec![self.matmul(&KernelGroup::single(n, false))?]),
             Op::Reduce { op, axes, .. } => {
                 let axes: Vec<usize> = axes.as_ref().expect("resolved").iter().map(|&a| a as usize).collect();
                 Ok(vec![self.reduce(n, *op, &axes)?])
@@ -555,12 +609,9 @@ impl Emitter<'_> {
                 let op = if *kind == PoolKind::Max { ReduceOp::Max } else { ReduceOp::Mean };
                 Ok(vec![self.reduce(n, op, &(2..r).collect::<Vec<_>>())?])
             }
-            Op::Softmax { axis, legacy, log } => Ok(vec![self.softmax(
-                &KernelGroup { prologue: vec![], anchor: Some(n), elementwise: vec![] },
-                *axis as usize,
-                *legacy,
-                *log,
-            )?]),
+            Op::Softmax { axis, legacy, log } => {
+                Ok(vec![self.softmax(&KernelGroup::single(n, false), *axis as usize, *legacy, *log)?])
+            }
             Op::LayerNorm { axis, epsilon, rms } => Ok(vec![self.layernorm(n, *axis as usize, *epsilon, *rms)?]),
             Op::ArgReduce { max, axis, select_last, .. } => {
                 Ok(vec![self.argreduce(n, *max, *axis as usize, *select_last)?])
@@ -572,9 +623,7 @@ impl Emitter<'_> {
             Op::TopK { axis, largest, k } => Ok(vec![self.topk(n, *axis as usize, *largest, k.expect("resolved"))?]),
             Op::Scatter { axis, reduction } => Ok(vec![self.scatter(n, axis.map(|a| a as usize), *reduction)?]),
             Op::Pad { mode, pads, value } => Ok(vec![self.pad(n, *mode, pads.as_ref().expect("resolved"), *value)?]),
-            Op::Conv { .. } => {
-                Ok(vec![self.conv(&KernelGroup { prologue: vec![], anchor: Some(n), elementwise: vec![] })?])
-            }
+            Op::Conv { .. } => Ok(vec![self.conv(&KernelGroup::single(n, false))?]),
             Op::Pool { .. } => Ok(vec![self.pool(n)?]),
             other => Err(self.err(n, format!("no kernel for resolved op {}", other.name()))),
         }
@@ -1070,7 +1119,85 @@ impl Emitter<'_> {
 
     /// MatMul or Gemm with its epilogue. Operands are read through their composed views (folded transposes and
     /// slices become strides); batch dimensions broadcast.
-    fn matmul(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
+    /// Q·Kᵀ with its prologue and epilogue, softmax over the keys and the product with V, as one kernel: one
+    /// query row per workgroup, keys in tiles of 64 with an online softmax (templates/attention.wgsl).
+    fn attention(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let tail = group.attention.expect("attention group");
+        let mut helpers = Helpers::default();
+        let qk_group = KernelGroup { attention: None, ..group.clone() };
+        let qk = self.mm_geometry(&qk_group, &mut helpers)?;
+        let pv = self.mm_geometry(&KernelGroup::single(tail.pv, false), &mut helpers)?;
+        if qk.batch.len() != pv.batch.len() || qk.batch.iter().zip(&pv.batch).any(|(a, b)| a.div != b.div) {
+            return Err(self.err(tail.pv, "attention batch dimensions differ between the two products"));
+        }
+        let out = g.node(tail.pv).outputs[0];
+        // One binding per stored tensor (Q, K and V are often views of one QKV product).
+        let mut reads: Vec<(ValueId, String)> = vec![(qk.va.root, "a".into())];
+        let var_of = |v: ValueId, name: &str, reads: &mut Vec<(ValueId, String)>| -> String {
+            match reads.iter().find(|(r, _)| *r == v) {
+                Some((_, var)) => var.clone(),
+                None => {
+                    reads.push((v, name.into()));
+                    name.into()
+                }
+            }
+        };
+        let b_var = var_of(qk.vb.root, "b", &mut reads);
+        let v_var = var_of(pv.vb.root, "v", &mut reads);
+        let fu = self.fused_body(&qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
+        let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
+        bindings.push((out, true, "out"));
+        let rows = qk.batches * qk.m;
+        let (wg, groups_x) = self.grid(tail.pv, rows)?;
+        let h = self.group_header(group, "attention.wgsl", &bindings);
+        let tpl = AttentionTpl {
+            h,
+            helpers,
+            fu,
+            groups_x,
+            rows,
+            m: qk.m,
+            n: qk.nn,
+            mn: qk.m * qk.nn,
+            dk: qk.k,
+            dv: pv.nn,
+            a_off: qk.va.offset,
+            b_off: qk.vb.offset,
+            v_off: pv.vb.offset,
+            a_sm: qk.a_sm,
+            a_sk: qk.a_sk,
+            b_sk: qk.b_sk,
+            b_sn: qk.b_sn,
+            v_sk: pv.b_sk,
+            v_sn: pv.b_sn,
+            a_pro: qk.pro[0].clone(),
+            b_pro: qk.pro[1].clone(),
+            b_var,
+            v_var,
+            alpha: f32_lit(qk.alpha),
+            nan_to_zero: tail.nan_to_zero.is_some(),
+            batch: qk
+                .batch
+                .iter()
+                .zip(&pv.batch)
+                .map(|(a, b)| AttnBatchDim {
+                    div: a.div,
+                    extent: a.extent,
+                    a_stride: a.a_stride,
+                    b_stride: a.b_stride,
+                    v_stride: b.b_stride,
+                })
+                .collect(),
+            lanes: (0..pv.nn.div_ceil(64)).map(|i| Lane { i, off: i * 64 }).collect(),
+        };
+        let name = self.group_name(group);
+        self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg)
+    }
+
+    /// The geometry of a MatMul or Gemm group's product: operand views (through scalar prologues), sizes,
+    /// strides and batch dimensions.
+    fn mm_geometry(&self, group: &KernelGroup, helpers: &mut Helpers) -> Result<MmGeom, EmitError> {
         let g = self.g;
         let n = group.anchor.expect("anchor");
         let node = g.node(n);
@@ -1079,7 +1206,6 @@ impl Emitter<'_> {
         // Operand views: through a scalar prologue node when there is one (its data input is what is loaded).
         let mut pro = [String::new(), String::new()];
         let mut views = Vec::new();
-        let mut helpers = Helpers::default();
         for (slot, pro_expr) in pro.iter_mut().enumerate() {
             let view = match group.prologue.iter().find(|&&(s, _)| s == slot) {
                 Some(&(_, p)) => {
@@ -1101,7 +1227,7 @@ impl Emitter<'_> {
                         .collect();
                     let inputs: Vec<ValueId> = pn.inputs.iter().flatten().copied().collect();
                     let ot = g.ty(pn.outputs[0]).clone();
-                    *pro_expr = self.op_expr(p, &args, &inputs, &ot, &mut helpers, &|d| format!("c{d}"))?;
+                    *pro_expr = self.op_expr(p, &args, &inputs, &ot, helpers, &|d| format!("c{d}"))?;
                     input_view(g, &self.sched.folded, p, ds)
                 }
                 None => input_view(g, &self.sched.folded, n, slot),
@@ -1159,6 +1285,15 @@ impl Emitter<'_> {
             return Err(self.err(n, "operand views with negative strides are not supported"));
         }
         let batches: usize = batch_shape.iter().product();
+        Ok(MmGeom { n, mm_out, va, vb, pro, m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch, batches })
+    }
+
+    fn matmul(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let mut helpers = Helpers::default();
+        let MmGeom { n, mm_out, va, vb, pro, m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch, batches } =
+            self.mm_geometry(group, &mut helpers)?;
+        let node = g.node(n);
         if batches > self.limits.max_workgroups_per_dimension as usize {
             return Err(self.err(n, format!("{batches} batched products exceed the workgroup limit")));
         }

@@ -137,3 +137,26 @@ fn layout_ops_become_strided_copies() {
     g.outputs.push(y);
     insta::assert_snapshot!(kernels(g));
 }
+
+/// Scaled, masked attention (Q·Kᵀ with Kᵀ folded into strides, scale, additive mask, softmax, ·V): one kernel
+/// with an online softmax, the scale and mask in the score epilogue.
+#[test]
+fn attention_is_one_kernel() {
+    let mut g = Graph::new();
+    let q = input(&mut g, "q", &[2, 4, 8]);
+    let k = input(&mut g, "k", &[2, 4, 8]);
+    let v = input(&mut g, "v", &[2, 4, 8]);
+    let mask = input(&mut g, "mask", &[4, 4]);
+    let kt = node(&mut g, Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[k]);
+    let s = node(&mut g, Op::MatMul, &[q, kt]);
+    let scale = g.add_const("scale", Tensor::f32(vec![], vec![0.35]));
+    let s = node(&mut g, Op::Binary(BinaryOp::Mul), &[s, scale]);
+    let s = node(&mut g, Op::Binary(BinaryOp::Add), &[s, mask]);
+    let p = node(&mut g, Op::Softmax { axis: 2, legacy: false, log: false }, &[s]);
+    let y = g.add_value("y", None);
+    g.add_node("pv", Op::MatMul, vec![Some(p), Some(v)], vec![y]).unwrap();
+    g.outputs.push(y);
+    let wgsl = kernels(g);
+    assert_eq!(wgsl.matches("// ---- ").count(), 1, "{wgsl}");
+    insta::assert_snapshot!(wgsl);
+}
