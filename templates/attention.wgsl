@@ -4,7 +4,10 @@
 // Attention for one query row per workgroup of 64 threads, with an online softmax: keys in tiles of 64 (a score
 // per thread: Q·K, then the score epilogue, scale and mask), a running maximum and sum, and {{ lanes.len() }}
 // accumulator(s) per thread over the {{ dv }} value columns. Scores and probabilities never leave the workgroup.
-var<workgroup> q_row: array<f32, {{ dk }}>;
+var<workgroup> q_row: array<f32, {{ dk_pad }}>;
+// A 64-key by 16-column slice of K, loaded with neighbouring threads on neighbouring columns (padded rows: no
+// bank conflicts when each thread then walks its own key's row).
+var<workgroup> k_tile: array<f32, 1088>;
 var<workgroup> p_tile: array<f32, 64>;
 var<workgroup> red: array<f32, 64>;
 
@@ -19,11 +22,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let a_base = {{ a_off }}u + m * {{ a_sm }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
     let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
     let v_base = {{ v_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.v_stride }}u{% endfor %};
-    for (var d = tid; d < {{ dk }}u; d = d + 64u) {
-        var av = a[a_base + d * {{ a_sk }}u];
+    for (var d = tid; d < {{ dk_pad }}u; d = d + 64u) {
+        var av = 0.0;
+        if (d < {{ dk }}u) {
+            av = a[a_base + d * {{ a_sk }}u];
 {%- if !a_pro.is_empty() %}
-        av = {{ a_pro }};
+            av = {{ a_pro }};
 {%- endif %}
+        }
         q_row[d] = av;
     }
     workgroupBarrier();
@@ -36,16 +42,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
     for (var n0 = 0u; n0 < {{ n }}u; n0 = n0 + 64u) {
         let key = n0 + tid;
+        var dot = 0.0;
+        for (var d0 = 0u; d0 < {{ dk_pad }}u; d0 = d0 + 16u) {
+            for (var j = 0u; j < 16u; j = j + 1u) {
+                let e = tid + j * 64u;
+                let kk = e / 16u;
+                let dd = e % 16u;
+                var bv = 0.0;
+                if (n0 + kk < {{ n }}u && d0 + dd < {{ dk }}u) {
+                    bv = {{ b_var }}[b_base + (d0 + dd) * {{ b_sk }}u + (n0 + kk) * {{ b_sn }}u];
+{%- if !b_pro.is_empty() %}
+                    bv = {{ b_pro }};
+{%- endif %}
+                }
+                k_tile[kk * 17u + dd] = bv;
+            }
+            workgroupBarrier();
+            for (var dd = 0u; dd < 16u; dd = dd + 1u) {
+                dot = fma(q_row[d0 + dd], k_tile[tid * 17u + dd], dot);
+            }
+            workgroupBarrier();
+        }
         var s = neg_inf;
         if (key < {{ n }}u) {
-            var dot = 0.0;
-            for (var d = 0u; d < {{ dk }}u; d = d + 1u) {
-                var bv = {{ b_var }}[b_base + d * {{ b_sk }}u + key * {{ b_sn }}u];
-{%- if !b_pro.is_empty() %}
-                bv = {{ b_pro }};
-{%- endif %}
-                dot = fma(q_row[d], bv, dot);
-            }
             let v = {{ alpha }} * dot;
 {%- if fu.defined %}
             s = fused(v, batch * {{ mn }}u + m * {{ n }}u + key);

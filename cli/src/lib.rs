@@ -49,6 +49,9 @@ pub struct CompileOptions {
     /// `--memory-budget RATIO`: how much activation memory, as a multiple of the lower bound, the planner may spend
     /// so that kernels bind their inputs read-only (faster on NVIDIA GPUs). `None`: 1.10.
     pub memory_budget: Option<f64>,
+    /// `--attention fused|unfused`: whether Q·Kᵀ → softmax → ·V becomes one kernel (unfused by default; see
+    /// `AttentionMode`).
+    pub attention: wgslc_passes::AttentionMode,
 }
 
 /// What a compile produced.
@@ -86,6 +89,7 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     let fuse = wgslc_passes::FuseOptions {
         fuse: !opts.no_fuse,
         max_storage_buffers: opts.limits.max_storage_buffers_per_shader_stage as usize,
+        attention: opts.attention,
         ..Default::default()
     };
     let sched = wgslc_passes::schedule(&g, &fuse)?;

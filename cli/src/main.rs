@@ -42,6 +42,10 @@ enum Cmd {
         /// inputs read-only (two sets of arenas; faster on NVIDIA GPUs). Default 1.10; 2 or more always allows it.
         #[arg(long = "memory-budget", value_name = "RATIO")]
         memory_budget: Option<f64>,
+        /// Whether Q·Kᵀ → softmax → ·V becomes one attention kernel (online softmax) or three kernels. Unfused by
+        /// default: the attention kernel is still slower on GPUs (docs/performance.md).
+        #[arg(long = "attention", value_name = "fused|unfused", default_value = "unfused")]
+        attention: String,
         /// Print the IR after a pass (import, infer, lower, dce, legalize) to stdout and stop.
         #[arg(long = "dump-after", value_name = "PASS")]
         dump_after: Option<String>,
@@ -110,11 +114,27 @@ fn parse_kv(s: &str, what: &str) -> Result<(String, String)> {
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Compile { model, out, dims, shapes, constants, no_fuse, no_reuse, memory_budget, dump_after } => {
+        Cmd::Compile {
+            model,
+            out,
+            dims,
+            shapes,
+            constants,
+            no_fuse,
+            no_reuse,
+            memory_budget,
+            attention,
+            dump_after,
+        } => {
+            let attention = match attention.as_str() {
+                "fused" => wgslc_passes::AttentionMode::Fused,
+                "unfused" => wgslc_passes::AttentionMode::Unfused,
+                other => bail!("--attention takes fused or unfused, not '{other}'"),
+            };
             if memory_budget.is_some_and(|b| !b.is_finite() || b < 1.0) {
                 bail!("--memory-budget takes a ratio of at least 1.0");
             }
-            let mut opts = wgslc::CompileOptions { no_fuse, no_reuse, memory_budget, ..Default::default() };
+            let mut opts = wgslc::CompileOptions { no_fuse, no_reuse, memory_budget, attention, ..Default::default() };
             for d in dims {
                 let (k, v) = parse_kv(&d, "--dim")?;
                 let n =

@@ -279,3 +279,21 @@ fn a_lost_device_gives_an_error_not_a_panic() {
     let err = wgslc::runtime::Session::load_with(dir.path(), gpu).err().expect("loading on a lost device fails");
     assert!(err.to_string().contains("device lost") || err.to_string().contains("GPU error"), "{err}");
 }
+
+#[test]
+fn the_attention_kernel_reproduces_the_reference() {
+    // Attention is unfused by default (docs/performance.md); the kernel must still be right.
+    for model in ["models/transformer", "torch/gpt2_dynamo20", "torch/nanogpt_dynamo20", "torch/nanogpt_torchscript17"]
+    {
+        let case = common::load_case(&common::testdata().join(model));
+        let opts = wgslc::CompileOptions { attention: wgslc_passes::AttentionMode::Fused, ..case.opts.clone() };
+        let dir = tempfile::tempdir().unwrap();
+        let summary = wgslc::compile(&case.dir.join("model.onnx"), dir.path(), &opts).unwrap();
+        assert!(
+            summary.plan.kernels.iter().any(|k| k.wgsl.ends_with("_attention.wgsl")),
+            "{model}: no attention kernel"
+        );
+        let got = common::compile_and_run(&case, &opts).unwrap();
+        common::compare(&got, &case.expected, case.rtol, case.atol).unwrap_or_else(|e| panic!("{model}: {e}"));
+    }
+}

@@ -155,6 +155,8 @@ struct AttentionTpl {
     n: usize,
     mn: usize,
     dk: usize,
+    /// `dk` rounded up to the 16-column K slices.
+    dk_pad: usize,
     dv: usize,
     a_off: i64,
     b_off: i64,
@@ -1161,6 +1163,7 @@ impl Emitter<'_> {
             n: qk.nn,
             mn: qk.m * qk.nn,
             dk: qk.k,
+            dk_pad: qk.k.div_ceil(16) * 16,
             dv: pv.nn,
             a_off: qk.va.offset,
             b_off: qk.vb.offset,

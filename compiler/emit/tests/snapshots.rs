@@ -156,7 +156,13 @@ fn attention_is_one_kernel() {
     let y = g.add_value("y", None);
     g.add_node("pv", Op::MatMul, vec![Some(p), Some(v)], vec![y]).unwrap();
     g.outputs.push(y);
-    let wgsl = kernels(g);
-    assert_eq!(wgsl.matches("// ---- ").count(), 1, "{wgsl}");
+    run_pipeline(&mut g, None).unwrap();
+    let opts = FuseOptions { attention: wgslc_passes::AttentionMode::Fused, ..Default::default() };
+    let sched = schedule(&g, &opts).unwrap();
+    let plan = plan_memory(&g, &sched).unwrap();
+    let ks = emit(&g, &sched, &plan, &Limits::default()).unwrap();
+    assert_eq!(ks.len(), 1);
+    let wgsl =
+        format!("// ---- {} ({:?} workgroups)\n{}\n", ks[0].kernel.name, ks[0].kernel.workgroups, ks[0].kernel.wgsl);
     insta::assert_snapshot!(wgsl);
 }
