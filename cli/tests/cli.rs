@@ -297,3 +297,21 @@ fn the_attention_kernel_reproduces_the_reference() {
         common::compare(&got, &case.expected, case.rtol, case.atol).unwrap_or_else(|e| panic!("{model}: {e}"));
     }
 }
+
+#[test]
+fn no_adapter_is_a_clear_error() {
+    // Linux has no DirectX 12: asking wgpu for that backend alone finds no adapter.
+    let case = common::load_case(&common::testdata().join("models/transformer"));
+    let dir = tempfile::tempdir().unwrap();
+    wgslc::compile(&case.dir.join("model.onnx"), dir.path(), &case.opts).unwrap();
+    let input = case.dir.join("input_0.npy");
+    let out = Command::new(env!("CARGO_BIN_EXE_wgslc"))
+        .args(["run", dir.path().to_str().unwrap(), "--input", input.to_str().unwrap(), "-o"])
+        .arg(dir.path().join("outputs"))
+        .env("WGPU_BACKEND", "dx12")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no GPU adapter found"), "{err}");
+}

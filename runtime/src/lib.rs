@@ -75,7 +75,10 @@ impl Gpu {
     /// Opens the first high-performance adapter (respecting `WGPU_BACKEND`), with the adapter's real limits.
     pub fn new() -> Result<Arc<Gpu>, RuntimeError> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
+        // Read here: wgpu-types' own `from_env` reads nothing unless its "std" feature is on.
+        desc.backends = std::env::var("WGPU_BACKEND")
+            .map(|b| wgpu::Backends::from_comma_list(&b))
+            .unwrap_or(wgpu::Backends::PRIMARY);
         let instance = wgpu::Instance::new(desc);
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
