@@ -358,6 +358,26 @@ def ops():
         model([helper.make_node("MatMul", ["a", "b"], ["y"])], [vi("a", F, [4, 256, 8]), vi("b", F, [8, 256])], [vi("y", F, None)]),
         [rand(4, 256, 8), rand(8, 256)],
     )
+    # Scaled, masked attention as PyTorch's SDPA exports it (Where(IsNaN(p), 0, p) after the softmax), with shapes
+    # off every tile size (19 queries, 70 keys, widths 20 and 23), masked key ranges and a fully masked row.
+    rng = np.random.default_rng(7)
+    mask = np.zeros((19, 70), np.float32)
+    mask[:, 65:] = -np.inf
+    mask[3, :] = -np.inf
+    mask[5, :40] = -np.inf
+    cases["attention_masked"] = (
+        model([helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+               helper.make_node("MatMul", ["q", "kt"], ["s"]),
+               helper.make_node("Mul", ["s", "scale"], ["s2"]),
+               helper.make_node("Add", ["s2", "mask"], ["s3"]),
+               helper.make_node("Softmax", ["s3"], ["p"], axis=-1),
+               helper.make_node("IsNaN", ["p"], ["nan"]),
+               helper.make_node("Where", ["nan", "zero", "p"], ["p2"]),
+               helper.make_node("MatMul", ["p2", "v"], ["y"])],
+              [vi("q", F, [1, 2, 19, 20]), vi("k", F, [1, 2, 70, 20]), vi("v", F, [1, 2, 70, 23]), vi("mask", F, [19, 70])],
+              [vi("y", F, None)], [init("scale", np.float32(0.3)), init("zero", np.float32(0.0))]),
+        [rng.standard_normal(s).astype(np.float32) for s in [(1, 2, 19, 20), (1, 2, 70, 20), (1, 2, 70, 23)]] + [mask],
+    )
     return cases
 
 

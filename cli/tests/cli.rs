@@ -282,9 +282,15 @@ fn a_lost_device_gives_an_error_not_a_panic() {
 
 #[test]
 fn the_attention_kernel_reproduces_the_reference() {
-    // Attention is unfused by default (docs/performance.md); the kernel must still be right.
-    for model in ["models/transformer", "torch/gpt2_dynamo20", "torch/nanogpt_dynamo20", "torch/nanogpt_torchscript17"]
-    {
+    // Forced, so every bundled transformer runs the kernel whatever `auto` decides.
+    let models = [
+        "models/transformer",
+        "ops/attention_masked",
+        "torch/gpt2_dynamo20",
+        "torch/nanogpt_dynamo20",
+        "torch/nanogpt_torchscript17",
+    ];
+    for model in models {
         let case = common::load_case(&common::testdata().join(model));
         let opts = wgslc::CompileOptions { attention: wgslc_passes::AttentionMode::Fused, ..case.opts.clone() };
         let dir = tempfile::tempdir().unwrap();

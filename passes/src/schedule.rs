@@ -45,8 +45,8 @@ pub struct AttentionTail {
     pub pv: NodeId,
 }
 
-/// The longest key/query width whose query row the attention kernel keeps in workgroup memory, and the widest
-/// value rows (four accumulators per thread of 64).
+/// The widest Q/K rows the attention kernel takes (it streams them in 16-column slices; the bound keeps the score
+/// loop's trip count sane), and the widest value rows (16 accumulators per thread).
 pub const ATTENTION_MAX_DK: usize = 1024;
 pub const ATTENTION_MAX_DV: usize = 256;
 
@@ -113,21 +113,27 @@ pub struct FuseOptions {
 
 impl Default for FuseOptions {
     fn default() -> Self {
-        FuseOptions { fuse: true, clusters: true, max_storage_buffers: 8, attention: AttentionMode::Unfused }
+        FuseOptions { fuse: true, clusters: true, max_storage_buffers: 8, attention: AttentionMode::Auto }
     }
 }
 
 /// Whether Q·Kᵀ → softmax → ·V is emitted as one attention kernel or as three (score product, softmax, value
-/// product). Unfused by default: the attention kernel (one query row per workgroup of 64 threads, keys in tiles of
-/// 64) was slower than the three tiled kernels at every length measured on an H100, for a 12-layer GPT-2: 9.9
-/// against 9.0 ms at 128 tokens, 31.6 against 15.2 ms at 512, 88.7 against 29.3 ms at 1024. It becomes the default
-/// once it tiles query rows too (a flash-attention block per workgroup).
+/// product).
+///
+/// `Auto` fuses up to [`ATTENTION_AUTO_MAX_KEYS`] keys. Measured on an H100 for a 12-layer GPT-2 (fused against
+/// three kernels, ms per inference): 8.96 / 8.86 and 9.30 / 9.74 at 128 tokens (even, within run-to-run spread,
+/// with 24 fewer dispatches, which cost more on slower WebGPU implementations), 15.8 / 15.0 at 512 and 32.0 / 29.2
+/// at 1024, where the tiled matmuls' register blocking outruns the attention kernel's one row per thread.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttentionMode {
     #[default]
+    Auto,
     Unfused,
     Fused,
 }
+
+/// The longest key sequence [`AttentionMode::Auto`] fuses.
+pub const ATTENTION_AUTO_MAX_KEYS: usize = 256;
 
 /// Ops computed one output element at a time from inputs at the same coordinates.
 pub fn is_pointwise(op: &Op) -> bool {
@@ -366,8 +372,9 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
     }
 
     // 2b. Attention: score product → softmax over its last axis → product with V, as one kernel.
-    if opts.fuse && opts.attention == AttentionMode::Fused {
-        fuse_attention(g, &mut sched, &mut group_of, &readers, opts.max_storage_buffers);
+    if opts.fuse && opts.attention != AttentionMode::Unfused {
+        let max_keys = if opts.attention == AttentionMode::Auto { ATTENTION_AUTO_MAX_KEYS } else { usize::MAX };
+        fuse_attention(g, &mut sched, &mut group_of, &readers, opts.max_storage_buffers, max_keys);
     }
 
     // 3. Why every remaining edge crosses a kernel boundary.
@@ -445,6 +452,7 @@ fn fuse_attention(
     group_of: &mut HashMap<NodeId, usize>,
     readers: &HashMap<ValueId, Vec<(NodeId, usize)>>,
     max_bindings: usize,
+    max_keys: usize,
 ) {
     let mut ci = 0;
     while ci < sched.kernels.len() {
@@ -472,7 +480,11 @@ fn fuse_attention(
             let Op::Softmax { axis, log: false, .. } = g.node(sm).op else { return None };
             let scores = g.node(sm).inputs[0]?;
             let st = g.ty(scores);
-            if axis as usize + 1 != st.rank() || st.rank() < 2 || !b.prologue.is_empty() {
+            if axis as usize + 1 != st.rank()
+                || st.rank() < 2
+                || !b.prologue.is_empty()
+                || st.shape[axis as usize] > max_keys
+            {
                 return None;
             }
             let soft = g.node(sm).outputs[0];

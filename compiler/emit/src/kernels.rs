@@ -150,14 +150,20 @@ struct AttentionTpl {
     helpers: Helpers,
     fu: Fused,
     groups_x: u32,
-    rows: usize,
+    /// Workgroups: batches × `m_blocks`.
+    blocks: usize,
+    /// Blocks of 16 query rows per batch.
+    m_blocks: usize,
     m: usize,
     n: usize,
     mn: usize,
     dk: usize,
-    /// `dk` rounded up to the 16-column K slices.
-    dk_pad: usize,
     dv: usize,
+    /// `dv` rounded up to 16 (one column per thread of a row per lane).
+    dv_pad: usize,
+    /// Keys of V staged at a time: as many as fit 2048 floats, at most 16.
+    v_chunk: usize,
+    kv_len: usize,
     a_off: i64,
     b_off: i64,
     v_off: i64,
@@ -173,6 +179,8 @@ struct AttentionTpl {
     v_var: String,
     alpha: String,
     nan_to_zero: bool,
+    /// 0..4: the four keys each thread scores per tile, unrolled.
+    quads: Vec<usize>,
     batch: Vec<AttnBatchDim>,
     lanes: Vec<Lane>,
 }
@@ -1150,21 +1158,28 @@ impl Emitter<'_> {
         let fu = self.fused_body(&qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
         let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
         bindings.push((out, true, "out"));
-        let rows = qk.batches * qk.m;
-        let (wg, groups_x) = self.grid(tail.pv, rows)?;
+        let m_blocks = qk.m.div_ceil(16);
+        let dv_pad = pv.nn.div_ceil(16) * 16;
+        // A power of two dividing the 64-key tile.
+        let v_chunk = [16, 8, 4, 2, 1].into_iter().find(|&c| c * dv_pad <= 2048).unwrap_or(1);
+        let blocks = qk.batches * m_blocks;
+        let (wg, groups_x) = self.grid(tail.pv, blocks)?;
         let h = self.group_header(group, "attention.wgsl", &bindings);
         let tpl = AttentionTpl {
             h,
             helpers,
             fu,
             groups_x,
-            rows,
+            blocks,
+            m_blocks,
             m: qk.m,
             n: qk.nn,
             mn: qk.m * qk.nn,
             dk: qk.k,
-            dk_pad: qk.k.div_ceil(16) * 16,
             dv: pv.nn,
+            dv_pad,
+            v_chunk,
+            kv_len: (v_chunk * dv_pad).max(64 * 17),
             a_off: qk.va.offset,
             b_off: qk.vb.offset,
             v_off: pv.vb.offset,
@@ -1180,6 +1195,7 @@ impl Emitter<'_> {
             v_var,
             alpha: f32_lit(qk.alpha),
             nan_to_zero: tail.nan_to_zero.is_some(),
+            quads: (0..4).collect(),
             batch: qk
                 .batch
                 .iter()
@@ -1192,7 +1208,7 @@ impl Emitter<'_> {
                     v_stride: b.b_stride,
                 })
                 .collect(),
-            lanes: (0..pv.nn.div_ceil(64)).map(|i| Lane { i, off: i * 64 }).collect(),
+            lanes: (0..pv.nn.div_ceil(16)).map(|i| Lane { i, off: i * 16 }).collect(),
         };
         let name = self.group_name(group);
         self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg)
