@@ -1,16 +1,16 @@
 {% include "header.wgsl" %}
 {%- include "helpers.wgsl" %}
 {%- include "fused.wgsl" %}
-// Attention for a block of 16 query rows per workgroup of 256 threads (16 per row), with an online softmax: keys
-// in tiles of 64 (each thread scores 4 keys of its row: Q·K through workgroup memory, then the score epilogue,
-// scale and mask), a running maximum per row, and {{ lanes.len() }} accumulator(s) per thread over the {{ dv }} value
-// columns. Scores and probabilities never leave the workgroup; K and V loads are shared by the 16 rows.
-var<workgroup> q_tile: array<f32, 256>;
+// Attention for a block of {{ rows }} query rows per workgroup of 256 threads, with an online softmax. Each thread
+// owns {{ row_lanes.len() }} row(s) (r, r + 16, …) and, per tile of 64 keys, scores 4 keys of each (Q·K through
+// workgroup memory, then the score epilogue: scale, mask), keeps a running maximum and denominator per row, and
+// accumulates {{ lanes.len() }} of the {{ dv }} value columns per row. Scores and probabilities never leave the
+// workgroup; K and V are loaded once per block of rows. Everything per thread is unrolled into scalars.
+var<workgroup> q_tile: array<f32, {{ rows * 16 }}>;
 // 64 keys by 16 columns of K (rows padded to 17 so each thread walking its key's row hits its own bank), then
 // {{ v_chunk }} keys by {{ dv_pad }} columns of V: one array, since the two are never live at once.
 var<workgroup> kv_tile: array<f32, {{ kv_len }}>;
-var<workgroup> p_tile: array<f32, 1024>;
-var<workgroup> red: array<f32, 256>;
+var<workgroup> p_tile: array<f32, {{ rows * 64 }}>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -21,32 +21,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let batch = block / {{ m_blocks }}u;
     let r = tid / 16u;
     let c = tid % 16u;
-    let m = (block % {{ m_blocks }}u) * 16u + r;
+    let row0 = (block % {{ m_blocks }}u) * {{ rows }}u;
     let a_base = {{ a_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
     let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
     let v_base = {{ v_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.v_stride }}u{% endfor %};
     let neg_inf = bitcast<f32>(0xff800000u);
-    var mx = neg_inf;
-    // This thread's share of its row's softmax denominator (the row's threads rescale by the same factor).
-    var l = 0.0;
+{%- for i in row_lanes %}
+    let m{{ i }} = row0 + r + {{ i * 16 }}u;
+    var mx{{ i }} = neg_inf;
+    // This thread's share of the row's softmax denominator (the row's threads rescale by the same factor).
+    var l{{ i }} = 0.0;
 {%- for o in lanes %}
-    var acc{{ o.i }} = 0.0;
+    var acc{{ i }}_{{ o.i }} = 0.0;
+{%- endfor %}
 {%- endfor %}
     for (var n0 = 0u; n0 < {{ n }}u; n0 = n0 + 64u) {
-        var dot0 = 0.0;
-        var dot1 = 0.0;
-        var dot2 = 0.0;
-        var dot3 = 0.0;
+{%- for i in row_lanes %}{% for j in quads %}
+        var dot{{ i }}_{{ j }} = 0.0;
+{%- endfor %}{% endfor %}
         for (var d0 = 0u; d0 < {{ dk }}u; d0 = d0 + 16u) {
-            // Q: 16 rows x 16 columns, one element per thread.
-            var av = 0.0;
-            if (m < {{ m }}u && d0 + c < {{ dk }}u) {
-                av = a[a_base + m * {{ a_sm }}u + (d0 + c) * {{ a_sk }}u];
+            // Q: {{ rows }} rows x 16 columns.
+{%- for i in row_lanes %}
+            {
+                var av = 0.0;
+                if (m{{ i }} < {{ m }}u && d0 + c < {{ dk }}u) {
+                    av = a[a_base + m{{ i }} * {{ a_sm }}u + (d0 + c) * {{ a_sk }}u];
 {%- if !a_pro.is_empty() %}
-                av = {{ a_pro }};
+                    av = {{ a_pro }};
 {%- endif %}
+                }
+                q_tile[tid + {{ i * 256 }}u] = av;
             }
-            q_tile[tid] = av;
+{%- endfor %}
             // K: 64 keys x 16 columns, four elements per thread, neighbouring threads on neighbouring columns.
             for (var j = 0u; j < 4u; j = j + 1u) {
                 let e = tid + j * 256u;
@@ -63,52 +69,64 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
             workgroupBarrier();
             for (var dd = 0u; dd < 16u; dd = dd + 1u) {
-                let q = q_tile[r * 16u + dd];
-                dot0 = fma(q, kv_tile[c * 17u + dd], dot0);
-                dot1 = fma(q, kv_tile[(c + 16u) * 17u + dd], dot1);
-                dot2 = fma(q, kv_tile[(c + 32u) * 17u + dd], dot2);
-                dot3 = fma(q, kv_tile[(c + 48u) * 17u + dd], dot3);
+{%- for j in quads %}
+                let k{{ j }} = kv_tile[(c + {{ j * 16 }}u) * 17u + dd];
+{%- endfor %}
+{%- for i in row_lanes %}
+                let q{{ i }} = q_tile[(r + {{ i * 16 }}u) * 16u + dd];
+{%- for j in quads %}
+                dot{{ i }}_{{ j }} = fma(q{{ i }}, k{{ j }}, dot{{ i }}_{{ j }});
+{%- endfor %}
+{%- endfor %}
             }
             workgroupBarrier();
         }
-        // Scores of keys c, c+16, c+32, c+48 (unrolled: no array to spill): epilogue, or -inf past the ends.
-        var tmax = neg_inf;
+        // Scores of keys c, c+16, c+32, c+48 of each row: epilogue, or -inf past the ends. Then each row's maximum
+        // over its 16 threads, reduced in q_tile (free until the next tile).
+{%- for i in row_lanes %}
+        var tmax{{ i }} = neg_inf;
 {%- for j in quads %}
-        var s{{ j }} = neg_inf;
-        if (n0 + c + {{ j * 16 }}u < {{ n }}u && m < {{ m }}u) {
-            let v = {{ alpha }} * dot{{ j }};
+        var s{{ i }}_{{ j }} = neg_inf;
+        if (n0 + c + {{ j * 16 }}u < {{ n }}u && m{{ i }} < {{ m }}u) {
+            let v = {{ alpha }} * dot{{ i }}_{{ j }};
 {%- if fu.defined %}
-            s{{ j }} = fused(v, batch * {{ mn }}u + m * {{ n }}u + n0 + c + {{ j * 16 }}u);
+            s{{ i }}_{{ j }} = fused(v, batch * {{ mn }}u + m{{ i }} * {{ n }}u + n0 + c + {{ j * 16 }}u);
 {%- else %}
-            s{{ j }} = v;
+            s{{ i }}_{{ j }} = v;
 {%- endif %}
         }
-        tmax = max(tmax, s{{ j }});
+        tmax{{ i }} = max(tmax{{ i }}, s{{ i }}_{{ j }});
 {%- endfor %}
-        // The row's maximum over its 16 threads.
-        red[tid] = tmax;
+        q_tile[tid + {{ i * 256 }}u] = tmax{{ i }};
+{%- endfor %}
         workgroupBarrier();
         for (var w = 8u; w > 0u; w = w >> 1u) {
             if (c < w) {
-                red[tid] = max(red[tid], red[tid + w]);
+{%- for i in row_lanes %}
+                q_tile[tid + {{ i * 256 }}u] = max(q_tile[tid + {{ i * 256 }}u], q_tile[tid + {{ i * 256 }}u + w]);
+{%- endfor %}
             }
             workgroupBarrier();
         }
-        let new_mx = max(mx, red[r * 16u]);
-        // While every score of the row so far is -inf, shift by 0 so exp gives 0 rather than NaN.
-        let shift = select(new_mx, 0.0, new_mx < -3.40282347e38);
-        let scale = exp(mx - shift);
-        l = l * scale;
+{%- for i in row_lanes %}
+        {
+            let new_mx = max(mx{{ i }}, q_tile[r * 16u + {{ i * 256 }}u]);
+            // While every score of the row so far is -inf, shift by 0 so exp gives 0 rather than NaN.
+            let shift = select(new_mx, 0.0, new_mx < -3.40282347e38);
+            let scale = exp(mx{{ i }} - shift);
+            l{{ i }} = l{{ i }} * scale;
 {%- for j in quads %}
-        let p{{ j }} = exp(s{{ j }} - shift);
-        l = l + p{{ j }};
-        p_tile[r * 64u + c + {{ j * 16 }}u] = p{{ j }};
+            let p{{ j }} = exp(s{{ i }}_{{ j }} - shift);
+            l{{ i }} = l{{ i }} + p{{ j }};
+            p_tile[(r + {{ i * 16 }}u) * 64u + c + {{ j * 16 }}u] = p{{ j }};
 {%- endfor %}
-        mx = new_mx;
-        workgroupBarrier();
+            mx{{ i }} = new_mx;
 {%- for o in lanes %}
-        acc{{ o.i }} = acc{{ o.i }} * scale;
+            acc{{ i }}_{{ o.i }} = acc{{ i }}_{{ o.i }} * scale;
 {%- endfor %}
+        }
+{%- endfor %}
+        workgroupBarrier();
         // P·V over the tile, V staged {{ v_chunk }} keys at a time (zeros past the last key and column; p is 0 there).
         for (var j0 = 0u; j0 < 64u; j0 = j0 + {{ v_chunk }}u) {
             for (var e = tid; e < {{ v_chunk * dv_pad }}u; e = e + 256u) {
@@ -122,36 +140,47 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
             workgroupBarrier();
             for (var jj = 0u; jj < {{ v_chunk }}u; jj = jj + 1u) {
-                let pj = p_tile[r * 64u + j0 + jj];
 {%- for o in lanes %}
-                acc{{ o.i }} = fma(pj, kv_tile[jj * {{ dv_pad }}u + c + {{ o.off }}u], acc{{ o.i }});
+                let v{{ o.i }} = kv_tile[jj * {{ dv_pad }}u + c + {{ o.off }}u];
+{%- endfor %}
+{%- for i in row_lanes %}
+                let pj{{ i }} = p_tile[(r + {{ i * 16 }}u) * 64u + j0 + jj];
+{%- for o in lanes %}
+                acc{{ i }}_{{ o.i }} = fma(pj{{ i }}, v{{ o.i }}, acc{{ i }}_{{ o.i }});
+{%- endfor %}
 {%- endfor %}
             }
             workgroupBarrier();
         }
     }
-    // The row's denominator over its 16 threads.
-    red[tid] = l;
+    // Each row's denominator over its 16 threads.
+{%- for i in row_lanes %}
+    q_tile[tid + {{ i * 256 }}u] = l{{ i }};
+{%- endfor %}
     workgroupBarrier();
     for (var w = 8u; w > 0u; w = w >> 1u) {
         if (c < w) {
-            red[tid] = red[tid] + red[tid + w];
+{%- for i in row_lanes %}
+            q_tile[tid + {{ i * 256 }}u] = q_tile[tid + {{ i * 256 }}u] + q_tile[tid + {{ i * 256 }}u + w];
+{%- endfor %}
         }
         workgroupBarrier();
     }
-    let denom = red[r * 16u];
+{%- for i in row_lanes %}
+    if (m{{ i }} < {{ m }}u) {
+        let denom = q_tile[r * 16u + {{ i * 256 }}u];
 {%- if nan_to_zero %}
-    // Every score -inf: the softmax is NaN, which the model's Where(IsNaN(p), 0, p) turns into zeros.
-    let inv = select(1.0 / denom, 0.0, denom == 0.0);
+        // Every score -inf: the softmax is NaN, which the model's Where(IsNaN(p), 0, p) turns into zeros.
+        let inv = select(1.0 / denom, 0.0, denom == 0.0);
 {%- else %}
-    let inv = 1.0 / denom;
+        let inv = 1.0 / denom;
 {%- endif %}
-    if (m < {{ m }}u) {
-        let o = (batch * {{ m }}u + m) * {{ dv }}u + c;
+        let o = (batch * {{ m }}u + m{{ i }}) * {{ dv }}u + c;
 {%- for o in lanes %}
         if (c + {{ o.off }}u < {{ dv }}u) {
-            out[o + {{ o.off }}u] = acc{{ o.i }} * inv;
+            out[o + {{ o.off }}u] = acc{{ i }}_{{ o.i }} * inv;
         }
 {%- endfor %}
     }
+{%- endfor %}
 }

@@ -378,6 +378,22 @@ def ops():
               [vi("y", F, None)], [init("scale", np.float32(0.3)), init("zero", np.float32(0.0))]),
         [rng.standard_normal(s).astype(np.float32) for s in [(1, 2, 19, 20), (1, 2, 70, 20), (1, 2, 70, 23)]] + [mask],
     )
+    # 264 heads: enough blocks that the attention kernel takes 32 query rows per workgroup (two per thread).
+    mask2 = np.zeros((3, 5), np.float32)
+    mask2[1, :] = -np.inf
+    mask2[2, 3:] = -np.inf
+    cases["attention_many_heads"] = (
+        model([helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+               helper.make_node("MatMul", ["q", "kt"], ["s"]),
+               helper.make_node("Add", ["s", "mask"], ["s2"]),
+               helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+               helper.make_node("IsNaN", ["p"], ["nan"]),
+               helper.make_node("Where", ["nan", "zero", "p"], ["p2"]),
+               helper.make_node("MatMul", ["p2", "v"], ["y"])],
+              [vi("q", F, [1, 264, 3, 4]), vi("k", F, [1, 264, 5, 4]), vi("v", F, [1, 264, 5, 3]), vi("mask", F, [3, 5])],
+              [vi("y", F, None)], [init("zero", np.float32(0.0))]),
+        [rng.standard_normal(s).astype(np.float32) for s in [(1, 264, 3, 4), (1, 264, 5, 4), (1, 264, 5, 3)]] + [mask2],
+    )
     return cases
 
 

@@ -49,8 +49,7 @@ pub struct CompileOptions {
     /// `--memory-budget RATIO`: how much activation memory, as a multiple of the lower bound, the planner may spend
     /// so that kernels bind their inputs read-only (faster on NVIDIA GPUs). `None`: 1.10.
     pub memory_budget: Option<f64>,
-    /// `--attention auto|fused|unfused`: whether Q·Kᵀ → softmax → ·V becomes one kernel (auto: up to 256 keys;
-    /// see `AttentionMode`).
+    /// `--attention fused|unfused`: whether Q·Kᵀ → softmax → ·V becomes one kernel (the default).
     pub attention: wgslc_passes::AttentionMode,
 }
 

@@ -42,9 +42,9 @@ enum Cmd {
         /// inputs read-only (two sets of arenas; faster on NVIDIA GPUs). Default 1.10; 2 or more always allows it.
         #[arg(long = "memory-budget", value_name = "RATIO")]
         memory_budget: Option<f64>,
-        /// Whether Q·Kᵀ → softmax → ·V becomes one attention kernel (online softmax) or three kernels: auto fuses
-        /// up to 256 keys, where the kernel is measured even with three (docs/performance.md).
-        #[arg(long = "attention", value_name = "auto|fused|unfused", default_value = "auto")]
+        /// Whether Q·Kᵀ → softmax → ·V becomes one attention kernel with an online softmax (the default) or three
+        /// kernels, for comparison.
+        #[arg(long = "attention", value_name = "fused|unfused", default_value = "fused")]
         attention: String,
         /// Print the IR after a pass (import, infer, lower, dce, legalize) to stdout and stop.
         #[arg(long = "dump-after", value_name = "PASS")]
@@ -127,10 +127,9 @@ fn real_main() -> Result<()> {
             dump_after,
         } => {
             let attention = match attention.as_str() {
-                "auto" => wgslc_passes::AttentionMode::Auto,
                 "fused" => wgslc_passes::AttentionMode::Fused,
                 "unfused" => wgslc_passes::AttentionMode::Unfused,
-                other => bail!("--attention takes auto, fused or unfused, not '{other}'"),
+                other => bail!("--attention takes fused or unfused, not '{other}'"),
             };
             if memory_budget.is_some_and(|b| !b.is_finite() || b < 1.0) {
                 bail!("--memory-budget takes a ratio of at least 1.0");

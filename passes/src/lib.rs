@@ -25,7 +25,7 @@ pub use memory::{
 };
 pub use schedule::{
     group_io, in_place_candidates, input_view, is_pointwise, read_spec, scalar_op_data_slot, schedule, takes_epilogue,
-    AttentionMode, AttentionTail, Boundary, FuseOptions, KernelGroup, Schedule, ATTENTION_AUTO_MAX_KEYS,
+    AttentionMode, AttentionTail, Boundary, FuseOptions, KernelGroup, Schedule,
 };
 
 use wgslc_ir::{Graph, GraphError};
