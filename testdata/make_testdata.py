@@ -394,6 +394,27 @@ def ops():
               [vi("y", F, None)], [init("zero", np.float32(0.0))]),
         [rng.standard_normal(s).astype(np.float32) for s in [(1, 264, 3, 4), (1, 264, 5, 4), (1, 264, 5, 3)]] + [mask2],
     )
+    # Grouped-query attention as exporters write it: 4 query heads share 2 K/V heads through Unsqueeze → Expand →
+    # Reshape, with a causal mask through Where.
+    gqa = []
+    for t in ["k", "v"]:
+        gqa += [helper.make_node("Unsqueeze", [t, "ax2"], [f"{t}u"]),
+                helper.make_node("Expand", [f"{t}u", "rep"], [f"{t}e"]),
+                helper.make_node("Reshape", [f"{t}e", "heads"], [f"{t}h"])]
+    causal = np.tril(np.ones((6, 6), bool))
+    cases["attention_gqa"] = (
+        model(gqa + [helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
+                     helper.make_node("MatMul", ["q", "kt"], ["s"]),
+                     helper.make_node("Div", ["s", "sqrt_d"], ["s2"]),
+                     helper.make_node("Where", ["causal", "s2", "ninf"], ["s3"]),
+                     helper.make_node("Softmax", ["s3"], ["p"], axis=-1),
+                     helper.make_node("MatMul", ["p", "vh"], ["y"])],
+              [vi("q", F, [1, 4, 6, 8]), vi("k", F, [1, 2, 6, 8]), vi("v", F, [1, 2, 6, 8])], [vi("y", F, None)],
+              [init("ax2", np.array([2], np.int64)), init("rep", np.array([1, 2, 2, 6, 8], np.int64)),
+               init("heads", np.array([1, 4, 6, 8], np.int64)), init("sqrt_d", np.float32(np.sqrt(8))),
+               init("causal", causal), init("ninf", np.float32(-np.inf))]),
+        [rng.standard_normal(s).astype(np.float32) for s in [(1, 4, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8)]],
+    )
     return cases
 
 

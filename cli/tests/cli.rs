@@ -287,6 +287,7 @@ fn the_attention_kernel_reproduces_the_reference() {
         "models/transformer",
         "ops/attention_masked",
         "ops/attention_many_heads",
+        "ops/attention_gqa",
         "torch/gpt2_dynamo20",
         "torch/nanogpt_dynamo20",
         "torch/nanogpt_torchscript17",
