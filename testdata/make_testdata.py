@@ -415,6 +415,16 @@ def ops():
                init("causal", causal), init("ninf", np.float32(-np.inf))]),
         [rng.standard_normal(s).astype(np.float32) for s in [(1, 4, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8)]],
     )
+    # Few output tiles and a long K (300, not a multiple of 16): the matmul splits K across four slices of a
+    # workgroup; with a bias and Relu epilogue.
+    cases["matmul_ksplit"] = (
+        model([helper.make_node("MatMul", ["a", "w"], ["p"]), helper.make_node("Add", ["p", "bias"], ["q"]),
+               helper.make_node("Relu", ["q"], ["y"])],
+              [vi("a", F, [2, 40, 300])], [vi("y", F, None)],
+              [init("w", rng.standard_normal((300, 70)).astype(np.float32) * 0.1),
+               init("bias", rng.standard_normal(70).astype(np.float32))]),
+        [rng.standard_normal((2, 40, 300)).astype(np.float32)],
+    )
     return cases
 
 

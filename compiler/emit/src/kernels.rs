@@ -232,7 +232,12 @@ struct MatmulTpl {
     b_pro: String,
     lanes: Vec<Lane>,
     tile: usize,
-    tile_elems: usize,
+    /// Threads per side of a slice's grid.
+    tg: usize,
+    /// Slices of 256 / tg² threads, each taking `kc` of K.
+    slices: usize,
+    kc: usize,
+    smem_len: usize,
     loads: usize,
     batch: Vec<BatchDim>,
     m: usize,
@@ -1353,10 +1358,20 @@ impl Emitter<'_> {
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
         let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
         bindings.push((out, true, "out"));
-        // The largest square tile (64, 32 or 16) that still gives at least 256 workgroups: small products (short
-        // sequences) would otherwise leave most of a large GPU idle.
-        let tile =
-            [64usize, 32, 16].into_iter().find(|&t| nn.div_ceil(t) * m.div_ceil(t) * batches >= 256).unwrap_or(16);
+        // The shape of the work: 64x64 tiles (4x4 outputs per thread) when they give at least 256 workgroups; else,
+        // with K to spare, 32x32 tiles computed by four slices of 64 threads that each take a quarter of K (still
+        // 4x4 per thread; short sequences would otherwise leave most of a large GPU idle or run one output per
+        // thread); else the largest smaller tile that gives 256 workgroups.
+        let wgs = |t: usize| nn.div_ceil(t) * m.div_ceil(t) * batches;
+        let (tile, slices) = if wgs(64) >= 256 {
+            (64, 1)
+        } else if k >= 256 {
+            (32, 4)
+        } else {
+            ([32usize, 16].into_iter().find(|&t| wgs(t) >= 256).unwrap_or(16), 1)
+        };
+        let tg = if slices == 4 { 8 } else { 16 };
+        let kc = k.div_ceil(slices).div_ceil(16) * 16;
         let gx = nn.div_ceil(tile);
         let gy = m.div_ceil(tile);
         let max = self.limits.max_workgroups_per_dimension as usize;
@@ -1374,10 +1389,13 @@ impl Emitter<'_> {
             bias_var,
             a_pro: pro[0].clone(),
             b_pro: pro[1].clone(),
-            lanes: (0..tile / 16).map(|i| Lane { i, off: i * 16 }).collect(),
+            lanes: (0..tile / tg).map(|i| Lane { i, off: i * tg }).collect(),
             tile,
-            tile_elems: tile * 16,
-            loads: tile / 16,
+            tg,
+            slices,
+            kc,
+            smem_len: (slices * 32 * tile).max((slices - 1) * tile * tile),
+            loads: tile * 16 / (tg * tg),
             batch,
             m,
             n: nn,
