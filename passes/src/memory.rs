@@ -344,7 +344,7 @@ pub fn binding_access(plan: &MemoryPlan, bindings: &[(ValueId, bool)]) -> Vec<bo
 }
 
 /// Checks a plan's invariants: every value a kernel binds has a slot inside its buffer at an aligned offset, and
-/// no two intermediates sharing a buffer are live at the same step.
+/// no two intermediates whose bytes overlap are live at the same step.
 pub fn verify_plan(g: &Graph, sched: &Schedule, plan: &MemoryPlan) -> Result<(), PassError> {
     let bad = |v: ValueId, reason: String| PassError::Value { value: g.value(v).name.clone(), reason };
     for k in &sched.kernels {
