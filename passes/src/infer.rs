@@ -473,6 +473,8 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let x = cx.ty(0)?.clone();
             let axis = cx.axis(axis, x.rank())?;
             let norm = &x.shape[axis..];
+            // Scale is required (ONNX's LayerNormalization and RMSNormalization both declare it so).
+            cx.input(1)?;
             for i in 1..3 {
                 if cx.opt_input(i).is_some() {
                     let t = cx.ty(i)?;

@@ -64,6 +64,9 @@ def main():
     model("cycle.onnx", cyc, "which no node, input or initializer defines")
     dom = relu_model(nodes=[helper.make_node("Relu", ["x"], ["y"], domain="com.example")])
     model("unknown_domain.onnx", dom, "domain 'com.example'")
+    # Found by fuzzing: a LayerNormalization without its required Scale.
+    model("layernorm_no_scale.onnx", relu_model(nodes=[helper.make_node("LayerNormalization", ["x"], ["y"])]),
+          "missing input 1")
     model("unsupported_op.onnx", relu_model(nodes=[helper.make_node("NonZero", ["x"], ["y"])]), "unsupported op 'NonZero'")
     model("dtype_mismatch.onnx", relu_model(
         inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]), helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3])],
