@@ -97,6 +97,26 @@ def binary_case(op, a, b, opset=17):
     ), [a, b]
 
 
+def sdpa_case(rng, qs, ks, vs, mask, scale=None):
+    """Attention as PyTorch's SDPA exports it: Q·Kᵀ, an optional scale, an additive mask, Softmax, Where(IsNaN(p), 0,
+    p), ·V; inputs q, k, v drawn from `rng`, then the mask."""
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), helper.make_node("MatMul", ["q", "kt"], ["s"])]
+    inits, scores = [], ["s"]
+    if scale is not None:
+        nodes.append(helper.make_node("Mul", ["s", "scale"], ["s2"]))
+        inits.append(init("scale", np.float32(scale)))
+        scores.append("s2")
+    masked = f"s{len(scores) + 1}"
+    nodes += [helper.make_node("Add", [scores[-1], "mask"], [masked]),
+              helper.make_node("Softmax", [masked], ["p"], axis=-1),
+              helper.make_node("IsNaN", ["p"], ["nan"]),
+              helper.make_node("Where", ["nan", "zero", "p"], ["p2"]),
+              helper.make_node("MatMul", ["p2", "v"], ["y"])]
+    inputs = [vi("q", F, list(qs)), vi("k", F, list(ks)), vi("v", F, list(vs)), vi("mask", F, list(mask.shape))]
+    m = model(nodes, inputs, [vi("y", F, None)], inits + [init("zero", np.float32(0.0))])
+    return m, [rng.standard_normal(sh).astype(np.float32) for sh in [qs, ks, vs]] + [mask]
+
+
 def ops():
     cases = {}
     x = rand(2, 3, 5, lo=-3, hi=3)
@@ -365,35 +385,12 @@ def ops():
     mask[:, 65:] = -np.inf
     mask[3, :] = -np.inf
     mask[5, :40] = -np.inf
-    cases["attention_masked"] = (
-        model([helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-               helper.make_node("MatMul", ["q", "kt"], ["s"]),
-               helper.make_node("Mul", ["s", "scale"], ["s2"]),
-               helper.make_node("Add", ["s2", "mask"], ["s3"]),
-               helper.make_node("Softmax", ["s3"], ["p"], axis=-1),
-               helper.make_node("IsNaN", ["p"], ["nan"]),
-               helper.make_node("Where", ["nan", "zero", "p"], ["p2"]),
-               helper.make_node("MatMul", ["p2", "v"], ["y"])],
-              [vi("q", F, [1, 2, 19, 20]), vi("k", F, [1, 2, 70, 20]), vi("v", F, [1, 2, 70, 23]), vi("mask", F, [19, 70])],
-              [vi("y", F, None)], [init("scale", np.float32(0.3)), init("zero", np.float32(0.0))]),
-        [rng.standard_normal(s).astype(np.float32) for s in [(1, 2, 19, 20), (1, 2, 70, 20), (1, 2, 70, 23)]] + [mask],
-    )
+    cases["attention_masked"] = sdpa_case(rng, (1, 2, 19, 20), (1, 2, 70, 20), (1, 2, 70, 23), mask, scale=0.3)
     # 264 heads: enough blocks that the attention kernel takes 32 query rows per workgroup (two per thread).
     mask2 = np.zeros((3, 5), np.float32)
     mask2[1, :] = -np.inf
     mask2[2, 3:] = -np.inf
-    cases["attention_many_heads"] = (
-        model([helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-               helper.make_node("MatMul", ["q", "kt"], ["s"]),
-               helper.make_node("Add", ["s", "mask"], ["s2"]),
-               helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
-               helper.make_node("IsNaN", ["p"], ["nan"]),
-               helper.make_node("Where", ["nan", "zero", "p"], ["p2"]),
-               helper.make_node("MatMul", ["p2", "v"], ["y"])],
-              [vi("q", F, [1, 264, 3, 4]), vi("k", F, [1, 264, 5, 4]), vi("v", F, [1, 264, 5, 3]), vi("mask", F, [3, 5])],
-              [vi("y", F, None)], [init("zero", np.float32(0.0))]),
-        [rng.standard_normal(s).astype(np.float32) for s in [(1, 264, 3, 4), (1, 264, 5, 4), (1, 264, 5, 3)]] + [mask2],
-    )
+    cases["attention_many_heads"] = sdpa_case(rng, (1, 264, 3, 4), (1, 264, 5, 4), (1, 264, 5, 3), mask2)
     # Grouped-query attention as exporters write it: 4 query heads share 2 K/V heads through Unsqueeze → Expand →
     # Reshape, with a causal mask through Where.
     gqa = []

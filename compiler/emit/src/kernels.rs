@@ -502,6 +502,16 @@ fn i32_lit(x: i64) -> String {
     }
 }
 
+/// The WGSL variable bound to stored tensor `v`: the one already in `reads`, or `name`, added. One binding per
+/// tensor, since writable bindings may not alias (and the output's arena makes every binding in it writable).
+fn bind_once(reads: &mut Vec<(ValueId, String)>, v: ValueId, name: &str) -> String {
+    if let Some((_, var)) = reads.iter().find(|(r, _)| *r == v) {
+        return var.clone();
+    }
+    reads.push((v, name.to_string()));
+    name.to_string()
+}
+
 // ---- the emitter ----------------------------------------------------------------------------------------
 
 pub(crate) struct Emitter<'g> {
@@ -761,14 +771,8 @@ impl Emitter<'_> {
                     continue;
                 }
                 let view = input_view(g, &self.sched.folded, n, slot);
-                let var = match reads.iter().find(|(r, _)| *r == view.root) {
-                    Some((_, var)) => var.clone(),
-                    None => {
-                        let var = format!("in{}", reads.len());
-                        reads.push((view.root, var.clone()));
-                        var
-                    }
-                };
+                let fresh = format!("in{}", reads.len());
+                let var = bind_once(reads, view.root, &fresh);
                 let (offset, terms): (String, Vec<(usize, i64, usize)>) = if node.op == Op::TileCopy {
                     // Each output coordinate wraps around the input's extent.
                     let xs = &g.ty(v).shape;
@@ -1152,17 +1156,8 @@ impl Emitter<'_> {
         let out = g.node(tail.pv).outputs[0];
         // One binding per stored tensor (Q, K and V are often views of one QKV product).
         let mut reads: Vec<(ValueId, String)> = vec![(qk.va.root, "a".into())];
-        let var_of = |v: ValueId, name: &str, reads: &mut Vec<(ValueId, String)>| -> String {
-            match reads.iter().find(|(r, _)| *r == v) {
-                Some((_, var)) => var.clone(),
-                None => {
-                    reads.push((v, name.into()));
-                    name.into()
-                }
-            }
-        };
-        let b_var = var_of(qk.vb.root, "b", &mut reads);
-        let v_var = var_of(pv.vb.root, "v", &mut reads);
+        let b_var = bind_once(&mut reads, qk.vb.root, "b");
+        let v_var = bind_once(&mut reads, pv.vb.root, "v");
         let fu = self.fused_body(&qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
         let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
         bindings.push((out, true, "out"));
@@ -1344,17 +1339,8 @@ impl Emitter<'_> {
         // of one QKV product) share a binding, since writable bindings may not alias and the output's arena makes
         // every binding in it writable.
         let mut reads: Vec<(ValueId, String)> = vec![(va.root, "a".into())];
-        let var_of = |v: ValueId, name: &str, reads: &mut Vec<(ValueId, String)>| -> String {
-            match reads.iter().find(|(r, _)| *r == v) {
-                Some((_, var)) => var.clone(),
-                None => {
-                    reads.push((v, name.into()));
-                    name.into()
-                }
-            }
-        };
-        let b_var = var_of(vb.root, "b", &mut reads);
-        let bias_var = bias.map(|c| var_of(c, "bias", &mut reads)).unwrap_or_default();
+        let b_var = bind_once(&mut reads, vb.root, "b");
+        let bias_var = bias.map(|c| bind_once(&mut reads, c, "bias")).unwrap_or_default();
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
         let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
         bindings.push((out, true, "out"));
