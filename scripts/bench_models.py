@@ -4,7 +4,9 @@ dynamo, opset 20) and a CNN (ResNet-18), compiles each with wgslc fused and with
 `wgslc bench`, checks the fused outputs against onnxruntime, and times onnxruntime (CUDA) and PyTorch (CUDA,
 eager) on the same inputs as baselines.
 
-    python3 scripts/bench_models.py OUT_DIR --wgslc PATH [--models gpt2,bert,resnet18] [--iterations N]
+    python3 scripts/bench_models.py OUT_DIR --wgslc PATH [--models gpt2,bert,resnet18] [--iterations N] [--tokens N]
+
+Each model is compiled five ways: default, --memory-budget 2, --no-reuse, --attention unfused, --no-fuse.
 
 Prints a table and writes OUT_DIR/bench.json. Needs torch, torchvision, transformers, onnx, onnxscript and
 onnxruntime (the GPU machine has them).
@@ -22,9 +24,9 @@ import onnxruntime as ort
 import torch
 
 
-def gpt2():
+def gpt2(tokens=128):
     from transformers import GPT2Config, GPT2Model
-    cfg = GPT2Config(vocab_size=8192, n_positions=256, n_embd=768, n_layer=12, n_head=12, use_cache=False)
+    cfg = GPT2Config(vocab_size=8192, n_positions=max(256, tokens), n_embd=768, n_layer=12, n_head=12, use_cache=False)
     m = GPT2Model(cfg)
 
     class Wrap(torch.nn.Module):
@@ -35,13 +37,13 @@ def gpt2():
         def forward(self, input_ids):
             return self.m(input_ids=input_ids, use_cache=False).last_hidden_state
 
-    return Wrap(m), (torch.randint(0, 8192, (1, 128)),)
+    return Wrap(m), (torch.randint(0, 8192, (1, tokens)),)
 
 
-def bert():
+def bert(tokens=128):
     from transformers import BertConfig, BertModel
     cfg = BertConfig(vocab_size=8192, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                     intermediate_size=3072, max_position_embeddings=256)
+                     intermediate_size=3072, max_position_embeddings=max(256, tokens))
     m = BertModel(cfg, add_pooling_layer=False)
 
     class Wrap(torch.nn.Module):
@@ -52,10 +54,10 @@ def bert():
         def forward(self, input_ids):
             return self.m(input_ids=input_ids).last_hidden_state
 
-    return Wrap(m), (torch.randint(0, 8192, (1, 128)),)
+    return Wrap(m), (torch.randint(0, 8192, (1, tokens)),)
 
 
-def resnet18():
+def resnet18(tokens=None):
     import torchvision
     return torchvision.models.resnet18(weights=None), (torch.randn(1, 3, 224, 224),)
 
@@ -90,12 +92,13 @@ def main():
     ap.add_argument("--wgslc", required=True)
     ap.add_argument("--models", default="gpt2,bert,resnet18")
     ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--tokens", type=int, default=128, help="sequence length of the transformers")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(0)
     results = []
     for name in a.models.split(","):
-        model, args = MODELS[name]()
+        model, args = MODELS[name](a.tokens)
         model.eval()
         d = os.path.join(a.out, name)
         os.makedirs(d, exist_ok=True)
@@ -124,8 +127,9 @@ def main():
         # fused_no_reuse: a buffer per value, so every kernel binds its inputs read-only; against "fused" it measures
         # what the arena's read-write input bindings cost.
         # fused_split: two sets of arenas whatever they cost (--memory-budget 2), so inputs are read-only.
+        # attention_unfused: Q·Kᵀ → softmax → ·V as three kernels instead of the attention kernel.
         for mode, extra in [("fused", []), ("fused_split", ["--memory-budget", "2"]), ("fused_no_reuse", ["--no-reuse"]),
-                            ("no_fuse", ["--no-fuse"])]:
+                            ("attention_unfused", ["--attention", "unfused"]), ("no_fuse", ["--no-fuse"])]:
             art = os.path.join(d, f"art_{mode}")
             t = time.perf_counter()
             r = subprocess.run([a.wgslc, "compile", path, "-o", art] + extra, capture_output=True, text=True)
