@@ -1,88 +1,102 @@
 {% include "header.wgsl" %}
 {%- include "helpers.wgsl" %}
 {%- include "fused.wgsl" %}
-// Tiled matrix product: a {{ tile }}x{{ tile }} output tile per workgroup of 256 threads in {{ slices }} slice(s) of
-// {{ tg }}x{{ tg }}, {{ lanes.len() }}x{{ lanes.len() }} outputs per thread held in registers (unrolled, so no array is spilled to local
-// memory), K in steps of 16 through workgroup memory. {% if slices > 1 %}Each slice takes its own {{ kc }} of K and the
+// Tiled matrix product: a {{ t.tile }}x{{ t.tile }} output tile per workgroup of 256 threads in {{ t.slices }} slice(s) of
+// {{ t.tg }}x{{ t.tg }}, {{ t.lanes.len() }}x{{ t.lanes.len() }} outputs per thread held in registers (unrolled, so no array is spilled to local
+// memory), K in steps of 16 through workgroup memory. {% if t.slices > 1 %}Each slice takes its own {{ t.kc }} of K and the
 // slices' partial tiles are summed at the end, so a product with few output tiles still keeps 256 threads busy
-// per tile. {% endif %}A and B are read through strides, so transposes cost nothing.
-var<workgroup> smem: array<f32, {{ smem_len }}>;
+// per tile. {% endif %}A and B are read through strides, so transposes cost nothing.{% if im2col.is_some() %} This one is a
+// convolution computed as a product (implicit GEMM): A is the weight [M, C·kh·kw], B the input's im2col matrix
+// [C·kh·kw, oh·ow] gathered as it is loaded, never stored.{% endif %}
+var<workgroup> smem: array<f32, {{ t.smem_len }}>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let batch = wid.z;
     let a_base = {{ a_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
     let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
-    let row0 = wid.y * {{ tile }}u;
-    let col0 = wid.x * {{ tile }}u;
-    // This thread's slice, its index in the slice, and its place in the slice's {{ tg }}x{{ tg }} grid.
-    let slice = tid / {{ tg * tg }}u;
-    let st = tid % {{ tg * tg }}u;
-    let ly = st / {{ tg }}u;
-    let lx = st % {{ tg }}u;
-    // The slice's A tile ({{ tile }} rows x 16 k, k-major) and B tile (16 k x {{ tile }} columns) in workgroup memory.
-    let a_at = slice * {{ tile * 32 }}u;
-    let b_at = a_at + {{ tile * 16 }}u;
-    let k_begin = slice * {{ kc }}u;
-{%- for r in lanes %}{% for c in lanes %}
+    let row0 = wid.y * {{ t.tile }}u;
+    let col0 = wid.x * {{ t.tile }}u;
+    // This thread's slice, its index in the slice, and its place in the slice's {{ t.tg }}x{{ t.tg }} grid.
+    let slice = tid / {{ t.tg * t.tg }}u;
+    let st = tid % {{ t.tg * t.tg }}u;
+    let ly = st / {{ t.tg }}u;
+    let lx = st % {{ t.tg }}u;
+    // The slice's A tile ({{ t.tile }} rows x 16 k, k-major) and B tile (16 k x {{ t.tile }} columns) in workgroup memory.
+    let a_at = slice * {{ t.tile * 32 }}u;
+    let b_at = a_at + {{ t.tile * 16 }}u;
+    let k_begin = slice * {{ t.kc }}u;
+{%- for r in t.lanes %}{% for c in t.lanes %}
     var acc{{ r.i }}{{ c.i }} = 0.0;
 {%- endfor %}{% endfor %}
-    for (var k0 = 0u; k0 < {{ kc }}u; k0 = k0 + 16u) {
-        for (var l = 0u; l < {{ loads }}u; l = l + 1u) {
-            let e = st + l * {{ tg * tg }}u;
+    for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + 16u) {
+        for (var l = 0u; l < {{ t.loads }}u; l = l + 1u) {
+            let e = st + l * {{ t.tg * t.tg }}u;
             let am = e / 16u;
             let ak = e % 16u;
             let ka = k_begin + k0 + ak;
             var av = 0.0;
-            if (row0 + am < {{ m }}u && ka < {{ k }}u && k0 + ak < {{ kc }}u) {
+            if (row0 + am < {{ m }}u && ka < {{ k }}u && k0 + ak < {{ t.kc }}u) {
                 av = a[a_base + (row0 + am) * {{ a_sm }}u + ka * {{ a_sk }}u];
 {%- if !a_pro.is_empty() %}
                 av = {{ a_pro }};
 {%- endif %}
             }
-            smem[a_at + ak * {{ tile }}u + am] = av;
-            let bk = e / {{ tile }}u;
-            let bn = e % {{ tile }}u;
+            smem[a_at + ak * {{ t.tile }}u + am] = av;
+            let bk = e / {{ t.tile }}u;
+            let bn = e % {{ t.tile }}u;
             let kb = k_begin + k0 + bk;
             var bv = 0.0;
-            if (kb < {{ k }}u && k0 + bk < {{ kc }}u && col0 + bn < {{ n }}u) {
+            if (kb < {{ k }}u && k0 + bk < {{ t.kc }}u && col0 + bn < {{ n }}u) {
+{%- if let Some(cv) = im2col %}
+                // B is the im2col matrix of the convolution's input, read in place: row kb is (channel, ky, kx),
+                // column the output pixel; taps that fall in the padding read zero.
+                let kr = kb % {{ cv.khw }}u;
+                let p = col0 + bn;
+                let iy = i32(p / {{ cv.ow }}u) * {{ cv.sy }} - {{ cv.pt }} + i32(kr / {{ cv.kw }}u) * {{ cv.dy }};
+                let ix = i32(p % {{ cv.ow }}u) * {{ cv.sx }} - {{ cv.pl }} + i32(kr % {{ cv.kw }}u) * {{ cv.dx }};
+                if (iy >= 0 && iy < {{ cv.h }} && ix >= 0 && ix < {{ cv.w }}) {
+                    bv = {{ b_var }}[b_base + (kb / {{ cv.khw }}u) * {{ cv.hw }}u + u32(iy * {{ cv.w }} + ix)];
+                }
+{%- else %}
                 bv = {{ b_var }}[b_base + kb * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u];
+{%- endif %}
 {%- if !b_pro.is_empty() %}
                 bv = {{ b_pro }};
 {%- endif %}
             }
-            smem[b_at + bk * {{ tile }}u + bn] = bv;
+            smem[b_at + bk * {{ t.tile }}u + bn] = bv;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < 16u; kk = kk + 1u) {
-{%- for r in lanes %}
-            let ar{{ r.i }} = smem[a_at + kk * {{ tile }}u + ly + {{ r.off }}u];
-            let br{{ r.i }} = smem[b_at + kk * {{ tile }}u + lx + {{ r.off }}u];
+{%- for r in t.lanes %}
+            let ar{{ r.i }} = smem[a_at + kk * {{ t.tile }}u + ly + {{ r.off }}u];
+            let br{{ r.i }} = smem[b_at + kk * {{ t.tile }}u + lx + {{ r.off }}u];
 {%- endfor %}
-{%- for r in lanes %}{% for c in lanes %}
+{%- for r in t.lanes %}{% for c in t.lanes %}
             acc{{ r.i }}{{ c.i }} = fma(ar{{ r.i }}, br{{ c.i }}, acc{{ r.i }}{{ c.i }});
 {%- endfor %}{% endfor %}
         }
         workgroupBarrier();
     }
-{%- if slices > 1 %}
+{%- if t.slices > 1 %}
     // Slices 1.. leave their partial tiles in workgroup memory; slice 0 adds them up and stores.
     if (slice > 0u) {
-{%- for r in lanes %}{% for c in lanes %}
-        smem[(slice - 1u) * {{ tile * tile }}u + (ly + {{ r.off }}u) * {{ tile }}u + lx + {{ c.off }}u] = acc{{ r.i }}{{ c.i }};
+{%- for r in t.lanes %}{% for c in t.lanes %}
+        smem[(slice - 1u) * {{ t.tile * t.tile }}u + (ly + {{ r.off }}u) * {{ t.tile }}u + lx + {{ c.off }}u] = acc{{ r.i }}{{ c.i }};
 {%- endfor %}{% endfor %}
     }
     workgroupBarrier();
     if (slice > 0u) {
         return;
     }
-    for (var s = 0u; s < {{ slices - 1 }}u; s = s + 1u) {
-{%- for r in lanes %}{% for c in lanes %}
-        acc{{ r.i }}{{ c.i }} = acc{{ r.i }}{{ c.i }} + smem[s * {{ tile * tile }}u + (ly + {{ r.off }}u) * {{ tile }}u + lx + {{ c.off }}u];
+    for (var s = 0u; s < {{ t.slices - 1 }}u; s = s + 1u) {
+{%- for r in t.lanes %}{% for c in t.lanes %}
+        acc{{ r.i }}{{ c.i }} = acc{{ r.i }}{{ c.i }} + smem[s * {{ t.tile * t.tile }}u + (ly + {{ r.off }}u) * {{ t.tile }}u + lx + {{ c.off }}u];
 {%- endfor %}{% endfor %}
     }
 {%- endif %}
-{%- for r in lanes %}{% for c in lanes %}
+{%- for r in t.lanes %}{% for c in t.lanes %}
     {
         let m = row0 + ly + {{ r.off }}u;
         let n = col0 + lx + {{ c.off }}u;

@@ -422,6 +422,17 @@ def ops():
                init("bias", rng.standard_normal(70).astype(np.float32))]),
         [rng.standard_normal((2, 40, 300)).astype(np.float32)],
     )
+    # Implicit-GEMM convolutions: a 1x1 window read in place (batch 2, ragged 16-tiles), and a 3x3 window with
+    # K = 288 (K-split slices) and ragged 32-tiles, with a ReLU and a residual Add in its epilogue.
+    conv("conv_pointwise_batch2", [2, 40, 9, 9], [70, 40, 1, 1])
+    cases["conv_ksplit_relu_residual"] = (
+        model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+               helper.make_node("Relu", ["c"], ["r"]),
+               helper.make_node("Add", ["r", "s"], ["y"])],
+              [vi("x", F, [1, 32, 10, 10]), vi("s", F, [1, 96, 10, 10])], [vi("y", F, None)],
+              [init("w", rand(96, 32, 3, 3)), init("b", rand(96))]),
+        [rand(1, 32, 10, 10), rand(1, 96, 10, 10)],
+    )
     return cases
 
 

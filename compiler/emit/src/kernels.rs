@@ -230,15 +230,9 @@ struct MatmulTpl {
     bias_var: String,
     a_pro: String,
     b_pro: String,
-    lanes: Vec<Lane>,
-    tile: usize,
-    /// Threads per side of a slice's grid.
-    tg: usize,
-    /// Slices of 256 / tg² threads, each taking `kc` of K.
-    slices: usize,
-    kc: usize,
-    smem_len: usize,
-    loads: usize,
+    t: Tiling,
+    /// Set when the product is a convolution whose B operand is the input's im2col matrix.
+    im2col: Option<Im2col>,
     batch: Vec<BatchDim>,
     m: usize,
     n: usize,
@@ -253,6 +247,60 @@ struct MatmulTpl {
     has_bias: bool,
     bias_sm: usize,
     bias_sn: usize,
+}
+
+/// How a product's output is cut into workgroups and threads (`tiling`).
+struct Tiling {
+    tile: usize,
+    /// Threads per side of a slice's grid.
+    tg: usize,
+    /// Slices of 256 / tg² threads, each taking `kc` of K.
+    slices: usize,
+    kc: usize,
+    smem_len: usize,
+    loads: usize,
+    lanes: Vec<Lane>,
+}
+
+/// The shape of work for an M×N product over K, `batches` times: 64x64 tiles (4x4 outputs per thread) when they
+/// give at least 256 workgroups; else, with K to spare, 32x32 tiles computed by four slices of 64 threads that each
+/// take a quarter of K (still 4x4 per thread; short sequences would otherwise leave most of a large GPU idle or
+/// run one output per thread); else the largest smaller tile that gives 256 workgroups.
+fn tiling(m: usize, nn: usize, k: usize, batches: usize) -> Tiling {
+    let wgs = |t: usize| nn.div_ceil(t) * m.div_ceil(t) * batches;
+    let (tile, slices) = if wgs(64) >= 256 {
+        (64, 1)
+    } else if k >= 256 {
+        (32, 4)
+    } else {
+        ([32usize, 16].into_iter().find(|&t| wgs(t) >= 256).unwrap_or(16), 1)
+    };
+    let tg = if slices == 4 { 8 } else { 16 };
+    Tiling {
+        tile,
+        tg,
+        slices,
+        kc: k.div_ceil(slices).div_ceil(16) * 16,
+        smem_len: (slices * 32 * tile).max((slices - 1) * tile * tile),
+        loads: tile * 16 / (tg * tg),
+        lanes: (0..tile / tg).map(|i| Lane { i, off: i * tg }).collect(),
+    }
+}
+
+/// A convolution's window over its input, for the implicit-GEMM load (`Geometry` as the template needs it).
+struct Im2col {
+    h: usize,
+    w: usize,
+    hw: usize,
+    kw: usize,
+    khw: usize,
+    ow: usize,
+    sy: usize,
+    sx: usize,
+    dy: usize,
+    dx: usize,
+    pt: usize,
+    pl: usize,
 }
 
 struct RDim {
@@ -1344,22 +1392,9 @@ impl Emitter<'_> {
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
         let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
         bindings.push((out, true, "out"));
-        // The shape of the work: 64x64 tiles (4x4 outputs per thread) when they give at least 256 workgroups; else,
-        // with K to spare, 32x32 tiles computed by four slices of 64 threads that each take a quarter of K (still
-        // 4x4 per thread; short sequences would otherwise leave most of a large GPU idle or run one output per
-        // thread); else the largest smaller tile that gives 256 workgroups.
-        let wgs = |t: usize| nn.div_ceil(t) * m.div_ceil(t) * batches;
-        let (tile, slices) = if wgs(64) >= 256 {
-            (64, 1)
-        } else if k >= 256 {
-            (32, 4)
-        } else {
-            ([32usize, 16].into_iter().find(|&t| wgs(t) >= 256).unwrap_or(16), 1)
-        };
-        let tg = if slices == 4 { 8 } else { 16 };
-        let kc = k.div_ceil(slices).div_ceil(16) * 16;
-        let gx = nn.div_ceil(tile);
-        let gy = m.div_ceil(tile);
+        let t = tiling(m, nn, k, batches);
+        let gx = nn.div_ceil(t.tile);
+        let gy = m.div_ceil(t.tile);
         let max = self.limits.max_workgroups_per_dimension as usize;
         if gx > max || gy > max {
             return Err(self.err(n, format!("a {m}x{nn} product needs more than {max} workgroups per dimension")));
@@ -1375,13 +1410,8 @@ impl Emitter<'_> {
             bias_var,
             a_pro: pro[0].clone(),
             b_pro: pro[1].clone(),
-            lanes: (0..tile / tg).map(|i| Lane { i, off: i * tg }).collect(),
-            tile,
-            tg,
-            slices,
-            kc,
-            smem_len: (slices * 32 * tile).max((slices - 1) * tile * tile),
-            loads: tile * 16 / (tg * tg),
+            t,
+            im2col: None,
             batch,
             m,
             n: nn,
@@ -1876,6 +1906,9 @@ impl Emitter<'_> {
         let mut helpers = Helpers::default();
         let mut reads = Vec::new();
         let fu = self.fused_body(group, Some(conv_out), &mut reads, &mut helpers)?;
+        if *conv_groups == 1 {
+            return self.conv_gemm(group, geo, xs, ws);
+        }
         let mut bindings = vec![(x, false, "x"), (w, false, "weight")];
         if let Some(bv) = bias {
             bindings.push((bv, false, "bias"));
@@ -1905,6 +1938,91 @@ impl Emitter<'_> {
         };
         let name = self.group_name(group);
         self.kernel(n, name, "conv", tpl.render(), &bindings, wg)
+    }
+
+    /// An ungrouped convolution as a product (implicit GEMM) through the matmul template: the weight is A
+    /// [M, C·kh·kw], the input's im2col matrix B [C·kh·kw, oh·ow] is gathered as tiles are loaded, the batch is the
+    /// product's batch, and the output [N, M, oh, ow] is the product's row-major output.
+    fn conv_gemm(
+        &self,
+        group: &KernelGroup,
+        geo: Geometry,
+        xs: Vec<usize>,
+        ws: Vec<usize>,
+    ) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let n = group.anchor.expect("anchor");
+        let node = g.node(n);
+        let (x, w, conv_out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let bias = node.inputs.get(2).copied().flatten();
+        let out = g.node(group.last()).outputs[0];
+        let mut helpers = Helpers::default();
+        let mut reads: Vec<(ValueId, String)> = vec![(w, "a".into())];
+        let b_var = bind_once(&mut reads, x, "b");
+        let bias_var = bias.map(|c| bind_once(&mut reads, c, "bias")).unwrap_or_default();
+        let fu = self.fused_body(group, Some(conv_out), &mut reads, &mut helpers)?;
+        let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
+        bindings.push((out, true, "out"));
+        let (batches, m, p) = (xs[0], ws[0], geo.oh * geo.ow);
+        let k = ws[1] * geo.kh * geo.kw;
+        let hw = geo.h * geo.w;
+        // A 1x1 window with unit strides and no padding reads the input as it lies: B is [C, h·w] itself.
+        let pointwise = geo.kh * geo.kw == 1 && geo.sy == 1 && geo.sx == 1 && geo.pt + geo.pl + geo.pb + geo.pr == 0;
+        let t = tiling(m, p, k, batches);
+        let (gx, gy) = (p.div_ceil(t.tile), m.div_ceil(t.tile));
+        let max = self.limits.max_workgroups_per_dimension as usize;
+        if gx > max || gy > max || batches > max {
+            return Err(
+                self.err(n, format!("a {m}x{p} convolution product needs more than {max} workgroups per dimension"))
+            );
+        }
+        let h = self.group_header(group, "matmul.wgsl", &bindings);
+        let tpl = MatmulTpl {
+            h,
+            helpers,
+            fu,
+            a_off: 0,
+            b_off: 0,
+            b_var,
+            bias_var,
+            a_pro: String::new(),
+            b_pro: String::new(),
+            t,
+            im2col: (!pointwise).then_some(Im2col {
+                h: geo.h,
+                w: geo.w,
+                hw,
+                kw: geo.kw,
+                khw: geo.kh * geo.kw,
+                ow: geo.ow,
+                sy: geo.sy,
+                sx: geo.sx,
+                dy: geo.dy,
+                dx: geo.dx,
+                pt: geo.pt,
+                pl: geo.pl,
+            }),
+            batch: if batches > 1 {
+                vec![BatchDim { div: 1, extent: batches, a_stride: 0, b_stride: (xs[1] * hw) as i64 }]
+            } else {
+                vec![]
+            },
+            m,
+            n: p,
+            k,
+            mn: m * p,
+            a_sm: k,
+            a_sk: 1,
+            b_sk: hw,
+            b_sn: 1,
+            alpha: f32_lit(1.0),
+            beta: f32_lit(1.0),
+            has_bias: bias.is_some(),
+            bias_sm: 1,
+            bias_sn: 0,
+        };
+        let name = self.group_name(group);
+        self.kernel(n, name, "conv", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])
     }
 
     fn pool(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {

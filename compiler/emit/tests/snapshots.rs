@@ -127,6 +127,28 @@ fn conv_and_pool() {
 }
 
 #[test]
+fn conv_as_implicit_gemm_with_relu() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[2, 3, 9, 9]);
+    let w = weight(&mut g, "w", &[8, 3, 3, 3]);
+    let b = weight(&mut g, "b", &[8]);
+    let window = Window {
+        kernel: vec![3, 3],
+        strides: vec![2, 2],
+        pads: vec![1, 1, 1, 1],
+        dilations: vec![],
+        auto_pad: wgslc_ir::AutoPad::NotSet,
+        ceil_mode: false,
+    };
+    let c = node(&mut g, Op::Conv { window, group: 1 }, &[x, w, b]);
+    let y = node(&mut g, Op::Unary(UnaryOp::Relu), &[c]);
+    g.outputs.push(y);
+    let k = kernels(g);
+    assert_eq!(k.matches("// ---- ").count(), 1, "one kernel:\n{k}");
+    insta::assert_snapshot!(k);
+}
+
+#[test]
 fn layout_ops_become_strided_copies() {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[2, 3, 4]);
