@@ -8,6 +8,49 @@
 // per tile. {% endif %}A and B are read through strides, so transposes cost nothing.{% if im2col.is_some() %} This one is a
 // convolution computed as a product (implicit GEMM): A is the weight [M, C·kh·kw], B the input's im2col matrix
 // [C·kh·kw, oh·ow] gathered as it is loaded, never stored.{% endif %}
+
+// One element of the slice's A tile for k-step k0: element e of the tile ({{ t.tile }} rows x 16 k).
+fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
+    let am = e / 16u;
+    let ak = e % 16u;
+    let ka = k_begin + k0 + ak;
+    var av = 0.0;
+    if (row0 + am < {{ m }}u && ka < {{ k }}u && k0 + ak < {{ t.kc }}u) {
+        av = a[a_base + (row0 + am) * {{ a_sm }}u + ka * {{ a_sk }}u];
+{%- if !a_pro.is_empty() %}
+        av = {{ a_pro }};
+{%- endif %}
+    }
+    return av;
+}
+
+// One element of the slice's B tile for k-step k0: element e of the tile (16 k x {{ t.tile }} columns).
+fn load_b(b_base: u32, col0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
+    let bk = e / {{ t.tile }}u;
+    let bn = e % {{ t.tile }}u;
+    let kb = k_begin + k0 + bk;
+    var bv = 0.0;
+    if (kb < {{ k }}u && k0 + bk < {{ t.kc }}u && col0 + bn < {{ n }}u) {
+{%- if let Some(cv) = im2col %}
+        // B is the im2col matrix of the convolution's input, read in place: row kb is (channel, ky, kx),
+        // column the output pixel; taps that fall in the padding read zero.
+        let kr = kb % {{ cv.khw }}u;
+        let p = col0 + bn;
+        let iy = i32(p / {{ cv.ow }}u) * {{ cv.sy }} - {{ cv.pt }} + i32(kr / {{ cv.kw }}u) * {{ cv.dy }};
+        let ix = i32(p % {{ cv.ow }}u) * {{ cv.sx }} - {{ cv.pl }} + i32(kr % {{ cv.kw }}u) * {{ cv.dx }};
+        if (iy >= 0 && iy < {{ cv.h }} && ix >= 0 && ix < {{ cv.w }}) {
+            bv = {{ b_var }}[b_base + (kb / {{ cv.khw }}u) * {{ cv.hw }}u + u32(iy * {{ cv.w }} + ix)];
+        }
+{%- else %}
+        bv = {{ b_var }}[b_base + kb * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u];
+{%- endif %}
+{%- if !b_pro.is_empty() %}
+        bv = {{ b_pro }};
+{%- endif %}
+    }
+    return bv;
+}
+
 var<workgroup> smem: array<f32, {{ t.smem_len }}>;
 
 @compute @workgroup_size(256)
@@ -29,45 +72,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- for r in t.lanes %}{% for c in t.lanes %}
     var acc{{ r.i }}{{ c.i }} = 0.0;
 {%- endfor %}{% endfor %}
+    // Software pipelining: the next k-step's tiles are fetched into registers while this one's are multiplied
+    // out of workgroup memory, so global-memory latency overlaps arithmetic even with one workgroup per SM.
+{%- for l in t.load_lanes %}
+    var pa{{ l }} = load_a(a_base, row0, k_begin, 0u, st + {{ l * t.tg * t.tg }}u);
+    var pb{{ l }} = load_b(b_base, col0, k_begin, 0u, st + {{ l * t.tg * t.tg }}u);
+{%- endfor %}
     for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + 16u) {
-        for (var l = 0u; l < {{ t.loads }}u; l = l + 1u) {
-            let e = st + l * {{ t.tg * t.tg }}u;
-            let am = e / 16u;
-            let ak = e % 16u;
-            let ka = k_begin + k0 + ak;
-            var av = 0.0;
-            if (row0 + am < {{ m }}u && ka < {{ k }}u && k0 + ak < {{ t.kc }}u) {
-                av = a[a_base + (row0 + am) * {{ a_sm }}u + ka * {{ a_sk }}u];
-{%- if !a_pro.is_empty() %}
-                av = {{ a_pro }};
-{%- endif %}
-            }
-            smem[a_at + ak * {{ t.tile }}u + am] = av;
-            let bk = e / {{ t.tile }}u;
-            let bn = e % {{ t.tile }}u;
-            let kb = k_begin + k0 + bk;
-            var bv = 0.0;
-            if (kb < {{ k }}u && k0 + bk < {{ t.kc }}u && col0 + bn < {{ n }}u) {
-{%- if let Some(cv) = im2col %}
-                // B is the im2col matrix of the convolution's input, read in place: row kb is (channel, ky, kx),
-                // column the output pixel; taps that fall in the padding read zero.
-                let kr = kb % {{ cv.khw }}u;
-                let p = col0 + bn;
-                let iy = i32(p / {{ cv.ow }}u) * {{ cv.sy }} - {{ cv.pt }} + i32(kr / {{ cv.kw }}u) * {{ cv.dy }};
-                let ix = i32(p % {{ cv.ow }}u) * {{ cv.sx }} - {{ cv.pl }} + i32(kr % {{ cv.kw }}u) * {{ cv.dx }};
-                if (iy >= 0 && iy < {{ cv.h }} && ix >= 0 && ix < {{ cv.w }}) {
-                    bv = {{ b_var }}[b_base + (kb / {{ cv.khw }}u) * {{ cv.hw }}u + u32(iy * {{ cv.w }} + ix)];
-                }
-{%- else %}
-                bv = {{ b_var }}[b_base + kb * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u];
-{%- endif %}
-{%- if !b_pro.is_empty() %}
-                bv = {{ b_pro }};
-{%- endif %}
-            }
-            smem[b_at + bk * {{ t.tile }}u + bn] = bv;
-        }
+{%- for l in t.load_lanes %}
+        smem[a_at + ((st + {{ l * t.tg * t.tg }}u) % 16u) * {{ t.tile }}u + (st + {{ l * t.tg * t.tg }}u) / 16u] = pa{{ l }};
+        smem[b_at + st + {{ l * t.tg * t.tg }}u] = pb{{ l }};
+{%- endfor %}
         workgroupBarrier();
+        if (k0 + 16u < {{ t.kc }}u) {
+{%- for l in t.load_lanes %}
+            pa{{ l }} = load_a(a_base, row0, k_begin, k0 + 16u, st + {{ l * t.tg * t.tg }}u);
+            pb{{ l }} = load_b(b_base, col0, k_begin, k0 + 16u, st + {{ l * t.tg * t.tg }}u);
+{%- endfor %}
+        }
         for (var kk = 0u; kk < 16u; kk = kk + 1u) {
 {%- for r in t.lanes %}
             let ar{{ r.i }} = smem[a_at + kk * {{ t.tile }}u + ly + {{ r.off }}u];

@@ -258,7 +258,8 @@ struct Tiling {
     slices: usize,
     kc: usize,
     smem_len: usize,
-    loads: usize,
+    /// Tile elements each thread loads per k-step (A and B each), as indices for unrolled loops.
+    load_lanes: Vec<usize>,
     lanes: Vec<Lane>,
 }
 
@@ -282,7 +283,7 @@ fn tiling(m: usize, nn: usize, k: usize, batches: usize) -> Tiling {
         slices,
         kc: k.div_ceil(slices).div_ceil(16) * 16,
         smem_len: (slices * 32 * tile).max((slices - 1) * tile * tile),
-        loads: tile * 16 / (tg * tg),
+        load_lanes: (0..tile * 16 / (tg * tg)).collect(),
         lanes: (0..tile / tg).map(|i| Lane { i, off: i * tg }).collect(),
     }
 }
