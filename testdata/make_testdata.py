@@ -433,6 +433,12 @@ def ops():
               [init("w", rand(96, 32, 3, 3)), init("b", rand(96))]),
         [rand(1, 32, 10, 10), rand(1, 96, 10, 10)],
     )
+    # Enough 32x32 tiles (128) for K-split slices on 32x32 tiles rather than 16x16.
+    cases["matmul_ksplit_tile32"] = (
+        model([helper.make_node("MatMul", ["a", "w"], ["y"])], [vi("a", F, [256, 256])], [vi("y", F, None)],
+              [init("w", rand(256, 512))]),
+        [rand(256, 256)],
+    )
     return cases
 
 
