@@ -7,7 +7,8 @@
 // slices' partial tiles are summed at the end, so a product with few output tiles still keeps 256 threads busy
 // per tile. {% endif %}A and B are read through strides, so transposes cost nothing.{% if im2col.is_some() %} This one is a
 // convolution computed as a product (implicit GEMM): A is the weight [M, C·kh·kw], B the input's im2col matrix
-// [C·kh·kw, oh·ow] gathered as it is loaded, never stored.{% endif %}
+// [C·kh·kw, oh·ow] gathered as it is loaded, never stored.{% endif %}{% if seg2.is_some() %} A second convolution
+// with the same output is summed in: its weight and input continue A and B along K.{% endif %}
 
 // One element of the slice's A tile for k-step k0: element e of the tile ({{ t.tile }} rows x 16 k).
 fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
@@ -16,6 +17,11 @@ fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
     let ka = k_begin + k0 + ak;
     var av = 0.0;
     if (row0 + am < {{ m }}u && ka < {{ k }}u && k0 + ak < {{ t.kc }}u) {
+{%- if let Some(s) = seg2 %}
+        if (ka >= {{ s.k_first }}u) {
+            return {{ s.a_var }}[(row0 + am) * {{ s.a_sm }}u + ka - {{ s.k_first }}u];
+        }
+{%- endif %}
         av = a[a_base + (row0 + am) * {{ a_sm }}u + ka * {{ a_sk }}u];
 {%- if !a_pro.is_empty() %}
         av = {{ a_pro }};
@@ -24,23 +30,39 @@ fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
     return av;
 }
 
+{% macro im2col(cv, var, base, kb) %}
+        // B is the im2col matrix of the convolution's input, read in place: row kb is (channel, ky, kx),
+        // column the output pixel; taps that fall in the padding read zero.
+        let kr = {{ kb }} % {{ cv.khw }}u;
+        let p = col0 + bn;
+        let iy = i32(p / {{ cv.ow }}u) * {{ cv.sy }} - {{ cv.pt }} + i32(kr / {{ cv.kw }}u) * {{ cv.dy }};
+        let ix = i32(p % {{ cv.ow }}u) * {{ cv.sx }} - {{ cv.pl }} + i32(kr % {{ cv.kw }}u) * {{ cv.dx }};
+        if (iy >= 0 && iy < {{ cv.h }} && ix >= 0 && ix < {{ cv.w }}) {
+            bv = {{ var }}[{{ base }} + ({{ kb }} / {{ cv.khw }}u) * {{ cv.hw }}u + u32(iy * {{ cv.w }} + ix)];
+        }
+{%- endmacro -%}
 // One element of the slice's B tile for k-step k0: element e of the tile (16 k x {{ t.tile }} columns).
-fn load_b(b_base: u32, col0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
+fn load_b(b_base: u32, col0: u32, k_begin: u32, k0: u32, e: u32, batch: u32) -> f32 {
     let bk = e / {{ t.tile }}u;
     let bn = e % {{ t.tile }}u;
     let kb = k_begin + k0 + bk;
     var bv = 0.0;
     if (kb < {{ k }}u && k0 + bk < {{ t.kc }}u && col0 + bn < {{ n }}u) {
-{%- if let Some(cv) = im2col %}
-        // B is the im2col matrix of the convolution's input, read in place: row kb is (channel, ky, kx),
-        // column the output pixel; taps that fall in the padding read zero.
-        let kr = kb % {{ cv.khw }}u;
-        let p = col0 + bn;
-        let iy = i32(p / {{ cv.ow }}u) * {{ cv.sy }} - {{ cv.pt }} + i32(kr / {{ cv.kw }}u) * {{ cv.dy }};
-        let ix = i32(p % {{ cv.ow }}u) * {{ cv.sx }} - {{ cv.pl }} + i32(kr % {{ cv.kw }}u) * {{ cv.dx }};
-        if (iy >= 0 && iy < {{ cv.h }} && ix >= 0 && ix < {{ cv.w }}) {
-            bv = {{ b_var }}[b_base + (kb / {{ cv.khw }}u) * {{ cv.hw }}u + u32(iy * {{ cv.w }} + ix)];
+{%- if let Some(s) = seg2 %}
+        if (kb >= {{ s.k_first }}u) {
+            // The summed convolution's rows of K.
+            let kb2 = kb - {{ s.k_first }}u;
+            let b2_base = batch * {{ s.b_batch }}u;
+{%- if let Some(cv) = s.im2col %}
+{%- call im2col(cv, s.b_var, "b2_base", "kb2") %}{% endcall %}
+{%- else %}
+            bv = {{ s.b_var }}[b2_base + kb2 * {{ s.b_sk }}u + col0 + bn];
+{%- endif %}
+            return bv;
         }
+{%- endif %}
+{%- if let Some(cv) = im2col %}
+{%- call im2col(cv, b_var, "b_base", "kb") %}{% endcall %}
 {%- else %}
         bv = {{ b_var }}[b_base + kb * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u];
 {%- endif %}
@@ -76,7 +98,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // out of workgroup memory, so global-memory latency overlaps arithmetic even with one workgroup per SM.
 {%- for l in t.load_lanes %}
     var pa{{ l }} = load_a(a_base, row0, k_begin, 0u, st + {{ l * t.tg * t.tg }}u);
-    var pb{{ l }} = load_b(b_base, col0, k_begin, 0u, st + {{ l * t.tg * t.tg }}u);
+    var pb{{ l }} = load_b(b_base, col0, k_begin, 0u, st + {{ l * t.tg * t.tg }}u, batch);
 {%- endfor %}
     for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + 16u) {
 {%- for l in t.load_lanes %}
@@ -87,7 +109,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (k0 + 16u < {{ t.kc }}u) {
 {%- for l in t.load_lanes %}
             pa{{ l }} = load_a(a_base, row0, k_begin, k0 + 16u, st + {{ l * t.tg * t.tg }}u);
-            pb{{ l }} = load_b(b_base, col0, k_begin, k0 + 16u, st + {{ l * t.tg * t.tg }}u);
+            pb{{ l }} = load_b(b_base, col0, k_begin, k0 + 16u, st + {{ l * t.tg * t.tg }}u, batch);
 {%- endfor %}
         }
         for (var kk = 0u; kk < 16u; kk = kk + 1u) {
@@ -127,6 +149,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if has_bias %}
             v = v + {{ beta }} * {{ bias_var }}[m * {{ bias_sm }}u + n * {{ bias_sn }}u];
 {%- endif %}
+{%- if let Some(s) = seg2 %}{% if !s.bias_var.is_empty() %}
+            v = v + {{ s.bias_var }}[m];
+{%- endif %}{% endif %}
             let o = batch * {{ mn }}u + m * {{ n }}u + n;
 {%- if fu.defined %}
             out[o] = fused(v, o);

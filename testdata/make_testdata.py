@@ -439,6 +439,30 @@ def ops():
               [init("w", rand(256, 512))]),
         [rand(256, 256)],
     )
+    # A ResNet shortcut projection: the strided 1x1 Conv of the block input is summed into the second 3x3 Conv's
+    # kernel (one product over both K ranges), then ReLU.
+    cases["conv_shortcut_projection"] = (
+        model([helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+               helper.make_node("Relu", ["c1"], ["r1"]),
+               helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+               helper.make_node("Conv", ["x", "wd", "bd"], ["d"], strides=[2, 2]),
+               helper.make_node("Add", ["c2", "d"], ["s"]),
+               helper.make_node("Relu", ["s"], ["y"])],
+              [vi("x", F, [1, 8, 10, 10])], [vi("y", F, None)],
+              [init("w1", rand(16, 8, 3, 3)), init("b1", rand(16)), init("w2", rand(16, 16, 3, 3)),
+               init("b2", rand(16)), init("wd", rand(16, 8, 1, 1)), init("bd", rand(16))]),
+        [rand(1, 8, 10, 10)],
+    )
+    # The same sum with a 1x1 unit-stride shortcut (read in place), no biases, batch 2, both Convs reading one
+    # input, and the Add's operands the other way round.
+    cases["conv_sum_pointwise_batch2"] = (
+        model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+               helper.make_node("Conv", ["x", "wd"], ["d"]),
+               helper.make_node("Add", ["d", "c"], ["y"])],
+              [vi("x", F, [2, 8, 6, 6])], [vi("y", F, None)],
+              [init("w", rand(12, 8, 3, 3)), init("wd", rand(12, 8, 1, 1))]),
+        [rand(2, 8, 6, 6)],
+    )
     return cases
 
 

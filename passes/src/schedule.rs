@@ -12,6 +12,10 @@
 //!   when each reader is elementwise or a MatMul/Gemm operand and the composed view is affine; then the copy has no
 //!   kernel at all.
 //! - A group stops growing before it would bind more storage buffers than the limit.
+//! - Attention (MatMul(Q, Kᵀ) → Softmax → MatMul(·, V)) becomes one group (`fuse_attention`).
+//! - A lone ungrouped Conv whose output only an Add reads, where that Add is the first epilogue node of another
+//!   ungrouped Conv with the same output shape (a ResNet shortcut projection), joins that Conv's group as its
+//!   `conv_sum`: one implicit-GEMM product over both K ranges (`fuse_conv_sums`).
 
 use crate::lower::storage_root;
 use crate::view::{compose, View};
@@ -29,6 +33,11 @@ pub struct KernelGroup {
     pub anchor: Option<NodeId>,
     /// Elementwise nodes applied after the anchor (its epilogue) or forming the whole kernel, in data order.
     pub elementwise: Vec<NodeId>,
+    /// A second convolution summed into the anchor's (a ResNet shortcut projection): `(conv, add)`, where `add`
+    /// is the first epilogue node and adds that convolution's output to the anchor's. Both are ungrouped with
+    /// the same output shape, so the kernel computes them as one product over their concatenated K and `add`
+    /// costs nothing.
+    pub conv_sum: Option<(NodeId, NodeId)>,
     /// Attention: the anchor is the score product Q·Kᵀ (with its prologue and epilogue: scale, mask), and the
     /// softmax over its last axis and the product with V run in the same kernel with an online softmax.
     pub attention: Option<AttentionTail>,
@@ -61,6 +70,7 @@ impl KernelGroup {
             .iter()
             .map(|&(_, p)| p)
             .chain(self.anchor)
+            .chain(self.conv_sum.map(|(c, _)| c))
             .chain(self.elementwise.iter().copied())
             .chain(tail)
             .collect()
@@ -77,7 +87,7 @@ impl KernelGroup {
     /// A group of one node's kernel.
     pub fn single(n: NodeId, pointwise: bool) -> KernelGroup {
         let (anchor, elementwise) = if pointwise { (None, vec![n]) } else { (Some(n), vec![]) };
-        KernelGroup { prologue: vec![], anchor, elementwise, attention: None }
+        KernelGroup { prologue: vec![], anchor, elementwise, conv_sum: None, attention: None }
     }
 }
 
@@ -369,6 +379,11 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
         fuse_attention(g, &mut sched, &mut group_of, &readers, opts.max_storage_buffers);
     }
 
+    // 2c. A convolution added to another's output (a shortcut projection) joins that convolution's kernel.
+    if opts.fuse {
+        fuse_conv_sums(g, &mut sched, &mut group_of, &readers, opts.max_storage_buffers);
+    }
+
     // 3. Why every remaining edge crosses a kernel boundary.
     for &n in &order {
         let Some(&gn) = group_of.get(&n) else { continue };
@@ -404,6 +419,10 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                         format!("consumer {co} reduces over another axis than its producer computes")
                     }
                     Op::StridedCopy { .. } | Op::TileCopy => format!("{co} reads its input at other coordinates"),
+                    op if is_pointwise(op) && sched.kernels[gn].nodes().first() != Some(&n) => {
+                        let joined = g.node(sched.kernels[gn].nodes()[0]).op.name();
+                        format!("{co} joined the {joined} kernel of another operand; this one is loaded from memory")
+                    }
                     op if is_pointwise(op) => format!("{po} has no epilogue"),
                     _ => format!("{co} takes a materialized input"),
                 }
@@ -542,6 +561,71 @@ fn fuse_attention(
             sched.kernels.remove(bi);
             sched.kernels.remove(ai);
             ci -= 2;
+            group_of.clear();
+            for (i, k) in sched.kernels.iter().enumerate() {
+                for m in k.nodes() {
+                    group_of.insert(m, i);
+                }
+            }
+        }
+        ci += 1;
+    }
+}
+
+/// Merges each lone ungrouped Conv whose output only an `Add` reads, where that Add is the first epilogue node of
+/// another ungrouped Conv's group and adds the two convolutions' outputs (same shape), into that group as its
+/// `conv_sum`: one product over both convolutions' K instead of a kernel, a store and a re-read. The merged group
+/// keeps its place, after the lone Conv's (the Add already read its output there).
+fn fuse_conv_sums(
+    g: &Graph,
+    sched: &mut Schedule,
+    group_of: &mut HashMap<NodeId, usize>,
+    readers: &HashMap<ValueId, Vec<(NodeId, usize)>>,
+    max_bindings: usize,
+) {
+    let ungrouped_conv = |n: NodeId| matches!(g.node(n).op, Op::Conv { group: 1, .. });
+    let mut ci = 0;
+    while ci < sched.kernels.len() {
+        let merged = (|| {
+            let c = &sched.kernels[ci];
+            let c2 = c.anchor.filter(|&a| ungrouped_conv(a))?;
+            if c.conv_sum.is_some() || c.attention.is_some() || !c.prologue.is_empty() {
+                return None;
+            }
+            let add = *c.elementwise.first()?;
+            let an = g.node(add);
+            let out2 = g.node(c2).outputs[0];
+            if an.op != Op::Binary(wgslc_ir::BinaryOp::Add) || an.inputs.len() != 2 {
+                return None;
+            }
+            let other = match (an.inputs[0]?, an.inputs[1]?) {
+                (a, b) if a == out2 && b != out2 => b,
+                (a, b) if b == out2 && a != out2 => a,
+                _ => return None,
+            };
+            let c1 = g.value(other).producer?;
+            let gi = *group_of.get(&c1)?;
+            let lone = &sched.kernels[gi];
+            if gi >= ci || lone.nodes() != [c1] || !ungrouped_conv(c1) {
+                return None;
+            }
+            let only_add = readers.get(&other).is_some_and(|rs| rs.iter().all(|&(n, _)| n == add));
+            let (x1, x2) = (g.node(c1).inputs[0]?, g.node(c2).inputs[0]?);
+            if !only_add
+                || is_output(g, other, readers)
+                || g.ty(other) != g.ty(out2)
+                || g.ty(x1).rank() != g.ty(x2).rank()
+            {
+                return None;
+            }
+            let mut merged = c.clone();
+            merged.conv_sum = Some((c1, add));
+            (bindings(g, &sched.folded, &merged.nodes()) <= max_bindings).then_some((gi, merged))
+        })();
+        if let Some((gi, merged)) = merged {
+            sched.kernels[ci] = merged;
+            sched.kernels.remove(gi);
+            ci -= 1;
             group_of.clear();
             for (i, k) in sched.kernels.iter().enumerate() {
                 for m in k.nodes() {

@@ -233,6 +233,8 @@ struct MatmulTpl {
     t: Tiling,
     /// Set when the product is a convolution whose B operand is the input's im2col matrix.
     im2col: Option<Im2col>,
+    /// Set when a second convolution is summed in (`KernelGroup::conv_sum`).
+    seg2: Option<Seg2>,
     batch: Vec<BatchDim>,
     m: usize,
     n: usize,
@@ -311,6 +313,19 @@ struct Im2col {
     dx: usize,
     pt: usize,
     pl: usize,
+}
+
+/// The second convolution of a conv-sum kernel: rows `k_first..` of the product's K read its weight (A, rows of
+/// `a_sm`) and its input (B: im2col, or [C, h·w] itself with row stride `b_sk`; `b_batch` apart per batch).
+struct Seg2 {
+    k_first: usize,
+    a_var: String,
+    b_var: String,
+    a_sm: usize,
+    b_sk: usize,
+    b_batch: usize,
+    im2col: Option<Im2col>,
+    bias_var: String,
 }
 
 struct RDim {
@@ -791,6 +806,11 @@ impl Emitter<'_> {
         if let Some(a) = anchor_out {
             exprs.insert(a, "acc".into());
         }
+        // A summed convolution's Add is already in the accumulator.
+        let summed = group.conv_sum.map(|(_, add)| add);
+        if let Some(add) = summed {
+            exprs.insert(g.node(add).outputs[0], "acc".into());
+        }
         // Values inside the group are found through the reshapes (aliases) between members.
         let lookup = |exprs: &std::collections::HashMap<ValueId, String>, mut v: ValueId| -> Option<String> {
             loop {
@@ -809,6 +829,9 @@ impl Emitter<'_> {
         let mut load_keys: Vec<LoadKey> = Vec::new();
         let mut stmts = Vec::new();
         for (j, &n) in group.elementwise.iter().enumerate() {
+            if Some(n) == summed {
+                continue;
+            }
             let node = g.node(n);
             let shape = g.ty(node.outputs[0]).shape.clone();
             let sid = match shapes.iter().position(|s| *s == shape) {
@@ -1422,6 +1445,7 @@ impl Emitter<'_> {
             b_pro: pro[1].clone(),
             t,
             im2col: None,
+            seg2: None,
             batch,
             m,
             n: nn,
@@ -1950,9 +1974,30 @@ impl Emitter<'_> {
         self.kernel(n, name, "conv", tpl.render(), &bindings, wg)
     }
 
+    /// A convolution's window as the implicit-GEMM load reads it, or `None` for a 1x1 window with unit strides
+    /// and no padding, which reads the input as it lies ([C, h·w] is its own im2col matrix).
+    fn im2col(geo: &Geometry) -> Option<Im2col> {
+        let pointwise = geo.kh * geo.kw == 1 && geo.sy == 1 && geo.sx == 1 && geo.pt + geo.pl + geo.pb + geo.pr == 0;
+        (!pointwise).then_some(Im2col {
+            h: geo.h,
+            w: geo.w,
+            hw: geo.h * geo.w,
+            kw: geo.kw,
+            khw: geo.kh * geo.kw,
+            ow: geo.ow,
+            sy: geo.sy,
+            sx: geo.sx,
+            dy: geo.dy,
+            dx: geo.dx,
+            pt: geo.pt,
+            pl: geo.pl,
+        })
+    }
+
     /// An ungrouped convolution as a product (implicit GEMM) through the matmul template: the weight is A
     /// [M, C·kh·kw], the input's im2col matrix B [C·kh·kw, oh·ow] is gathered as tiles are loaded, the batch is the
-    /// product's batch, and the output [N, M, oh, ow] is the product's row-major output.
+    /// product's batch, and the output [N, M, oh, ow] is the product's row-major output. A summed second
+    /// convolution (`conv_sum`) continues A and B along K.
     fn conv_gemm(
         &self,
         group: &KernelGroup,
@@ -1970,14 +2015,41 @@ impl Emitter<'_> {
         let mut reads: Vec<(ValueId, String)> = vec![(w, "a".into())];
         let b_var = bind_once(&mut reads, x, "b");
         let bias_var = bias.map(|c| bind_once(&mut reads, c, "bias")).unwrap_or_default();
+        let (batches, m, p) = (xs[0], ws[0], geo.oh * geo.ow);
+        let hw = geo.h * geo.w;
+        let mut k = ws[1] * geo.kh * geo.kw;
+        let seg2 = match group.conv_sum {
+            Some((c1, _)) => {
+                let n1 = g.node(c1);
+                let (x1, w1) = (n1.inputs[0].unwrap(), n1.inputs[1].unwrap());
+                let Op::Conv { window, .. } = &n1.op else { unreachable!() };
+                let (xs1, ws1) = (g.ty(x1).shape.clone(), g.ty(w1).shape.clone());
+                let geo1 = self.geometry(c1, &xs1, &g.ty(n1.outputs[0]).shape, window)?;
+                let k1 = ws1[1] * geo1.kh * geo1.kw;
+                let seg = Seg2 {
+                    k_first: k,
+                    a_var: bind_once(&mut reads, w1, "a2"),
+                    b_var: bind_once(&mut reads, x1, "b2"),
+                    a_sm: k1,
+                    b_sk: geo1.h * geo1.w,
+                    b_batch: xs1[1] * geo1.h * geo1.w,
+                    im2col: Self::im2col(&geo1),
+                    bias_var: n1
+                        .inputs
+                        .get(2)
+                        .copied()
+                        .flatten()
+                        .map(|c| bind_once(&mut reads, c, "bias2"))
+                        .unwrap_or_default(),
+                };
+                k += k1;
+                Some(seg)
+            }
+            None => None,
+        };
         let fu = self.fused_body(group, Some(conv_out), &mut reads, &mut helpers)?;
         let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
         bindings.push((out, true, "out"));
-        let (batches, m, p) = (xs[0], ws[0], geo.oh * geo.ow);
-        let k = ws[1] * geo.kh * geo.kw;
-        let hw = geo.h * geo.w;
-        // A 1x1 window with unit strides and no padding reads the input as it lies: B is [C, h·w] itself.
-        let pointwise = geo.kh * geo.kw == 1 && geo.sy == 1 && geo.sx == 1 && geo.pt + geo.pl + geo.pb + geo.pr == 0;
         let t = tiling(m, p, k, batches);
         let (gx, gy) = (p.div_ceil(t.tile), m.div_ceil(t.tile));
         let max = self.limits.max_workgroups_per_dimension as usize;
@@ -1998,20 +2070,8 @@ impl Emitter<'_> {
             a_pro: String::new(),
             b_pro: String::new(),
             t,
-            im2col: (!pointwise).then_some(Im2col {
-                h: geo.h,
-                w: geo.w,
-                hw,
-                kw: geo.kw,
-                khw: geo.kh * geo.kw,
-                ow: geo.ow,
-                sy: geo.sy,
-                sx: geo.sx,
-                dy: geo.dy,
-                dx: geo.dx,
-                pt: geo.pt,
-                pl: geo.pl,
-            }),
+            im2col: Self::im2col(&geo),
+            seg2,
             batch: if batches > 1 {
                 vec![BatchDim { div: 1, extent: batches, a_stride: 0, b_stride: (xs[1] * hw) as i64 }]
             } else {
@@ -2021,7 +2081,7 @@ impl Emitter<'_> {
             n: p,
             k,
             mn: m * p,
-            a_sm: k,
+            a_sm: ws[1] * geo.kh * geo.kw,
             a_sk: 1,
             b_sk: hw,
             b_sn: 1,
