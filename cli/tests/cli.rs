@@ -307,6 +307,22 @@ fn the_attention_kernel_reproduces_the_reference() {
 }
 
 #[test]
+fn gqa_expansion_folds_into_the_products() {
+    // K and V of 2 heads expanded to 4 (Unsqueeze → Expand → Reshape): the Expands fold into the products' batch
+    // strides over finer batch coordinates, fused into one attention kernel or as three kernels, never copied.
+    let case = common::load_case(&common::testdata().join("ops/attention_gqa"));
+    for (attention, kernels) in [(wgslc_passes::AttentionMode::Fused, 1), (wgslc_passes::AttentionMode::Unfused, 3)] {
+        let opts = wgslc::CompileOptions { attention, ..case.opts.clone() };
+        let dir = tempfile::tempdir().unwrap();
+        let summary = wgslc::compile(&case.dir.join("model.onnx"), dir.path(), &opts).unwrap();
+        let names: Vec<&str> = summary.plan.kernels.iter().map(|k| k.wgsl.as_str()).collect();
+        assert_eq!(names.len(), kernels, "{attention:?}: {names:?}");
+        let got = common::compile_and_run(&case, &opts).unwrap();
+        common::compare(&got, &case.expected, case.rtol, case.atol).unwrap_or_else(|e| panic!("{attention:?}: {e}"));
+    }
+}
+
+#[test]
 fn no_adapter_is_a_clear_error() {
     // Linux has no DirectX 12: asking wgpu for that backend alone finds no adapter.
     let case = common::load_case(&common::testdata().join("models/transformer"));

@@ -24,8 +24,9 @@ pub use memory::{
     MemoryStats, PlannedBuffer, Slot,
 };
 pub use schedule::{
-    group_io, in_place_candidates, input_view, is_pointwise, read_spec, scalar_op_data_slot, schedule, takes_epilogue,
-    AttentionMode, AttentionTail, Boundary, FuseOptions, KernelGroup, Schedule,
+    group_io, in_place_candidates, input_view, is_pointwise, mm_batch_refinement, read_spec, refined_strides,
+    scalar_op_data_slot, schedule, takes_epilogue, AttentionMode, AttentionTail, Boundary, FuseOptions, KernelGroup,
+    Schedule,
 };
 
 use wgslc_ir::{Graph, GraphError};

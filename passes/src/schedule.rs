@@ -179,11 +179,78 @@ pub fn read_spec(g: &Graph, n: NodeId, slot: usize) -> Option<(i64, Vec<i64>, Ve
             Some((0, broadcast_strides(vs, &os), os))
         }
         Op::StridedCopy { offset, strides } => Some((*offset, strides.clone(), g.ty(node.outputs[0]).shape.clone())),
+        Op::MatMul if slot < 2 && mm_batch_refinement(g, n).is_some() => {
+            let fine = mm_batch_refinement(g, n)?;
+            let extents = fine.iter().chain(&vs[vs.len() - 2..]).copied().collect();
+            Some((0, refined_strides(vs, &fine), extents))
+        }
         Op::MatMul | Op::Gemm { .. } if slot < 2 => {
             Some((0, contiguous_strides(vs).into_iter().map(|s| s as i64).collect(), vs.clone()))
         }
         _ => None,
     }
+}
+
+/// A finer batch shape for a batched MatMul whose operands both have the output's batch shape: the batch shape of
+/// a value on an operand's producer chain (through Alias and StridedCopy nodes) that splits each output batch
+/// dimension into consecutive factors, as a GQA export's Expand([b, kv, 1, n, d] → [b, kv, g, n, d]) → Reshape
+/// ([b, kv·g, n, d]) does. Over the finer coordinates the read of the merged dimension stays affine through the
+/// Expand (stride 0 on the repeated factor), so the copy folds into the MatMul's batch strides instead of being
+/// materialized. `None` when no such value exists or the operands broadcast.
+pub fn mm_batch_refinement(g: &Graph, n: NodeId) -> Option<Vec<usize>> {
+    let node = g.node(n);
+    if node.op != Op::MatMul {
+        return None;
+    }
+    let (a, b) = (node.inputs[0]?, node.inputs[1]?);
+    let (at, bt) = (&g.ty(a).shape, &g.ty(b).shape);
+    if at.len() < 3 || at.len() != bt.len() || at[..at.len() - 2] != bt[..bt.len() - 2] {
+        return None;
+    }
+    let batch = &at[..at.len() - 2];
+    for v in [b, a] {
+        let mut u = v;
+        for _ in 0..8 {
+            let Some(p) = g.value(u).producer else { break };
+            if !matches!(g.node(p).op, Op::Alias | Op::StridedCopy { .. }) {
+                break;
+            }
+            u = g.node(p).inputs[0]?;
+            let us = &g.ty(u).shape;
+            if us.len() > batch.len() + 2 && refines(&us[..us.len() - 2], batch) {
+                return Some(us[..us.len() - 2].to_vec());
+            }
+        }
+    }
+    None
+}
+
+/// Whether `fine` splits each dimension of `coarse` into consecutive factors (dimensions of 1 anywhere).
+fn refines(fine: &[usize], coarse: &[usize]) -> bool {
+    let mut i = 0;
+    for &c in coarse {
+        let mut p = 1;
+        while p < c {
+            let Some(&f) = fine.get(i) else { return false };
+            p *= f;
+            i += 1;
+        }
+        if p != c {
+            return false;
+        }
+    }
+    fine[i..].iter().all(|&f| f == 1)
+}
+
+/// Strides of a contiguous `shape` read over coordinates whose leading (batch) dimensions are `fine`, a refinement of
+/// `shape`'s batch dimensions (see [`mm_batch_refinement`]), followed by its last two.
+pub fn refined_strides(shape: &[usize], fine: &[usize]) -> Vec<i64> {
+    let r = shape.len();
+    let cs = contiguous_strides(shape);
+    // The batch dimensions of a contiguous shape are row-major among themselves, m·k apart.
+    let unit = cs[r - 3] as i64;
+    let fcs = contiguous_strides(fine);
+    fcs.iter().map(|&s| s as i64 * unit).chain([cs[r - 2] as i64, cs[r - 1] as i64]).collect()
 }
 
 /// The view through which node `n` reads input `slot` under `folded` (Alias producers are always passed).
@@ -548,6 +615,10 @@ fn fuse_attention(
             if dk > ATTENTION_MAX_DK || dv > ATTENTION_MAX_DV || qt.rank() < 2 {
                 return None;
             }
+            // The kernel walks one set of batch coordinates for both products.
+            if mm_batch_refinement(g, qk) != mm_batch_refinement(g, pv) {
+                return None;
+            }
             let mut merged = a.clone();
             merged.attention = Some(AttentionTail { softmax: sm, nan_to_zero, pv });
             if bindings(g, &sched.folded, &merged.nodes()) > max_bindings {
@@ -818,4 +889,20 @@ fn bindings(g: &Graph, folded: &HashSet<NodeId>, members: &[NodeId]) -> usize {
         }
     }
     roots.len() + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_refinements() {
+        assert!(refines(&[1, 2, 2], &[1, 4]));
+        assert!(refines(&[2, 3, 1], &[6]));
+        assert!(!refines(&[3, 2], &[2, 3]));
+        assert!(!refines(&[4], &[2, 2]));
+        assert!(!refines(&[2, 2], &[8]));
+        // [2, 4, m=3, k=5] read over batch coordinates [2, 2, 2]: the split dimension keeps its row-major steps.
+        assert_eq!(refined_strides(&[2, 4, 3, 5], &[2, 2, 2]), vec![60, 30, 15, 5, 1]);
+    }
 }

@@ -1313,6 +1313,8 @@ impl Emitter<'_> {
         let node = g.node(n);
         let (a, b, mm_out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
         let (at, bt) = (g.ty(a).clone(), g.ty(b).clone());
+        // A GQA-style operand reads over finer batch coordinates (see `mm_batch_refinement`).
+        let fine = wgslc_passes::mm_batch_refinement(g, n);
         // Operand views: through a scalar prologue node when there is one (its data input is what is loaded).
         let mut pro = [String::new(), String::new()];
         let mut views = Vec::new();
@@ -1338,7 +1340,17 @@ impl Emitter<'_> {
                     let inputs: Vec<ValueId> = pn.inputs.iter().flatten().copied().collect();
                     let ot = g.ty(pn.outputs[0]).clone();
                     *pro_expr = self.op_expr(p, &args, &inputs, &ot, helpers, &|d| format!("c{d}"))?;
-                    input_view(g, &self.sched.folded, p, ds)
+                    match &fine {
+                        // Read over the product's finer batch coordinates, as the operand itself is.
+                        Some(fine) => {
+                            let shape = &ot.shape;
+                            let extents: Vec<usize> = fine.iter().chain(&shape[shape.len() - 2..]).copied().collect();
+                            let strides = wgslc_passes::refined_strides(shape, fine);
+                            let data = pn.inputs[ds].expect("data input");
+                            wgslc_passes::view::compose(g, data, 0, &strides, &extents, &self.sched.folded)
+                        }
+                        None => input_view(g, &self.sched.folded, p, ds),
+                    }
                 }
                 None => input_view(g, &self.sched.folded, n, slot),
             };
@@ -1360,12 +1372,19 @@ impl Emitter<'_> {
                 let (ra, rb) = (at.rank(), bt.rank());
                 (m, k) = if ra == 1 { (1, at.shape[0]) } else { (at.shape[ra - 2], at.shape[ra - 1]) };
                 nn = if rb == 1 { 1 } else { bt.shape[rb - 1] };
-                (a_sm, a_sk) = if ra == 1 { (0, sa[0]) } else { (sa[ra - 2], sa[ra - 1]) };
-                (b_sk, b_sn) = if rb == 1 { (sb[0], 0) } else { (sb[rb - 2], sb[rb - 1]) };
+                // Matrix strides are the views' last two (finer batch coordinates may come before them).
+                let (la, lb) = (sa.len(), sb.len());
+                (a_sm, a_sk) = if ra == 1 { (0, sa[0]) } else { (sa[la - 2], sa[la - 1]) };
+                (b_sk, b_sn) = if rb == 1 { (sb[0], 0) } else { (sb[lb - 2], sb[lb - 1]) };
                 (alpha, beta) = (1.0, 0.0);
-                a_batch = at.shape[..ra.saturating_sub(2)].to_vec();
-                b_batch = bt.shape[..rb.saturating_sub(2)].to_vec();
-                batch_shape = wgslc_ir::broadcast_shapes(&a_batch, &b_batch).expect("inferred");
+                match fine {
+                    Some(fine) => (a_batch, b_batch, batch_shape) = (fine.clone(), fine.clone(), fine),
+                    None => {
+                        a_batch = at.shape[..ra.saturating_sub(2)].to_vec();
+                        b_batch = bt.shape[..rb.saturating_sub(2)].to_vec();
+                        batch_shape = wgslc_ir::broadcast_shapes(&a_batch, &b_batch).expect("inferred");
+                    }
+                }
             }
         }
         // Batch strides come from the views, right-aligned; broadcast dimensions read stride 0.
