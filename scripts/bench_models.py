@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The fusion benchmark of docs/performance.md: exports a GPT-2-style and a BERT-style model (torch.onnx.export,
-dynamo, opset 20) and a CNN (ResNet-18), compiles each with wgslc fused and with --no-fuse, times both with
+"""The fusion benchmark of docs/performance.md: exports a GPT-2-style, a BERT-style and a Llama-style (GQA) model
+(torch.onnx.export, dynamo, opset 20) and a CNN (ResNet-18), compiles each with wgslc fused and with --no-fuse, times both with
 `wgslc bench`, checks the fused outputs against onnxruntime, and times onnxruntime (CUDA) and PyTorch (CUDA,
 eager) on the same inputs as baselines.
 
-    python3 scripts/bench_models.py OUT_DIR --wgslc PATH [--models gpt2,bert,resnet18] [--iterations N] [--tokens N]
+    python3 scripts/bench_models.py OUT_DIR --wgslc PATH [--models gpt2,bert,llama,resnet18] [--iterations N] [--tokens N]
 
 Each model is compiled five ways: default, --memory-budget 2, --no-reuse, --attention unfused, --no-fuse.
 
@@ -57,12 +57,31 @@ def bert(tokens=128):
     return Wrap(m), (torch.randint(0, 8192, (1, tokens)),)
 
 
+def llama(tokens=128):
+    """A Llama-style decoder with grouped-query attention (12 query heads over 4 K/V heads), RMSNorm and SwiGLU."""
+    from transformers import LlamaConfig, LlamaModel
+    cfg = LlamaConfig(vocab_size=8192, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                      num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=max(256, tokens),
+                      use_cache=False)
+    m = LlamaModel(cfg)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids, use_cache=False).last_hidden_state
+
+    return Wrap(m), (torch.randint(0, 8192, (1, tokens)),)
+
+
 def resnet18(tokens=None):
     import torchvision
     return torchvision.models.resnet18(weights=None), (torch.randn(1, 3, 224, 224),)
 
 
-MODELS = {"gpt2": gpt2, "bert": bert, "resnet18": resnet18}
+MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama, "resnet18": resnet18}
 
 
 def cuda_time(fn, iters):
@@ -90,7 +109,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--wgslc", required=True)
-    ap.add_argument("--models", default="gpt2,bert,resnet18")
+    ap.add_argument("--models", default="gpt2,bert,llama,resnet18")
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--tokens", type=int, default=128, help="sequence length of the transformers")
     a = ap.parse_args()

@@ -463,6 +463,22 @@ def ops():
               [init("w", rand(12, 8, 3, 3)), init("wd", rand(12, 8, 1, 1))]),
         [rand(2, 8, 6, 6)],
     )
+    # RMSNorm as exporters emit it (Pow → ReduceMean → Add ε → Sqrt → Reciprocal → Mul x → Mul weight): one
+    # RMSNormalization kernel; x is also read by a residual Add after it.
+    cases["rmsnorm_pattern"] = (
+        model([helper.make_node("Pow", ["x", "two"], ["p"]),
+               helper.make_node("ReduceMean", ["p", "axes"], ["m"], keepdims=1),
+               helper.make_node("Add", ["m", "eps"], ["a"]),
+               helper.make_node("Sqrt", ["a"], ["s"]),
+               helper.make_node("Reciprocal", ["s"], ["r"]),
+               helper.make_node("Mul", ["x", "r"], ["n"]),
+               helper.make_node("Mul", ["w", "n"], ["nw"]),
+               helper.make_node("Add", ["nw", "x"], ["y"])],
+              [vi("x", F, [2, 5, 24])], [vi("y", F, None)],
+              [init("two", np.float32(2.0)), init("axes", np.array([-1], np.int64)), init("eps", np.float32(1e-6)),
+               init("w", rand(24))], opset=18),
+        [rand(2, 5, 24, lo=-2, hi=2)],
+    )
     return cases
 
 

@@ -16,8 +16,8 @@ mod schedule;
 
 pub use infer::infer_shapes;
 pub use lower::{
-    eliminate_dead_code, legalize, lower_batchnorm, materialize_outputs, merge_sibling_matmuls, storage_of,
-    storage_root, Storage,
+    eliminate_dead_code, fuse_rms_norm, legalize, lower_batchnorm, materialize_outputs, merge_sibling_matmuls,
+    storage_of, storage_root, Storage,
 };
 pub use memory::{
     binding_access, plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan,
@@ -125,9 +125,11 @@ pub fn run_pipeline_with(g: &mut Graph, stop_after: Option<&str>, fuse: bool) ->
     if stop_after == Some("dce") {
         return Ok(());
     }
-    // Sibling MatMuls on one input (Q, K, V) → one MatMul over concatenated weights.
+    // Sibling MatMuls on one input (Q, K, V) → one MatMul over concatenated weights; the exporters' RMSNorm
+    // chain → one RMSNormalization.
     if fuse {
         merge_sibling_matmuls(g)?;
+        fuse_rms_norm(g)?;
         eliminate_dead_code(g);
         verify(g, Stage::Inferred)?;
     }

@@ -336,3 +336,108 @@ pub fn merge_sibling_matmuls(g: &mut Graph) -> Result<(), PassError> {
     }
     Ok(())
 }
+
+/// Rewrites the RMSNorm pattern as exporters emit it — `Pow(x, 2) → ReduceMean(last axis, keepdims) → Add(ε) →
+/// Sqrt → Reciprocal` (or `Div(1, ·)`) `→ Mul(x, ·)`, then optionally `Mul(·, w)` by a constant row of scales —
+/// into one `LayerNorm { rms: true }` node (scale `w`, or ones), named after the nodes it replaces.
+///
+/// Requires: an inferred graph. Establishes: no such chain remains whose intermediates nothing else reads; the
+/// chain's final value keeps its id, type and name.
+pub fn fuse_rms_norm(g: &mut Graph) -> Result<(), PassError> {
+    use wgslc_ir::{ReduceOp, UnaryOp};
+    let scalar = |g: &Graph, v: Option<ValueId>| -> Option<f64> {
+        let t = g.const_data(v?)?;
+        (t.numel() == 1).then(|| t.to_f64()[0])
+    };
+    // The single reader of `v` (not a graph output), if it has exactly one.
+    let only_reader = |g: &Graph, v: ValueId| -> Option<NodeId> {
+        let rs = g.consumers(v);
+        (rs.len() == 1 && !g.outputs.contains(&v)).then(|| rs[0])
+    };
+    // `n`'s other input when it is a binary `op` with `v` as one operand.
+    let other = |g: &Graph, n: NodeId, op: BinaryOp, v: ValueId| -> Option<Option<ValueId>> {
+        let node = g.node(n);
+        if node.op != Op::Binary(op) || node.inputs.len() != 2 {
+            return None;
+        }
+        match (node.inputs[0], node.inputs[1]) {
+            (Some(a), b) if a == v => Some(b),
+            (a, Some(b)) if b == v => Some(a),
+            _ => None,
+        }
+    };
+    for pow in g.topo_order()? {
+        if !g.has_node(pow) {
+            continue;
+        }
+        let pn = g.node(pow);
+        if pn.op != Op::Binary(BinaryOp::Pow) || scalar(g, pn.inputs[1]) != Some(2.0) {
+            continue;
+        }
+        let Some(x) = pn.inputs[0] else { continue };
+        let xt = g.ty(x).clone();
+        if xt.dtype != DType::F32 || xt.rank() == 0 {
+            continue;
+        }
+        let last = xt.rank() - 1;
+        let d = xt.shape[last];
+        let matched = (|| {
+            let mean = only_reader(g, g.node(pow).outputs[0])?;
+            let Op::Reduce { op: ReduceOp::Mean, axes: Some(axes), keepdims: true, .. } = &g.node(mean).op else {
+                return None;
+            };
+            if axes.len() != 1 || axes[0] != last as i64 {
+                return None;
+            }
+            let add = only_reader(g, g.node(mean).outputs[0])?;
+            let eps = scalar(g, other(g, add, BinaryOp::Add, g.node(mean).outputs[0])?)?;
+            let sqrt = only_reader(g, g.node(add).outputs[0])?;
+            if g.node(sqrt).op != Op::Unary(UnaryOp::Sqrt) {
+                return None;
+            }
+            let s = g.node(sqrt).outputs[0];
+            let recip = only_reader(g, s)?;
+            let r = g.node(recip);
+            let is_recip = r.op == Op::Unary(UnaryOp::Reciprocal)
+                || (r.op == Op::Binary(BinaryOp::Div) && r.inputs[1] == Some(s) && scalar(g, r.inputs[0]) == Some(1.0));
+            if !is_recip {
+                return None;
+            }
+            let mul = only_reader(g, g.node(recip).outputs[0])?;
+            if other(g, mul, BinaryOp::Mul, g.node(recip).outputs[0])? != Some(x) {
+                return None;
+            }
+            let mut chain = vec![pow, mean, add, sqrt, recip, mul];
+            let mut scale = None;
+            let y = g.node(mul).outputs[0];
+            if let Some(smul) = only_reader(g, y) {
+                if let Some(Some(w)) = other(g, smul, BinaryOp::Mul, y) {
+                    let wt = g.ty(w);
+                    let row = wt.shape.iter().rev().skip(1).all(|&e| e == 1) && wt.shape.last() == Some(&d);
+                    if g.const_data(w).is_some() && wt.dtype == DType::F32 && row && wt.rank() <= xt.rank() {
+                        scale = Some(w);
+                        chain.push(smul);
+                    }
+                }
+            }
+            Some((chain, eps, scale))
+        })();
+        let Some((chain, eps, scale)) = matched else { continue };
+        let out = g.node(*chain.last().unwrap()).outputs[0];
+        let name = chain.iter().map(|&n| g.node(n).name.clone()).collect::<Vec<_>>().join("+");
+        let scale = match scale {
+            Some(w) if g.ty(w).rank() == 1 => w,
+            Some(w) => {
+                let t = g.const_data(w).unwrap().to_f64().into_iter().map(|v| v as f32).collect();
+                g.add_const(g.fresh_name(&format!("{name}.scale")), Tensor::f32(vec![d], t))
+            }
+            None => g.add_const(g.fresh_name(&format!("{name}.scale")), Tensor::f32(vec![d], vec![1.0; d])),
+        };
+        for &n in &chain {
+            g.remove_node(n);
+        }
+        let op = Op::LayerNorm { axis: last as i64, epsilon: eps as f32, rms: true };
+        g.add_node(name, op, vec![Some(x), Some(scale)], vec![out])?;
+    }
+    Ok(())
+}

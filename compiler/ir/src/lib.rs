@@ -262,6 +262,11 @@ impl Graph {
         &self.nodes[n.0]
     }
 
+    /// Whether `n` is still in the graph (node ids stay valid after removals, but removed ones are gone).
+    pub fn has_node(&self, n: NodeId) -> bool {
+        self.nodes.contains_node(n.0)
+    }
+
     pub fn node_mut(&mut self, n: NodeId) -> &mut Node {
         &mut self.nodes[n.0]
     }
