@@ -479,6 +479,33 @@ def ops():
                init("w", rand(24))], opset=18),
         [rand(2, 5, 24, lo=-2, hi=2)],
     )
+    # GQA as transformers' Llama exports it through SDPA: K and V expanded from 2 to 4 heads, Q and Kᵀ each scaled
+    # by d^-1/4 before the product (the scales move to the product's epilogue, the expansions fold into its batch
+    # strides), a boolean mask through Where, and the NaN guard.
+    gq_rng = np.random.default_rng(7)
+    gqa2 = []
+    for t in ["k", "v"]:
+        gqa2 += [helper.make_node("Unsqueeze", [t, "ax2"], [f"{t}u"]),
+                 helper.make_node("Expand", [f"{t}u", "rep"], [f"{t}e"]),
+                 helper.make_node("Reshape", [f"{t}e", "heads"], [f"{t}h"])]
+    cases["attention_gqa_scaled"] = (
+        model(gqa2 + [helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
+                      helper.make_node("Mul", ["q", "qs"], ["q2"]),
+                      helper.make_node("Mul", ["kt", "qs"], ["kt2"]),
+                      helper.make_node("Where", ["causal", "zero", "ninf"], ["bias"]),
+                      helper.make_node("MatMul", ["q2", "kt2"], ["s"]),
+                      helper.make_node("Add", ["s", "bias"], ["s2"]),
+                      helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+                      helper.make_node("IsNaN", ["p"], ["nan"]),
+                      helper.make_node("Where", ["nan", "zero", "p"], ["p2"]),
+                      helper.make_node("MatMul", ["p2", "vh"], ["y"])],
+              [vi("q", F, [1, 4, 6, 8]), vi("k", F, [1, 2, 6, 8]), vi("v", F, [1, 2, 6, 8])], [vi("y", F, None)],
+              [init("ax2", np.array([2], np.int64)), init("rep", np.array([1, 2, 2, 6, 8], np.int64)),
+               init("heads", np.array([1, 4, 6, 8], np.int64)), init("qs", np.float32(8 ** -0.25)),
+               init("causal", np.tril(np.ones((6, 6), bool))), init("zero", np.float32(0.0)),
+               init("ninf", np.float32(-np.inf))]),
+        [gq_rng.standard_normal(s).astype(np.float32) for s in [(1, 4, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8)]],
+    )
     return cases
 
 

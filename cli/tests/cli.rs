@@ -288,6 +288,7 @@ fn the_attention_kernel_reproduces_the_reference() {
         "ops/attention_masked",
         "ops/attention_many_heads",
         "ops/attention_gqa",
+        "ops/attention_gqa_scaled",
         "torch/gpt2_dynamo20",
         "torch/nanogpt_dynamo20",
         "torch/nanogpt_torchscript17",

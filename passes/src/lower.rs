@@ -441,3 +441,55 @@ pub fn fuse_rms_norm(g: &mut Graph) -> Result<(), PassError> {
     }
     Ok(())
 }
+
+/// Moves a scalar factor off a MatMul operand onto its result: `MatMul(Mul(x, c), y)` → `Mul(MatMul(x, y), c)`
+/// (and `Div(x, c)` likewise, either operand), for a constant float scalar `c` whose product only that MatMul
+/// reads. The factor then runs in the product's epilogue, and the operand is read straight through its layout
+/// ops, which keeps SDPA's scaled K (`K · √scale` before Kᵀ) foldable into the product's batch strides.
+///
+/// Requires: an inferred graph. Establishes: no MatMul operand is such a scaled value; the MatMul's output keeps
+/// its id and name (it now holds the scaled product).
+pub fn hoist_matmul_scalars(g: &mut Graph) -> Result<(), PassError> {
+    for mut mm in g.topo_order()? {
+        if g.node(mm).op != Op::MatMul {
+            continue;
+        }
+        let mut slot = 0;
+        while slot < 2 {
+            slot += 1;
+            let slot = slot - 1;
+            let Some(v) = g.node(mm).inputs[slot] else { continue };
+            let Some(p) = g.value(v).producer else { continue };
+            let pn = g.node(p);
+            let op = match pn.op {
+                Op::Binary(op @ (BinaryOp::Mul | BinaryOp::Div)) => op,
+                _ => continue,
+            };
+            let (Some(x), Some(c)) = (pn.inputs[0], pn.inputs[1]) else { continue };
+            // The scalar is the divisor of a Div, either factor of a Mul.
+            let (x, c) = match g.const_data(c) {
+                Some(t) if t.numel() == 1 => (x, c),
+                _ if op == BinaryOp::Mul && g.const_data(x).is_some_and(|t| t.numel() == 1) => (c, x),
+                _ => continue,
+            };
+            let ok = g.ty(v).dtype == DType::F32
+                && g.ty(c).dtype == DType::F32
+                && g.ty(x).shape == g.ty(v).shape
+                && g.consumers(v) == [mm]
+                && !g.outputs.contains(&v);
+            if !ok {
+                continue;
+            }
+            let out = g.node(mm).outputs[0];
+            let name = g.node(mm).name.clone();
+            let raw = g.add_value(g.fresh_name(&format!("{name}.unscaled")), Some(g.ty(out).clone()));
+            let mut inputs = g.node(mm).inputs.clone();
+            inputs[slot] = Some(x);
+            g.remove_node(mm);
+            g.remove_node(p);
+            mm = g.add_node(name.clone(), Op::MatMul, inputs, vec![raw])?;
+            g.add_node(format!("{name}/scale{slot}"), Op::Binary(op), vec![Some(raw), Some(c)], vec![out])?;
+        }
+    }
+    Ok(())
+}
