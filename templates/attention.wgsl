@@ -178,7 +178,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let o = (batch * {{ m }}u + m{{ i }}) * {{ dv }}u + c;
 {%- for o in lanes %}
         if (c + {{ o.off }}u < {{ dv }}u) {
-            out[o + {{ o.off }}u] = acc{{ i }}_{{ o.i }} * inv;
+            let oo = o + {{ o.off }}u;
+            out[{{ fu.at("oo") }}] = acc{{ i }}_{{ o.i }} * inv;
         }
 {%- endfor %}
     }

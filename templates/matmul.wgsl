@@ -154,9 +154,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}{% endif %}
             let o = batch * {{ mn }}u + m * {{ n }}u + n;
 {%- if fu.defined %}
-            out[o] = fused(v, o);
+            out[{{ fu.at("o") }}] = fused(v, o);
 {%- else %}
-            out[o] = v;
+            out[{{ fu.at("o") }}] = v;
 {%- endif %}
         }
     }

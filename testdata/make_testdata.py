@@ -506,6 +506,18 @@ def ops():
                init("ninf", np.float32(-np.inf))]),
         [gq_rng.standard_normal(s).astype(np.float32) for s in [(1, 4, 6, 8), (1, 2, 6, 8), (1, 2, 6, 8)]],
     )
+    # Kernels that store straight into a Transpose's layout: a MatMul (with a bias epilogue) and an elementwise
+    # group, each read only by a Transpose.
+    cases["store_through_transpose"] = (
+        model([helper.make_node("MatMul", ["a", "w"], ["m"]),
+               helper.make_node("Add", ["m", "b"], ["mb"]),
+               helper.make_node("Transpose", ["mb"], ["y1"], perm=[0, 2, 3, 1]),
+               helper.make_node("Relu", ["a"], ["r"]),
+               helper.make_node("Transpose", ["r"], ["y2"], perm=[3, 1, 0, 2])],
+              [vi("a", F, [2, 3, 4, 5])], [vi("y1", F, None), vi("y2", F, None)],
+              [init("w", rand(5, 6)), init("b", rand(6))]),
+        [rand(2, 3, 4, 5)],
+    )
     return cases
 
 

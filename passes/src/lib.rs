@@ -25,8 +25,8 @@ pub use memory::{
 };
 pub use schedule::{
     group_io, in_place_candidates, input_view, is_pointwise, mm_batch_refinement, read_spec, refined_strides,
-    scalar_op_data_slot, schedule, takes_epilogue, AttentionMode, AttentionTail, Boundary, FuseOptions, KernelGroup,
-    Schedule,
+    scalar_op_data_slot, schedule, store_permutation, takes_epilogue, AttentionMode, AttentionTail, Boundary,
+    FuseOptions, KernelGroup, Schedule,
 };
 
 use wgslc_ir::{Graph, GraphError};

@@ -16,6 +16,9 @@
 //! - A lone ungrouped Conv whose output only an Add reads, where that Add is the first epilogue node of another
 //!   ungrouped Conv with the same output shape (a ResNet shortcut projection), joins that Conv's group as its
 //!   `conv_sum`: one implicit-GEMM product over both K ranges (`fuse_conv_sums`).
+//! - A Transpose (permuting StridedCopy) that is the only reader of an elementwise, MatMul/Gemm/Conv or attention
+//!   kernel's result becomes that kernel's `store_copy`: the kernel writes each element at its transposed place
+//!   (`fold_output_permutes`), as attention's [b, h, t, d] → [b, t, h, d] before the output projection.
 
 use crate::lower::storage_root;
 use crate::view::{compose, View};
@@ -41,6 +44,9 @@ pub struct KernelGroup {
     /// Attention: the anchor is the score product Q·Kᵀ (with its prologue and epilogue: scale, mask), and the
     /// softmax over its last axis and the product with V run in the same kernel with an online softmax.
     pub attention: Option<AttentionTail>,
+    /// A permuting StridedCopy (a Transpose) that is the result's only reader: the kernel stores each element
+    /// straight at its place in the copy's output (`store_permutation`), and the result is never written as is.
+    pub store_copy: Option<NodeId>,
 }
 
 /// The rest of an attention kernel after its score product.
@@ -73,11 +79,17 @@ impl KernelGroup {
             .chain(self.conv_sum.map(|(c, _)| c))
             .chain(self.elementwise.iter().copied())
             .chain(tail)
+            .chain(self.store_copy)
             .collect()
     }
 
     /// The node whose output the kernel writes.
     pub fn last(&self) -> NodeId {
+        self.store_copy.unwrap_or_else(|| self.result())
+    }
+
+    /// The node whose value the kernel computes last: what it writes, or what it writes through `store_copy`.
+    pub fn result(&self) -> NodeId {
         if let Some(t) = self.attention {
             return t.pv;
         }
@@ -87,7 +99,7 @@ impl KernelGroup {
     /// A group of one node's kernel.
     pub fn single(n: NodeId, pointwise: bool) -> KernelGroup {
         let (anchor, elementwise) = if pointwise { (None, vec![n]) } else { (Some(n), vec![]) };
-        KernelGroup { prologue: vec![], anchor, elementwise, conv_sum: None, attention: None }
+        KernelGroup { prologue: vec![], anchor, elementwise, conv_sum: None, attention: None, store_copy: None }
     }
 }
 
@@ -451,6 +463,11 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
         fuse_conv_sums(g, &mut sched, &mut group_of, &readers, opts.max_storage_buffers);
     }
 
+    // 2d. A Transpose that is a kernel's result's only reader is written by that kernel directly.
+    if opts.fuse {
+        fold_output_permutes(g, &mut sched, &mut group_of, &readers);
+    }
+
     // 3. Why every remaining edge crosses a kernel boundary.
     for &n in &order {
         let Some(&gn) = group_of.get(&n) else { continue };
@@ -708,6 +725,73 @@ fn fuse_conv_sums(
     }
 }
 
+/// For a StridedCopy `t` that permutes its input's dimensions (offset 0, each input dimension of extent > 1 read
+/// with its contiguous stride by exactly one output dimension of the same extent), the store terms that place
+/// input element `o` (flat, row-major) in the output: `Σ ((o / stride) % extent) · out_stride`.
+pub fn store_permutation(g: &Graph, t: NodeId) -> Option<Vec<(usize, usize, usize)>> {
+    let node = g.node(t);
+    let Op::StridedCopy { offset: 0, strides } = &node.op else { return None };
+    let v = node.inputs[0]?;
+    let (vs, os) = (&g.ty(v).shape, &g.ty(node.outputs[0]).shape);
+    if g.ty(v).numel() != g.ty(node.outputs[0]).numel() || g.ty(v).numel() == 0 {
+        return None;
+    }
+    let (vcs, ocs) = (contiguous_strides(vs), contiguous_strides(os));
+    let mut used = vec![false; os.len()];
+    let mut terms = Vec::new();
+    for d in (0..vs.len()).filter(|&d| vs[d] > 1) {
+        let e = (0..os.len()).find(|&e| !used[e] && os[e] == vs[d] && strides[e] == vcs[d] as i64)?;
+        used[e] = true;
+        terms.push((vcs[d], vs[d], ocs[e]));
+    }
+    // Every output dimension of extent > 1 takes one input dimension.
+    (0..os.len()).all(|e| used[e] || os[e] == 1).then_some(terms)
+}
+
+/// Gives each kernel whose result's only reader is an unfolded permuting StridedCopy in a kernel of its own that
+/// copy as its `store_copy`, removing the copy's kernel: one write at the permuted place instead of a write, a
+/// read and a write. Kernels whose emitters place stores through `store_permutation` take it: elementwise groups,
+/// matrix products (and convolutions through them) and attention.
+fn fold_output_permutes(
+    g: &Graph,
+    sched: &mut Schedule,
+    group_of: &mut HashMap<NodeId, usize>,
+    readers: &HashMap<ValueId, Vec<(NodeId, usize)>>,
+) {
+    let mut ci = 0;
+    while ci < sched.kernels.len() {
+        let merged = (|| {
+            let k = &sched.kernels[ci];
+            let stores = match k.anchor {
+                _ if k.store_copy.is_some() => false,
+                _ if k.attention.is_some() => true,
+                None => true,
+                Some(a) => matches!(g.node(a).op, Op::MatMul | Op::Gemm { .. } | Op::Conv { group: 1, .. }),
+            };
+            let v = g.node(k.result()).outputs[0];
+            let rs = readers.get(&v)?;
+            let &[(t, 0)] = rs.as_slice() else { return None };
+            if !stores || is_output(g, v, readers) || sched.folded.contains(&t) {
+                return None;
+            }
+            store_permutation(g, t)?;
+            let ti = *group_of.get(&t)?;
+            (ti > ci && sched.kernels[ti].nodes() == [t]).then_some(ti)
+        })();
+        if let Some(ti) = merged {
+            let t = sched.kernels.remove(ti).nodes()[0];
+            sched.kernels[ci].store_copy = Some(t);
+            group_of.clear();
+            for (i, k) in sched.kernels.iter().enumerate() {
+                for m in k.nodes() {
+                    group_of.insert(m, i);
+                }
+            }
+        }
+        ci += 1;
+    }
+}
+
 fn is_output(g: &Graph, v: ValueId, readers: &HashMap<ValueId, Vec<(NodeId, usize)>>) -> bool {
     let mut stack = vec![v];
     while let Some(u) = stack.pop() {
@@ -836,7 +920,7 @@ pub fn group_io(g: &Graph, sched: &Schedule, k: &KernelGroup) -> (Vec<ValueId>, 
 /// read contiguous and unbroadcast, same storage type), so its output may take their memory if they die there:
 /// each invocation reads its element before writing it, and no invocation reads another's.
 pub fn in_place_candidates(g: &Graph, sched: &Schedule, k: &KernelGroup) -> Vec<ValueId> {
-    if k.anchor.is_some() || !k.prologue.is_empty() {
+    if k.anchor.is_some() || !k.prologue.is_empty() || k.store_copy.is_some() {
         return vec![];
     }
     let out = g.node(k.last()).outputs[0];

@@ -102,6 +102,26 @@ struct Fused {
     loads: Vec<FusedLoad>,
     stmts: Vec<Stmt>,
     result: String,
+    /// Where result element `o` is stored when the group writes through a permuting copy (`store_copy`):
+    /// `Σ ((o / stride) % extent) · out_stride`; empty for a plain store at `o`.
+    store: Vec<StoreTerm>,
+}
+
+struct StoreTerm {
+    stride: usize,
+    extent: usize,
+    out_stride: usize,
+}
+
+impl Fused {
+    /// The output index of result element `o` (a WGSL u32 expression).
+    fn at(&self, o: &str) -> String {
+        if self.store.is_empty() {
+            o.to_string()
+        } else {
+            format!("store_at({o})")
+        }
+    }
 }
 
 #[derive(Template)]
@@ -752,14 +772,26 @@ impl Emitter<'_> {
         let tpl = ElementwiseTpl {
             h,
             helpers,
-            fu,
             groups_x,
             numel,
             store_coords: vec![],
-            store: Index { offset: "i".into(), terms: vec![] },
+            store: Index { offset: fu.at("i"), terms: vec![] },
+            fu,
         };
         let name = self.group_name(group);
         self.kernel(last, name, "elementwise", tpl.render(), &b, wg)
+    }
+
+    /// Where the group stores its result's elements: through its `store_copy`'s permutation, or in place.
+    fn store_terms(&self, group: &KernelGroup) -> Result<Vec<StoreTerm>, EmitError> {
+        Ok(match group.store_copy {
+            Some(t) => wgslc_passes::store_permutation(self.g, t)
+                .ok_or_else(|| self.err(t, "stored through a copy that is not a permutation (a scheduler bug)"))?
+                .into_iter()
+                .map(|(stride, extent, out_stride)| StoreTerm { stride, extent, out_stride })
+                .collect(),
+            None => vec![],
+        })
     }
 
     /// A header whose comment describes the whole group.
@@ -798,10 +830,11 @@ impl Emitter<'_> {
         helpers: &mut Helpers,
     ) -> Result<Fused, EmitError> {
         let g = self.g;
+        let store = self.store_terms(group)?;
         if group.elementwise.is_empty() {
-            return Ok(Fused::default());
+            return Ok(Fused { store, ..Fused::default() });
         }
-        let last = group.last();
+        let last = group.result();
         let mut exprs: std::collections::HashMap<ValueId, String> = std::collections::HashMap::new();
         if let Some(a) = anchor_out {
             exprs.insert(a, "acc".into());
@@ -910,7 +943,7 @@ impl Emitter<'_> {
                 coords.push(NamedCoord { name: format!("c{sid}_{d}"), stride: cs[d], extent: shape[d].max(1) });
             }
         }
-        Ok(Fused { defined: true, ty: storage(g, g.node(last).outputs[0]).wgsl(), coords, loads, stmts, result })
+        Ok(Fused { defined: true, ty: storage(g, g.node(last).outputs[0]).wgsl(), coords, loads, stmts, result, store })
     }
 
     /// The WGSL expression of an elementwise op over already-loaded arguments.
@@ -1169,6 +1202,7 @@ impl Emitter<'_> {
                 loads: vec![FusedLoad { name: "x0".into(), var: "in0".into(), offset: "i".into(), terms: vec![] }],
                 stmts: vec![],
                 result: "x0".into(),
+                store: vec![],
             };
             let terms = (0..shape.len()).filter(|&d| shape[d] > 1).map(|d| Term { coord: d, stride: ocs[d] }).collect();
             let b = [(v, false, "in0"), (out, true, "out")];
@@ -1228,18 +1262,20 @@ impl Emitter<'_> {
         let g = self.g;
         let tail = group.attention.expect("attention group");
         let mut helpers = Helpers::default();
-        let qk_group = KernelGroup { attention: None, ..group.clone() };
+        let qk_group = KernelGroup { attention: None, store_copy: None, ..group.clone() };
         let qk = self.mm_geometry(&qk_group, &mut helpers)?;
         let pv = self.mm_geometry(&KernelGroup::single(tail.pv, false), &mut helpers)?;
         if qk.batch.len() != pv.batch.len() || qk.batch.iter().zip(&pv.batch).any(|(a, b)| a.div != b.div) {
             return Err(self.err(tail.pv, "attention batch dimensions differ between the two products"));
         }
-        let out = g.node(tail.pv).outputs[0];
+        let out = g.node(group.last()).outputs[0];
         // One binding per stored tensor (Q, K and V are often views of one QKV product).
         let mut reads: Vec<(ValueId, String)> = vec![(qk.va.root, "a".into())];
         let b_var = bind_once(&mut reads, qk.vb.root, "b");
         let v_var = bind_once(&mut reads, pv.vb.root, "v");
-        let fu = self.fused_body(&qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
+        // The score epilogue's body; the output store goes through the group's store copy, if any.
+        let mut fu = self.fused_body(&qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
+        fu.store = self.store_terms(group)?;
         let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
         bindings.push((out, true, "out"));
         let dv_pad = pv.nn.div_ceil(16) * 16;
