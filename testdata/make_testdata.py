@@ -518,6 +518,25 @@ def ops():
               [init("w", rand(5, 6)), init("b", rand(6))]),
         [rand(2, 3, 4, 5)],
     )
+    # Rotary embedding as transformers exports it: x·cos + Concat(Neg(x[..., h:]), x[..., :h])·sin over heads
+    # transposed out of the projection; one kernel (RotateHalf reads x at a rotated coordinate).
+    pos = np.arange(6, dtype=np.float32)[:, None] / (10000 ** (np.arange(4, dtype=np.float32) / 4))[None, :]
+    emb = np.concatenate([pos, pos], axis=-1)[None, None]
+    cases["rotary_embedding"] = (
+        model([helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1, 3]),
+               helper.make_node("Mul", ["xt", "cos"], ["a"]),
+               helper.make_node("Slice", ["xt", "h", "big", "last"], ["x2"]),
+               helper.make_node("Slice", ["xt", "zero", "h", "last"], ["x1"]),
+               helper.make_node("Neg", ["x2"], ["nx2"]),
+               helper.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1),
+               helper.make_node("Mul", ["rot", "sin"], ["b"]),
+               helper.make_node("Add", ["a", "b"], ["y"])],
+              [vi("x", F, [1, 6, 2, 8])], [vi("y", F, None)],
+              [init("cos", np.cos(emb).astype(np.float32)), init("sin", np.sin(emb).astype(np.float32)),
+               init("h", np.array([4], np.int64)), init("big", np.array([2 ** 62], np.int64)),
+               init("zero", np.array([0], np.int64)), init("last", np.array([-1], np.int64))]),
+        [rand(1, 6, 2, 8)],
+    )
     return cases
 
 

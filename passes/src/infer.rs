@@ -354,6 +354,13 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let k = cx.const_input(1, "k")?.map(|t| t.to_i64()[0]).unwrap_or(0);
             one_input(cx, Op::Trilu { upper, k: Some(k) }, x)
         }
+        Op::RotateHalf => {
+            let x = cx.ty(0)?.clone();
+            if x.dtype != DType::F32 || x.shape.last().is_none_or(|&w| w % 2 != 0) {
+                return Err(cx.err("RotateHalf needs a float input with an even last dimension"));
+            }
+            one_input(cx, Op::RotateHalf, x)
+        }
         Op::GatherElements { axis } => {
             let (x, ind) = (cx.ty(0)?.clone(), cx.ty(1)?.clone());
             let axis = cx.axis(axis, x.rank())?;

@@ -16,8 +16,8 @@ mod schedule;
 
 pub use infer::infer_shapes;
 pub use lower::{
-    eliminate_dead_code, fuse_rms_norm, hoist_matmul_scalars, legalize, lower_batchnorm, materialize_outputs,
-    merge_sibling_matmuls, storage_of, storage_root, Storage,
+    eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, legalize, lower_batchnorm,
+    materialize_outputs, merge_sibling_matmuls, storage_of, storage_root, Storage,
 };
 pub use memory::{
     binding_access, plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan,
@@ -126,11 +126,13 @@ pub fn run_pipeline_with(g: &mut Graph, stop_after: Option<&str>, fuse: bool) ->
         return Ok(());
     }
     // Sibling MatMuls on one input (Q, K, V) → one MatMul over concatenated weights; the exporters' RMSNorm
-    // chain → one RMSNormalization; scalar factors on MatMul operands → the product's epilogue.
+    // chain → one RMSNormalization; scalar factors on MatMul operands → the product's epilogue; rotary's
+    // Concat(Neg(slice), slice) → RotateHalf.
     if fuse {
         merge_sibling_matmuls(g)?;
         fuse_rms_norm(g)?;
         hoist_matmul_scalars(g)?;
+        fuse_rotate_half(g)?;
         eliminate_dead_code(g);
         verify(g, Stage::Inferred)?;
     }

@@ -493,3 +493,71 @@ pub fn hoist_matmul_scalars(g: &mut Graph) -> Result<(), PassError> {
     }
     Ok(())
 }
+
+/// Rewrites rotary embedding's rotate-half as exporters emit it — `Concat(Neg(x[..., h:]), x[..., :h])` along the
+/// last axis of an `x` that is 2h wide, the slices being StridedCopy views after inference — into one
+/// `RotateHalf(x)`, which an elementwise kernel reads as one load at a rotated coordinate.
+///
+/// Requires: an inferred graph. Establishes: no such Concat remains whose slices and Neg nothing else reads; the
+/// Concat's output keeps its id and name.
+pub fn fuse_rotate_half(g: &mut Graph) -> Result<(), PassError> {
+    use wgslc_ir::UnaryOp;
+    let only_reader = |g: &Graph, v: ValueId, r: NodeId| g.consumers(v) == [r] && !g.outputs.contains(&v);
+    // The source and start of a StridedCopy that takes a contiguous run of `src`'s last axis, whole elsewhere.
+    let last_axis_slice = |g: &Graph, v: ValueId| -> Option<(ValueId, i64)> {
+        let p = g.value(v).producer?;
+        let Op::StridedCopy { offset, strides } = &g.node(p).op else { return None };
+        let src = g.node(p).inputs[0]?;
+        let (ss, vs) = (&g.ty(src).shape, &g.ty(v).shape);
+        let cs: Vec<i64> = wgslc_ir::contiguous_strides(ss).into_iter().map(|s| s as i64).collect();
+        let r = ss.len();
+        let whole = r == vs.len() && r > 0 && (0..r - 1).all(|d| ss[d] == vs[d] || ss[d] == 1);
+        let strided = (0..r).all(|d| vs[d] == 1 || strides[d] == cs[d]);
+        (whole && strided && *offset >= 0 && *offset < ss[r - 1] as i64).then_some((src, *offset))
+    };
+    for cat in g.topo_order()? {
+        if !g.has_node(cat) {
+            continue;
+        }
+        let node = g.node(cat);
+        let Op::Concat { axis } = node.op else { continue };
+        let out = node.outputs[0];
+        let rank = g.ty(out).rank();
+        let (Some(a), Some(b)) = (node.inputs.first().copied().flatten(), node.inputs.get(1).copied().flatten()) else {
+            continue;
+        };
+        if node.inputs.len() != 2 || rank == 0 || axis as usize != rank - 1 || g.ty(out).dtype != DType::F32 {
+            continue;
+        }
+        let matched = (|| {
+            let neg = g.value(a).producer?;
+            if g.node(neg).op != Op::Unary(UnaryOp::Neg) {
+                return None;
+            }
+            let hi = g.node(neg).inputs[0]?;
+            let (x, hi_start) = last_axis_slice(g, hi)?;
+            let (x2, lo_start) = last_axis_slice(g, b)?;
+            let w = *g.ty(x).shape.last()?;
+            let h = *g.ty(hi).shape.last()?;
+            let ok = x == x2
+                && w == 2 * h
+                && *g.ty(b).shape.last()? == h
+                && hi_start == h as i64
+                && lo_start == 0
+                && g.ty(x).shape == g.ty(out).shape
+                && only_reader(g, hi, neg)
+                && only_reader(g, a, cat)
+                && only_reader(g, b, cat);
+            let (s_hi, s_lo) = (g.value(hi).producer?, g.value(b).producer?);
+            ok.then_some((x, [s_hi, neg, s_lo]))
+        })();
+        let Some((x, removed)) = matched else { continue };
+        let name = g.node(cat).name.clone();
+        g.remove_node(cat);
+        for n in removed {
+            g.remove_node(n);
+        }
+        g.add_node(format!("{name}/rotate_half"), Op::RotateHalf, vec![Some(x)], vec![out])?;
+    }
+    Ok(())
+}

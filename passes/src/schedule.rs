@@ -191,6 +191,8 @@ pub fn read_spec(g: &Graph, n: NodeId, slot: usize) -> Option<(i64, Vec<i64>, Ve
             Some((0, broadcast_strides(vs, &os), os))
         }
         Op::StridedCopy { offset, strides } => Some((*offset, strides.clone(), g.ty(node.outputs[0]).shape.clone())),
+        // Read at a rotated last coordinate, which stays inside the same extent: the view of the plain read holds.
+        Op::RotateHalf => Some((0, contiguous_strides(vs).into_iter().map(|s| s as i64).collect(), vs.clone())),
         Op::MatMul if slot < 2 && mm_batch_refinement(g, n).is_some() => {
             let fine = mm_batch_refinement(g, n)?;
             let extents = fine.iter().chain(&vs[vs.len() - 2..]).copied().collect();
@@ -419,11 +421,12 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                 for &m in &sched.kernels[last].nodes() {
                     group_of.insert(m, last);
                 }
+                absorb_sibling_groups(g, &mut sched, &mut group_of, &readers, n, opts.max_storage_buffers);
             }
             None => {
                 let mut group = KernelGroup::single(
                     n,
-                    is_pointwise(&node.op) || matches!(node.op, Op::StridedCopy { .. } | Op::TileCopy),
+                    is_pointwise(&node.op) || matches!(node.op, Op::StridedCopy { .. } | Op::TileCopy | Op::RotateHalf),
                 );
                 // A MatMul operand computed by a lone scalar op (Q · scale, K · scale) is scaled as it is loaded.
                 if opts.fuse && matches!(node.op, Op::MatMul) {
@@ -722,6 +725,60 @@ fn fuse_conv_sums(
             }
         }
         ci += 1;
+    }
+}
+
+/// After the elementwise node `n` joined the last group (A), merges into A each purely elementwise group B whose
+/// result only `n` reads, computed over `n`'s shape from values written before A (none of A's own): n's other
+/// operand then never leaves the kernel (rotary's `x·cos + rotate_half(x)·sin` is one kernel, not two).
+fn absorb_sibling_groups(
+    g: &Graph,
+    sched: &mut Schedule,
+    group_of: &mut HashMap<NodeId, usize>,
+    readers: &HashMap<ValueId, Vec<(NodeId, usize)>>,
+    n: NodeId,
+    max_bindings: usize,
+) {
+    let out_shape = &g.ty(g.node(n).outputs[0]).shape;
+    for v in g.node(n).inputs.iter().flatten().copied() {
+        let ai = sched.kernels.len() - 1;
+        let Some(q) = g.value(v).producer else { continue };
+        let Some(&bi) = group_of.get(&q) else { continue };
+        let (a, b) = (&sched.kernels[ai], &sched.kernels[bi]);
+        let a_nodes: HashSet<NodeId> = a.nodes().into_iter().collect();
+        let plain = b.anchor.is_none() && b.prologue.is_empty() && b.attention.is_none() && b.store_copy.is_none();
+        let ok = bi != ai
+            && plain
+            && b.last() == q
+            && &g.ty(v).shape == out_shape
+            && effective_readers(g, v, readers) == [n]
+            && !is_output(g, v, readers)
+            && b.elementwise.iter().all(|&m| {
+                g.ty(g.node(m).outputs[0]).numel() == g.ty(v).numel()
+                    && g.node(m)
+                        .inputs
+                        .iter()
+                        .flatten()
+                        .all(|w| g.value(*w).producer.is_none_or(|p| !a_nodes.contains(&p)))
+            });
+        if !ok {
+            continue;
+        }
+        let mut members = a.nodes();
+        members.extend(b.nodes());
+        if bindings(g, &sched.folded, &members) > max_bindings {
+            continue;
+        }
+        let b = sched.kernels.remove(bi);
+        let a = sched.kernels.last_mut().expect("A");
+        let at = a.elementwise.len() - 1;
+        a.elementwise.splice(at..at, b.elementwise);
+        group_of.clear();
+        for (i, k) in sched.kernels.iter().enumerate() {
+            for m in k.nodes() {
+                group_of.insert(m, i);
+            }
+        }
     }
 }
 

@@ -717,7 +717,8 @@ impl Emitter<'_> {
             | Op::Cast(_)
             | Op::StridedCopy { .. }
             | Op::TileCopy
-            | Op::Trilu { .. } => Ok(vec![self.elementwise_group(&KernelGroup::single(n, true))?]),
+            | Op::Trilu { .. }
+            | Op::RotateHalf => Ok(vec![self.elementwise_group(&KernelGroup::single(n, true))?]),
             Op::Concat { axis } => self.concat(n, *axis as usize),
             Op::Gather { axis } => Ok(vec![self.gather(&KernelGroup::single(n, false), *axis as usize)?]),
             Op::MatMul | Op::Gemm { .. } => Ok(vec![self.matmul(&KernelGroup::single(n, false))?]),
@@ -877,6 +878,36 @@ impl Emitter<'_> {
             };
             let cname = |d: usize| format!("c{sid}_{d}");
             let contiguous: Vec<i64> = contiguous_strides(&shape).iter().map(|&s| s as i64).collect();
+            if node.op == Op::RotateHalf {
+                // One load at the rotated coordinate (j + h) mod 2h of the last axis, negated in the first half.
+                let v = node.inputs[0].expect("input");
+                if lookup(&exprs, v).is_some() {
+                    return Err(self.err(n, "RotateHalf reads a value computed in its own kernel (a scheduler bug)"));
+                }
+                let view = input_view(g, &self.sched.folded, n, 0);
+                let fresh = format!("in{}", reads.len());
+                let var = bind_once(reads, view.root, &fresh);
+                let r = shape.len();
+                let w = shape[r - 1];
+                let terms: Vec<NamedTerm> = (0..r)
+                    .filter(|&d| view.strides[d] != 0 && shape[d] > 1)
+                    .map(|d| {
+                        let (coord, modulo) =
+                            if d == r - 1 { (format!("({} + {})", cname(d), w / 2), w) } else { (cname(d), 0) };
+                        NamedTerm { coord, stride: view.strides[d], modulo }
+                    })
+                    .collect();
+                used_shapes[sid] = true;
+                let name = format!("x{}", loads.len());
+                loads.push(FusedLoad { name: name.clone(), var, offset: view.offset.to_string(), terms });
+                // A key no other load shares.
+                load_keys.push((view.root, format!("{sid}:rotate_half:{n:?}"), vec![]));
+                let expr = format!("select(-{name}, {name}, {} >= {})", cname(r - 1), w / 2);
+                let t = format!("t{j}");
+                stmts.push(Stmt { name: t.clone(), expr });
+                exprs.insert(node.outputs[0], t);
+                continue;
+            }
             let mut args = Vec::new();
             for (slot, v) in node.inputs.iter().enumerate() {
                 let Some(v) = *v else { continue };

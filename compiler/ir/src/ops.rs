@@ -246,6 +246,9 @@ pub enum Op {
         upper: bool,
         k: Option<i64>,
     },
+    /// Rotary embedding's rotate-half over the last axis (2h wide): element j is -x[j + h] for j < h, else
+    /// x[j - h]; rewritten from exporters' Concat(Neg(Slice(x, h:)), Slice(x, :h)) (passes `fuse_rotate_half`).
+    RotateHalf,
     /// GatherElements(data, indices) along `axis`.
     GatherElements {
         axis: i64,
@@ -464,6 +467,7 @@ impl Op {
             Op::ArgReduce { max: true, .. } => "ArgMax",
             Op::ArgReduce { max: false, .. } => "ArgMin",
             Op::Trilu { .. } => "Trilu",
+            Op::RotateHalf => "RotateHalf",
             Op::GatherElements { .. } => "GatherElements",
             Op::CumSum { prod: false, .. } => "CumSum",
             Op::CumSum { prod: true, .. } => "CumProd",
@@ -537,6 +541,7 @@ impl Op {
             | Op::Alias
             | Op::StridedCopy { .. }
             | Op::TileCopy
+            | Op::RotateHalf
             | Op::ArgReduce { .. }
             | Op::GatherElements { .. } => true,
             Op::Reduce { axes, .. } => axes.is_some(),
