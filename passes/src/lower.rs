@@ -371,10 +371,10 @@ pub fn fuse_rms_norm(g: &mut Graph) -> Result<(), PassError> {
             continue;
         }
         let pn = g.node(pow);
-        if pn.op != Op::Binary(BinaryOp::Pow) || scalar(g, pn.inputs[1]) != Some(2.0) {
+        if pn.op != Op::Binary(BinaryOp::Pow) || scalar(g, pn.inputs.get(1).copied().flatten()) != Some(2.0) {
             continue;
         }
-        let Some(x) = pn.inputs[0] else { continue };
+        let Some(x) = pn.inputs.first().copied().flatten() else { continue };
         let xt = g.ty(x).clone();
         if xt.dtype != DType::F32 || xt.rank() == 0 {
             continue;
@@ -399,7 +399,9 @@ pub fn fuse_rms_norm(g: &mut Graph) -> Result<(), PassError> {
             let recip = only_reader(g, s)?;
             let r = g.node(recip);
             let is_recip = r.op == Op::Unary(UnaryOp::Reciprocal)
-                || (r.op == Op::Binary(BinaryOp::Div) && r.inputs[1] == Some(s) && scalar(g, r.inputs[0]) == Some(1.0));
+                || (r.op == Op::Binary(BinaryOp::Div)
+                    && r.inputs.get(1) == Some(&Some(s))
+                    && scalar(g, r.inputs.first().copied().flatten()) == Some(1.0));
             if !is_recip {
                 return None;
             }
@@ -458,14 +460,16 @@ pub fn hoist_matmul_scalars(g: &mut Graph) -> Result<(), PassError> {
         while slot < 2 {
             slot += 1;
             let slot = slot - 1;
-            let Some(v) = g.node(mm).inputs[slot] else { continue };
+            let Some(v) = g.node(mm).inputs.get(slot).copied().flatten() else { continue };
             let Some(p) = g.value(v).producer else { continue };
             let pn = g.node(p);
             let op = match pn.op {
                 Op::Binary(op @ (BinaryOp::Mul | BinaryOp::Div)) => op,
                 _ => continue,
             };
-            let (Some(x), Some(c)) = (pn.inputs[0], pn.inputs[1]) else { continue };
+            let (Some(&Some(x)), Some(&Some(c)), 2) = (pn.inputs.first(), pn.inputs.get(1), pn.inputs.len()) else {
+                continue;
+            };
             // The scalar is the divisor of a Div, either factor of a Mul.
             let (x, c) = match g.const_data(c) {
                 Some(t) if t.numel() == 1 => (x, c),
@@ -507,11 +511,14 @@ pub fn fuse_rotate_half(g: &mut Graph) -> Result<(), PassError> {
     let last_axis_slice = |g: &Graph, v: ValueId| -> Option<(ValueId, i64)> {
         let p = g.value(v).producer?;
         let Op::StridedCopy { offset, strides } = &g.node(p).op else { return None };
-        let src = g.node(p).inputs[0]?;
+        let src = g.node(p).inputs.first().copied().flatten()?;
         let (ss, vs) = (&g.ty(src).shape, &g.ty(v).shape);
         let cs: Vec<i64> = wgslc_ir::contiguous_strides(ss).into_iter().map(|s| s as i64).collect();
         let r = ss.len();
-        let whole = r == vs.len() && r > 0 && (0..r - 1).all(|d| ss[d] == vs[d] || ss[d] == 1);
+        if r == 0 || r != vs.len() || strides.len() != r {
+            return None;
+        }
+        let whole = (0..r - 1).all(|d| ss[d] == vs[d] || ss[d] == 1);
         let strided = (0..r).all(|d| vs[d] == 1 || strides[d] == cs[d]);
         (whole && strided && *offset >= 0 && *offset < ss[r - 1] as i64).then_some((src, *offset))
     };
@@ -534,7 +541,7 @@ pub fn fuse_rotate_half(g: &mut Graph) -> Result<(), PassError> {
             if g.node(neg).op != Op::Unary(UnaryOp::Neg) {
                 return None;
             }
-            let hi = g.node(neg).inputs[0]?;
+            let hi = g.node(neg).inputs.first().copied().flatten()?;
             let (x, hi_start) = last_axis_slice(g, hi)?;
             let (x2, lo_start) = last_axis_slice(g, b)?;
             let w = *g.ty(x).shape.last()?;

@@ -216,7 +216,7 @@ pub fn mm_batch_refinement(g: &Graph, n: NodeId) -> Option<Vec<usize>> {
     if node.op != Op::MatMul {
         return None;
     }
-    let (a, b) = (node.inputs[0]?, node.inputs[1]?);
+    let (a, b) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
     let (at, bt) = (&g.ty(a).shape, &g.ty(b).shape);
     if at.len() < 3 || at.len() != bt.len() || at[..at.len() - 2] != bt[..bt.len() - 2] {
         return None;
@@ -229,7 +229,7 @@ pub fn mm_batch_refinement(g: &Graph, n: NodeId) -> Option<Vec<usize>> {
             if !matches!(g.node(p).op, Op::Alias | Op::StridedCopy { .. }) {
                 break;
             }
-            u = g.node(p).inputs[0]?;
+            u = g.node(p).inputs.first().copied().flatten()?;
             let us = &g.ty(u).shape;
             if us.len() > batch.len() + 2 && refines(&us[..us.len() - 2], batch) {
                 return Some(us[..us.len() - 2].to_vec());
