@@ -299,6 +299,9 @@ fn attention(
     let qt = tyof(b, q);
     let dt = qt.dtype;
     let three_d = qt.rank() == 3;
+    if [k, v].iter().any(|&x| b.g.ty(x).rank() != qt.rank()) {
+        return Err(err(format!("Q, K and V must have one rank (Q is {}-D)", qt.rank())));
+    }
     let (mut q4, mut k4, mut v4) = (q, k, v);
     if three_d {
         let (hq, hk) = match (at.q_num_heads, at.kv_num_heads) {

@@ -67,6 +67,12 @@ def main():
     # Found by fuzzing: a LayerNormalization without its required Scale.
     model("layernorm_no_scale.onnx", relu_model(nodes=[helper.make_node("LayerNormalization", ["x"], ["y"])]),
           "missing input 1")
+    # Found by fuzzing (third session): an Attention with 3-D Q and 4-D K and V.
+    model("attention_rank_mismatch.onnx", relu_model(
+        inputs=[helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, 8]),
+                helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 2, 4, 4])],
+        nodes=[helper.make_node("Attention", ["q", "k", "k"], ["y"], q_num_heads=2, kv_num_heads=2)],
+        opset=23), "Q, K and V must have one rank")
     model("unsupported_op.onnx", relu_model(nodes=[helper.make_node("NonZero", ["x"], ["y"])]), "unsupported op 'NonZero'")
     model("dtype_mismatch.onnx", relu_model(
         inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]), helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3])],
