@@ -73,6 +73,11 @@ def main():
                 helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 2, 4, 4])],
         nodes=[helper.make_node("Attention", ["q", "k", "k"], ["y"], q_num_heads=2, kv_num_heads=2)],
         opset=23), "Q, K and V must have one rank")
+    # Found by fuzzing (third session): a loss node without outputs (its import wrote output 0 directly).
+    model("loss_without_outputs.onnx", relu_model(
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5]),
+                helper.make_tensor_value_info("t", TensorProto.INT64, [3])],
+        nodes=[helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], [])]), "the node has no outputs")
     model("unsupported_op.onnx", relu_model(nodes=[helper.make_node("NonZero", ["x"], ["y"])]), "unsupported op 'NonZero'")
     model("dtype_mismatch.onnx", relu_model(
         inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]), helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3])],

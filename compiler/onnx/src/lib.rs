@@ -281,6 +281,10 @@ impl Importer<'_> {
         if node.attribute.iter().any(|at| !at.ref_attr_name.is_empty() || at.g.is_some() || !at.graphs.is_empty()) {
             return Err(a.err("subgraph and reference attributes (If, Loop, Scan, functions) are not supported"));
         }
+        // Every ONNX op's first output is required (the composite imports below write it directly).
+        if node.output.first().is_none_or(|o| o.is_empty()) {
+            return Err(a.err("the node has no outputs"));
+        }
         let mut inputs = Vec::with_capacity(node.input.len());
         for n in &node.input {
             if n.is_empty() {
