@@ -498,8 +498,13 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                 r.clone()
             } else if via.is_some_and(|a| g.node(a).op == Op::Alias) && is_pointwise(&g.node(n).op) {
                 "reshaped between producer and consumer".to_string()
-            } else {
+            } else if let Some(c) = via.filter(|&c| matches!(g.node(c).op, Op::StridedCopy { .. })) {
                 let (po, co) = (g.node(q).op.name(), g.node(n).op.name());
+                format!("{co} reads {po}'s result through a folded layout copy ('{}'): an epilogue works in its producer's layout", g.node(c).name)
+            } else {
+                // A group stored through its Transpose produces what its result's op computed.
+                let shown = sched.kernels[gq].store_copy.filter(|&t| t == q).map(|_| sched.kernels[gq].result());
+                let (po, co) = (g.node(shown.unwrap_or(q)).op.name(), g.node(n).op.name());
                 match &g.node(n).op {
                     op if takes_epilogue(op) => format!("{po} → {co}: both need their own kernel"),
                     Op::Softmax { .. } | Op::LayerNorm { .. } | Op::Reduce { .. } | Op::ArgReduce { .. } => {
