@@ -62,6 +62,10 @@ fn through_copy(
     read: &View,
     extents: &[usize],
 ) -> Option<(i64, Vec<i64>)> {
+    // An empty copy has nothing to read (and zero strides to divide by): it is never composed.
+    if out_shape.contains(&0) {
+        return None;
+    }
     let cs: Vec<i64> = contiguous_strides(out_shape).into_iter().map(|s| s as i64).collect();
     let r = out_shape.len();
     // The offset splits into output coordinates.
@@ -117,5 +121,17 @@ mod tests {
         // A read that merges the two dims of t (flat over 12) cannot be expressed in x's strides.
         let w = compose(&g, t, 0, &[1], &[12], &folded);
         assert_eq!(w.root, t);
+    }
+
+    #[test]
+    fn an_empty_copy_is_not_composed() {
+        // A fuzz-found division by zero: a copy with an empty dimension has zero contiguous strides.
+        let mut g = Graph::new();
+        let x = g.add_value("x", Some(TensorType::new(DType::F32, vec![2, 0])));
+        g.inputs.push(x);
+        let t = g.add_value("t", Some(TensorType::new(DType::F32, vec![0, 2])));
+        let p = g.add_node("t", Op::StridedCopy { offset: 0, strides: vec![1, 0] }, vec![Some(x)], vec![t]).unwrap();
+        let folded: HashSet<NodeId> = [p].into();
+        assert_eq!(compose(&g, t, 0, &[0, 1], &[0, 2], &folded).root, t);
     }
 }
