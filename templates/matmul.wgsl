@@ -100,10 +100,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var pa{{ l }} = load_a(a_base, row0, k_begin, 0u, st + {{ l * t.tg * t.tg }}u);
     var pb{{ l }} = load_b(b_base, col0, k_begin, 0u, st + {{ l * t.tg * t.tg }}u, batch);
 {%- endfor %}
+{%- if rms.is_some() %}
+    // The folded RMSNormalization: this thread's share of each A row's sum of squares (element e of a k-step's
+    // tile lies in row e / 16).
+{%- for l in t.load_lanes %}
+    var ssq{{ l }} = 0.0;
+{%- endfor %}
+{%- endif %}
     for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + 16u) {
 {%- for l in t.load_lanes %}
         smem[a_at + ((st + {{ l * t.tg * t.tg }}u) % 16u) * {{ t.tile }}u + (st + {{ l * t.tg * t.tg }}u) / 16u] = pa{{ l }};
         smem[b_at + st + {{ l * t.tg * t.tg }}u] = pb{{ l }};
+{%- if rms.is_some() %}
+        ssq{{ l }} = fma(pa{{ l }}, pa{{ l }}, ssq{{ l }});
+{%- endif %}
 {%- endfor %}
         workgroupBarrier();
         if (k0 + 16u < {{ t.kc }}u) {
@@ -123,6 +133,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
     }
+{%- if let Some(r) = rms %}
+    // Each row's sum of squares over all of K (every slice, 16 partials each), then its inverse RMS.
+{%- for l in t.load_lanes %}
+    smem[slice * {{ t.tile * 16 }}u + st + {{ l * t.tg * t.tg }}u] = ssq{{ l }};
+{%- endfor %}
+    workgroupBarrier();
+    if (tid < {{ t.tile }}u) {
+        var total = 0.0;
+        for (var s = 0u; s < {{ t.slices * 16 }}u; s = s + 1u) {
+            total = total + smem[(s / 16u) * {{ t.tile * 16 }}u + tid * 16u + s % 16u];
+        }
+        smem[{{ t.slices * t.tile * 16 }}u + tid] = 1.0 / sqrt(total / {{ r.k }}.0 + {{ r.eps }});
+    }
+    workgroupBarrier();
+{%- for q in t.lanes %}
+    let rinv{{ q.i }} = smem[{{ t.slices * t.tile * 16 }}u + ly + {{ q.off }}u];
+{%- endfor %}
+    workgroupBarrier();
+{%- endif %}
 {%- if t.slices > 1 %}
     // Slices 1.. leave their partial tiles in workgroup memory; slice 0 adds them up and stores.
     if (slice > 0u) {
@@ -145,7 +174,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let m = row0 + ly + {{ r.off }}u;
         let n = col0 + lx + {{ c.off }}u;
         if (m < {{ m }}u && n < {{ n }}u) {
-            var v = {{ alpha }} * acc{{ r.i }}{{ c.i }};
+            var v = {{ alpha }} * acc{{ r.i }}{{ c.i }}{% if rms.is_some() %} * rinv{{ r.i }}{% endif %};
 {%- if has_bias %}
             v = v + {{ beta }} * {{ bias_var }}[m * {{ bias_sm }}u + n * {{ bias_sn }}u];
 {%- endif %}

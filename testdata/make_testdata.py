@@ -537,6 +537,28 @@ def ops():
                init("zero", np.array([0], np.int64)), init("last", np.array([-1], np.int64))]),
         [rand(1, 6, 2, 8)],
     )
+    # RMSNorm (the exporters' chain) feeding a MatMul: the product normalizes its A rows itself (B scaled by the
+    # norm's weights as loaded, row sums of squares from the A tiles). K = 300 runs K-split slices; K = 24 not.
+    def rms_matmul(name, xs, n_out):
+        k = xs[-1]
+        cases[name] = (
+            model([helper.make_node("Pow", ["x", "two"], ["p"]),
+                   helper.make_node("ReduceMean", ["p", "axes"], ["m"], keepdims=1),
+                   helper.make_node("Add", ["m", "eps"], ["a"]),
+                   helper.make_node("Sqrt", ["a"], ["s"]),
+                   helper.make_node("Reciprocal", ["s"], ["r"]),
+                   helper.make_node("Mul", ["x", "r"], ["n"]),
+                   helper.make_node("Mul", ["w", "n"], ["nw"]),
+                   helper.make_node("MatMul", ["nw", "proj"], ["y"])],
+                  [vi("x", F, xs)], [vi("y", F, None)],
+                  [init("two", np.float32(2.0)), init("axes", np.array([-1], np.int64)),
+                   init("eps", np.float32(1e-5)), init("w", rand(k)), init("proj", rand(k, n_out, lo=-0.2, hi=0.2))],
+                  opset=18),
+            [rand(*xs, lo=-2, hi=2)],
+        )
+
+    rms_matmul("rmsnorm_matmul_ksplit", [2, 5, 300], 40)
+    rms_matmul("rmsnorm_matmul", [3, 24], 20)
     return cases
 
 

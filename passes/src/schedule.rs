@@ -13,6 +13,9 @@
 //!   kernel at all.
 //! - A group stops growing before it would bind more storage buffers than the limit.
 //! - Attention (MatMul(Q, Kᵀ) → Softmax → MatMul(·, V)) becomes one group (`fuse_attention`).
+//! - An RMSNormalization over K read only by a MatMul's A operand joins the MatMul (`rms_prologue`): the product
+//!   scales B's rows by the norm's weights, gathers each row's sum of squares from its A tiles, and divides by the
+//!   row's RMS before the epilogue.
 //! - A lone ungrouped Conv whose output only an Add reads, where that Add is the first epilogue node of another
 //!   ungrouped Conv with the same output shape (a ResNet shortcut projection), joins that Conv's group as its
 //!   `conv_sum`: one implicit-GEMM product over both K ranges (`fuse_conv_sums`).
@@ -41,6 +44,10 @@ pub struct KernelGroup {
     /// the same output shape, so the kernel computes them as one product over their concatenated K and `add`
     /// costs nothing.
     pub conv_sum: Option<(NodeId, NodeId)>,
+    /// An RMSNormalization over the last axis whose output only this MatMul reads as its A operand: the product
+    /// normalizes instead (B's rows scaled by the norm's weights as loaded, each row's sum of squares gathered
+    /// from the A tiles, the result divided by the row's RMS before the epilogue).
+    pub rms_prologue: Option<NodeId>,
     /// Attention: the anchor is the score product Q·Kᵀ (with its prologue and epilogue: scale, mask), and the
     /// softmax over its last axis and the product with V run in the same kernel with an online softmax.
     pub attention: Option<AttentionTail>,
@@ -75,6 +82,7 @@ impl KernelGroup {
         self.prologue
             .iter()
             .map(|&(_, p)| p)
+            .chain(self.rms_prologue)
             .chain(self.anchor)
             .chain(self.conv_sum.map(|(c, _)| c))
             .chain(self.elementwise.iter().copied())
@@ -99,7 +107,15 @@ impl KernelGroup {
     /// A group of one node's kernel.
     pub fn single(n: NodeId, pointwise: bool) -> KernelGroup {
         let (anchor, elementwise) = if pointwise { (None, vec![n]) } else { (Some(n), vec![]) };
-        KernelGroup { prologue: vec![], anchor, elementwise, conv_sum: None, attention: None, store_copy: None }
+        KernelGroup {
+            prologue: vec![],
+            rms_prologue: None,
+            anchor,
+            elementwise,
+            conv_sum: None,
+            attention: None,
+            store_copy: None,
+        }
     }
 }
 
@@ -447,7 +463,25 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                         }
                     }
                 }
-                for &(_, p) in &group.prologue {
+                // A MatMul whose A operand is a lone RMSNormalization over K (Llama's norm → projection)
+                // normalizes in the product.
+                if opts.fuse && matches!(node.op, Op::MatMul) && group.prologue.is_empty() {
+                    if let Some(p) = rms_prologue_of(g, n, &group_of, &sched, &readers) {
+                        let mut trial = group.clone();
+                        trial.rms_prologue = Some(p);
+                        if bindings(g, &sched.folded, &trial.nodes()) <= opts.max_storage_buffers {
+                            let gp = group_of[&p];
+                            sched.kernels.remove(gp);
+                            for x in group_of.values_mut() {
+                                if *x > gp {
+                                    *x -= 1;
+                                }
+                            }
+                            group = trial;
+                        }
+                    }
+                }
+                for &p in group.prologue.iter().map(|(_, p)| p).chain(&group.rms_prologue) {
                     group_of.insert(p, sched.kernels.len());
                 }
                 sched.kernels.push(group);
@@ -613,7 +647,7 @@ fn fuse_attention(
             let ai = *group_of.get(&qk_last)?;
             let a = &sched.kernels[ai];
             let qk = a.anchor.filter(|&q| g.node(q).op == Op::MatMul && a.last() == qk_last)?;
-            if a.attention.is_some() || ai >= bi || bi >= ci {
+            if a.attention.is_some() || a.rms_prologue.is_some() || ai >= bi || bi >= ci {
                 return None;
             }
             // The intermediates stay inside: read by the next step only, not graph outputs, read as they are.
@@ -731,6 +765,33 @@ fn fuse_conv_sums(
         }
         ci += 1;
     }
+}
+
+/// The RMSNormalization that MatMul `n` can take as its `rms_prologue`: over the last axis, no bias, weights of K,
+/// in a kernel of its own, read by nothing but `n`'s A operand (directly, no reshape between).
+fn rms_prologue_of(
+    g: &Graph,
+    n: NodeId,
+    group_of: &HashMap<NodeId, usize>,
+    sched: &Schedule,
+    readers: &HashMap<ValueId, Vec<(NodeId, usize)>>,
+) -> Option<NodeId> {
+    let v = g.node(n).inputs.first().copied().flatten()?;
+    let p = g.value(v).producer?;
+    let pn = g.node(p);
+    let Op::LayerNorm { rms: true, axis, .. } = pn.op else { return None };
+    let vt = g.ty(v);
+    let k = *vt.shape.last()?;
+    let scale = pn.inputs.get(1).copied().flatten()?;
+    let ok = vt.rank() >= 2
+        && vt.dtype == wgslc_ir::DType::F32
+        && axis.rem_euclid(vt.rank() as i64) as usize == vt.rank() - 1
+        && pn.inputs.get(2).copied().flatten().is_none()
+        && g.ty(scale).shape == [k]
+        && readers.get(&v).is_some_and(|rs| rs.as_slice() == [(n, 0)])
+        && !is_output(g, v, readers)
+        && group_of.get(&p).is_some_and(|&gp| sched.kernels[gp].nodes() == [p]);
+    ok.then_some(p)
 }
 
 /// After the elementwise node `n` joined the last group (A), merges into A each purely elementwise group B whose

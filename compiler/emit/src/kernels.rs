@@ -255,6 +255,8 @@ struct MatmulTpl {
     im2col: Option<Im2col>,
     /// Set when a second convolution is summed in (`KernelGroup::conv_sum`).
     seg2: Option<Seg2>,
+    /// Set when the product normalizes its A rows (`KernelGroup::rms_prologue`).
+    rms: Option<RmsFold>,
     batch: Vec<BatchDim>,
     m: usize,
     n: usize,
@@ -333,6 +335,12 @@ struct Im2col {
     dx: usize,
     pt: usize,
     pl: usize,
+}
+
+/// An RMSNormalization folded into a product: rows of A are normalized by 1 / sqrt(Σ a² / k + eps).
+struct RmsFold {
+    k: usize,
+    eps: String,
 }
 
 /// The second convolution of a conv-sum kernel: rows `k_first..` of the product's K read its weight (A, rows of
@@ -1419,6 +1427,10 @@ impl Emitter<'_> {
                         None => input_view(g, &self.sched.folded, p, ds),
                     }
                 }
+                // Normalized in the product: A is the RMSNormalization's input.
+                None if slot == 0 && group.rms_prologue.is_some() => {
+                    input_view(g, &self.sched.folded, group.rms_prologue.unwrap(), 0)
+                }
                 None => input_view(g, &self.sched.folded, n, slot),
             };
             views.push(view);
@@ -1508,6 +1520,18 @@ impl Emitter<'_> {
         let mut reads: Vec<(ValueId, String)> = vec![(va.root, "a".into())];
         let b_var = bind_once(&mut reads, vb.root, "b");
         let bias_var = bias.map(|c| bind_once(&mut reads, c, "bias")).unwrap_or_default();
+        // An RMSNormalization folded in: its weights scale B's rows as they are loaded.
+        let mut b_pro = pro[1].clone();
+        let rms = match group.rms_prologue {
+            Some(p) => {
+                let pn = g.node(p);
+                let Op::LayerNorm { epsilon, .. } = pn.op else { unreachable!() };
+                let scale = bind_once(&mut reads, pn.inputs[1].expect("scale"), "rms_scale");
+                b_pro = format!("bv * {scale}[kb]");
+                Some(RmsFold { k, eps: f32_lit(epsilon) })
+            }
+            None => None,
+        };
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
         let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
         bindings.push((out, true, "out"));
@@ -1528,10 +1552,11 @@ impl Emitter<'_> {
             b_var,
             bias_var,
             a_pro: pro[0].clone(),
-            b_pro: pro[1].clone(),
+            b_pro,
             t,
             im2col: None,
             seg2: None,
+            rms,
             batch,
             m,
             n: nn,
@@ -2158,6 +2183,7 @@ impl Emitter<'_> {
             t,
             im2col: Self::im2col(&geo),
             seg2,
+            rms: None,
             batch: if batches > 1 {
                 vec![BatchDim { div: 1, extent: batches, a_stride: 0, b_stride: (xs[1] * hw) as i64 }]
             } else {
