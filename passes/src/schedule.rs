@@ -532,7 +532,9 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                 r.clone()
             } else if via.is_some_and(|a| g.node(a).op == Op::Alias) && is_pointwise(&g.node(n).op) {
                 "reshaped between producer and consumer".to_string()
-            } else if let Some(c) = via.filter(|&c| matches!(g.node(c).op, Op::StridedCopy { .. })) {
+            } else if let Some(c) =
+                via.filter(|&c| matches!(g.node(c).op, Op::StridedCopy { .. }) && is_pointwise(&g.node(n).op))
+            {
                 let (po, co) = (g.node(q).op.name(), g.node(n).op.name());
                 format!("{co} reads {po}'s result through a folded layout copy ('{}'): an epilogue works in its producer's layout", g.node(c).name)
             } else {
@@ -544,7 +546,9 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                     Op::Softmax { .. } | Op::LayerNorm { .. } | Op::Reduce { .. } | Op::ArgReduce { .. } => {
                         format!("consumer {co} reduces over another axis than its producer computes")
                     }
-                    Op::StridedCopy { .. } | Op::TileCopy => format!("{co} reads its input at other coordinates"),
+                    Op::StridedCopy { .. } | Op::TileCopy | Op::RotateHalf => {
+                        format!("{co} reads its input at other coordinates")
+                    }
                     op if is_pointwise(op) && sched.kernels[gn].nodes().first() != Some(&n) => {
                         let joined = g.node(sched.kernels[gn].nodes()[0]).op.name();
                         format!("{co} joined the {joined} kernel of another operand; this one is loaded from memory")
