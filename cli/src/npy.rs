@@ -81,16 +81,6 @@ pub fn write(path: &Path, t: &HostTensor) -> Result<(), NpyError> {
         TensorData::F32(v) => put!(f32, v.iter().copied()),
         TensorData::I64(v) => put!(i64, v.iter().copied()),
         TensorData::I32(v) => put!(i32, v.iter().copied()),
-        TensorData::Bool(v) => {
-            let dtype = npyz::DType::Plain("|b1".parse().expect("valid type string"));
-            let mut w = npyz::WriteOptions::<u8>::new()
-                .dtype(dtype)
-                .shape(&shape)
-                .writer(file)
-                .begin_nd()
-                .map_err(|e| err(e.to_string()))?;
-            w.extend(v.iter().map(|&b| b as u8)).map_err(|e| err(e.to_string()))?;
-            w.finish().map_err(|e| err(e.to_string()))
-        }
+        TensorData::Bool(v) => put!(bool, v.iter().copied()),
     }
 }

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Runs every bundled testdata case (models, ops, torch) through the wgslc CLI on whatever adapter the machine has
+(a real GPU through the `device` tool; the Rust tests cover lavapipe), fused and with --no-fuse, and compares
+with the stored onnxruntime outputs at the tests' tolerances (meta.json may override them).
+
+    python3 scripts/check_testdata.py --wgslc .bin/wgslc [--suites models,ops,torch]
+
+Prints one line per failure and a total; exits 1 if any case fails.
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+
+def run_case(wgslc, case, flags, tmp):
+    meta = {}
+    if os.path.exists(os.path.join(case, "meta.json")):
+        meta = json.load(open(os.path.join(case, "meta.json")))
+    args = []
+    for k, v in meta.get("dims", {}).items():
+        args += ["--dim", f"{k}={v}"]
+    art, out = os.path.join(tmp, "art"), os.path.join(tmp, "out")
+    subprocess.run([wgslc, "compile", os.path.join(case, "model.onnx"), "-o", art] + args + flags,
+                   check=True, capture_output=True, text=True)
+    ins = sorted(glob.glob(os.path.join(case, "input_*.npy")), key=lambda p: int(p.rsplit("_", 1)[1][:-4]))
+    cmd = [wgslc, "run", art, "-o", out]
+    for p in ins:
+        cmd += ["--input", p]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    rtol, atol = meta.get("rtol", 1e-4), meta.get("atol", 1e-5)
+    want = sorted(glob.glob(os.path.join(case, "output_*.npy")), key=lambda p: int(p.rsplit("_", 1)[1][:-4]))
+    for i, p in enumerate(want):
+        e, g = np.load(p), np.load(os.path.join(out, f"output_{i}.npy"))
+        if e.shape != g.shape:
+            return f"output {i}: shape {g.shape}, expected {e.shape}"
+        if e.dtype.kind == "f":
+            bad = ~np.isclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            bad = g.astype(np.int64) != e.astype(np.int64)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            return f"output {i}[{j}]: got {g.flat[j]}, expected {e.flat[j]}"
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--wgslc", required=True)
+    ap.add_argument("--suites", default="models,ops,torch")
+    a = ap.parse_args()
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata")
+    cases = [c for s in a.suites.split(",") for c in sorted(glob.glob(os.path.join(root, s, "*"))) if os.path.isdir(c)]
+    failures = 0
+    for case in cases:
+        for flags in ([], ["--no-fuse"]):
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    err = run_case(a.wgslc, case, flags, tmp)
+                except subprocess.CalledProcessError as e:
+                    err = (e.stderr or "").strip().splitlines()[-1:] or [str(e)]
+                if err:
+                    failures += 1
+                    print(f"FAIL {os.path.relpath(case, root)} {' '.join(flags)}: {err}", flush=True)
+    print(f"{2 * len(cases) - failures} passed, {failures} failed ({len(cases)} cases, fused and --no-fuse)")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
