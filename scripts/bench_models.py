@@ -24,37 +24,30 @@ import onnxruntime as ort
 import torch
 
 
+class LastHidden(torch.nn.Module):
+    """A transformers model called on token ids alone (with fixed keyword arguments), returning its last hidden
+    state: one tensor in, one out, as torch.onnx.export wants."""
+
+    def __init__(self, m, **kwargs):
+        super().__init__()
+        self.m = m
+        self.kwargs = kwargs
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, **self.kwargs).last_hidden_state
+
+
 def gpt2(tokens=128):
     from transformers import GPT2Config, GPT2Model
     cfg = GPT2Config(vocab_size=8192, n_positions=max(256, tokens), n_embd=768, n_layer=12, n_head=12, use_cache=False)
-    m = GPT2Model(cfg)
-
-    class Wrap(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids):
-            return self.m(input_ids=input_ids, use_cache=False).last_hidden_state
-
-    return Wrap(m), (torch.randint(0, 8192, (1, tokens)),)
+    return LastHidden(GPT2Model(cfg), use_cache=False), (torch.randint(0, 8192, (1, tokens)),)
 
 
 def bert(tokens=128):
     from transformers import BertConfig, BertModel
     cfg = BertConfig(vocab_size=8192, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                      intermediate_size=3072, max_position_embeddings=max(256, tokens))
-    m = BertModel(cfg, add_pooling_layer=False)
-
-    class Wrap(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids):
-            return self.m(input_ids=input_ids).last_hidden_state
-
-    return Wrap(m), (torch.randint(0, 8192, (1, tokens)),)
+    return LastHidden(BertModel(cfg, add_pooling_layer=False)), (torch.randint(0, 8192, (1, tokens)),)
 
 
 def llama(tokens=128):
@@ -63,17 +56,7 @@ def llama(tokens=128):
     cfg = LlamaConfig(vocab_size=8192, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
                       num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=max(256, tokens),
                       use_cache=False)
-    m = LlamaModel(cfg)
-
-    class Wrap(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids):
-            return self.m(input_ids=input_ids, use_cache=False).last_hidden_state
-
-    return Wrap(m), (torch.randint(0, 8192, (1, tokens)),)
+    return LastHidden(LlamaModel(cfg), use_cache=False), (torch.randint(0, 8192, (1, tokens)),)
 
 
 def resnet18(tokens=None):

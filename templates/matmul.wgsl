@@ -35,10 +35,10 @@ fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
         // column the output pixel; taps that fall in the padding read zero.
         let kr = {{ kb }} % {{ cv.khw }}u;
         let p = col0 + bn;
-        let iy = i32(p / {{ cv.ow }}u) * {{ cv.sy }} - {{ cv.pt }} + i32(kr / {{ cv.kw }}u) * {{ cv.dy }};
-        let ix = i32(p % {{ cv.ow }}u) * {{ cv.sx }} - {{ cv.pl }} + i32(kr % {{ cv.kw }}u) * {{ cv.dx }};
-        if (iy >= 0 && iy < {{ cv.h }} && ix >= 0 && ix < {{ cv.w }}) {
-            bv = {{ var }}[{{ base }} + ({{ kb }} / {{ cv.khw }}u) * {{ cv.hw }}u + u32(iy * {{ cv.w }} + ix)];
+        let iy = i32(p / {{ cv.g.ow }}u) * {{ cv.g.sy }} - {{ cv.g.pt }} + i32(kr / {{ cv.g.kw }}u) * {{ cv.g.dy }};
+        let ix = i32(p % {{ cv.g.ow }}u) * {{ cv.g.sx }} - {{ cv.g.pl }} + i32(kr % {{ cv.g.kw }}u) * {{ cv.g.dx }};
+        if (iy >= 0 && iy < {{ cv.g.h }} && ix >= 0 && ix < {{ cv.g.w }}) {
+            bv = {{ var }}[{{ base }} + ({{ kb }} / {{ cv.khw }}u) * {{ cv.hw }}u + u32(iy * {{ cv.g.w }} + ix)];
         }
 {%- endmacro -%}
 // One element of the slice's B tile for k-step k0: element e of the tile (16 k x {{ t.tile }} columns).

@@ -117,6 +117,18 @@ def sdpa_case(rng, qs, ks, vs, mask, scale=None):
     return m, [rng.standard_normal(sh).astype(np.float32) for sh in [qs, ks, vs]] + [mask]
 
 
+def rms_chain():
+    """RMSNorm of x as exporters emit it, into "nw": Pow 2 → ReduceMean (last axis) → Add eps → Sqrt → Reciprocal →
+    Mul x → Mul weight w (constants two, axes, eps, w)."""
+    return [helper.make_node("Pow", ["x", "two"], ["p"]),
+            helper.make_node("ReduceMean", ["p", "axes"], ["m"], keepdims=1),
+            helper.make_node("Add", ["m", "eps"], ["a"]),
+            helper.make_node("Sqrt", ["a"], ["s"]),
+            helper.make_node("Reciprocal", ["s"], ["r"]),
+            helper.make_node("Mul", ["x", "r"], ["n"]),
+            helper.make_node("Mul", ["w", "n"], ["nw"])]
+
+
 def ops():
     cases = {}
     x = rand(2, 3, 5, lo=-3, hi=3)
@@ -466,14 +478,7 @@ def ops():
     # RMSNorm as exporters emit it (Pow → ReduceMean → Add ε → Sqrt → Reciprocal → Mul x → Mul weight): one
     # RMSNormalization kernel; x is also read by a residual Add after it.
     cases["rmsnorm_pattern"] = (
-        model([helper.make_node("Pow", ["x", "two"], ["p"]),
-               helper.make_node("ReduceMean", ["p", "axes"], ["m"], keepdims=1),
-               helper.make_node("Add", ["m", "eps"], ["a"]),
-               helper.make_node("Sqrt", ["a"], ["s"]),
-               helper.make_node("Reciprocal", ["s"], ["r"]),
-               helper.make_node("Mul", ["x", "r"], ["n"]),
-               helper.make_node("Mul", ["w", "n"], ["nw"]),
-               helper.make_node("Add", ["nw", "x"], ["y"])],
+        model(rms_chain() + [helper.make_node("Add", ["nw", "x"], ["y"])],
               [vi("x", F, [2, 5, 24])], [vi("y", F, None)],
               [init("two", np.float32(2.0)), init("axes", np.array([-1], np.int64)), init("eps", np.float32(1e-6)),
                init("w", rand(24))], opset=18),
@@ -542,14 +547,7 @@ def ops():
     def rms_matmul(name, xs, n_out):
         k = xs[-1]
         cases[name] = (
-            model([helper.make_node("Pow", ["x", "two"], ["p"]),
-                   helper.make_node("ReduceMean", ["p", "axes"], ["m"], keepdims=1),
-                   helper.make_node("Add", ["m", "eps"], ["a"]),
-                   helper.make_node("Sqrt", ["a"], ["s"]),
-                   helper.make_node("Reciprocal", ["s"], ["r"]),
-                   helper.make_node("Mul", ["x", "r"], ["n"]),
-                   helper.make_node("Mul", ["w", "n"], ["nw"]),
-                   helper.make_node("MatMul", ["nw", "proj"], ["y"])],
+            model(rms_chain() + [helper.make_node("MatMul", ["nw", "proj"], ["y"])],
                   [vi("x", F, xs)], [vi("y", F, None)],
                   [init("two", np.float32(2.0)), init("axes", np.array([-1], np.int64)),
                    init("eps", np.float32(1e-5)), init("w", rand(k)), init("proj", rand(k, n_out, lo=-0.2, hi=0.2))],

@@ -456,10 +456,8 @@ pub fn hoist_matmul_scalars(g: &mut Graph) -> Result<(), PassError> {
         if g.node(mm).op != Op::MatMul {
             continue;
         }
-        let mut slot = 0;
-        while slot < 2 {
-            slot += 1;
-            let slot = slot - 1;
+        // Both operands may carry a factor; each hoist replaces the MatMul, so `mm` follows it.
+        for slot in 0..2 {
             let Some(v) = g.node(mm).inputs.get(slot).copied().flatten() else { continue };
             let Some(p) = g.value(v).producer else { continue };
             let pn = g.node(p);

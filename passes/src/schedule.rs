@@ -209,14 +209,13 @@ pub fn read_spec(g: &Graph, n: NodeId, slot: usize) -> Option<(i64, Vec<i64>, Ve
         Op::StridedCopy { offset, strides } => Some((*offset, strides.clone(), g.ty(node.outputs[0]).shape.clone())),
         // Read at a rotated last coordinate, which stays inside the same extent: the view of the plain read holds.
         Op::RotateHalf => Some((0, contiguous_strides(vs).into_iter().map(|s| s as i64).collect(), vs.clone())),
-        Op::MatMul if slot < 2 && mm_batch_refinement(g, n).is_some() => {
-            let fine = mm_batch_refinement(g, n)?;
-            let extents = fine.iter().chain(&vs[vs.len() - 2..]).copied().collect();
-            Some((0, refined_strides(vs, &fine), extents))
-        }
-        Op::MatMul | Op::Gemm { .. } if slot < 2 => {
-            Some((0, contiguous_strides(vs).into_iter().map(|s| s as i64).collect(), vs.clone()))
-        }
+        Op::MatMul | Op::Gemm { .. } if slot < 2 => match mm_batch_refinement(g, n) {
+            Some(fine) => {
+                let extents = fine.iter().chain(&vs[vs.len() - 2..]).copied().collect();
+                Some((0, refined_strides(vs, &fine), extents))
+            }
+            None => Some((0, contiguous_strides(vs).into_iter().map(|s| s as i64).collect(), vs.clone())),
+        },
         _ => None,
     }
 }
@@ -695,12 +694,7 @@ fn fuse_attention(
             sched.kernels.remove(bi);
             sched.kernels.remove(ai);
             ci -= 2;
-            group_of.clear();
-            for (i, k) in sched.kernels.iter().enumerate() {
-                for m in k.nodes() {
-                    group_of.insert(m, i);
-                }
-            }
+            reindex(sched, group_of);
         }
         ci += 1;
     }
@@ -760,12 +754,7 @@ fn fuse_conv_sums(
             sched.kernels[ci] = merged;
             sched.kernels.remove(gi);
             ci -= 1;
-            group_of.clear();
-            for (i, k) in sched.kernels.iter().enumerate() {
-                for m in k.nodes() {
-                    group_of.insert(m, i);
-                }
-            }
+            reindex(sched, group_of);
         }
         ci += 1;
     }
@@ -843,12 +832,7 @@ fn absorb_sibling_groups(
         let a = sched.kernels.last_mut().expect("A");
         let at = a.elementwise.len() - 1;
         a.elementwise.splice(at..at, b.elementwise);
-        group_of.clear();
-        for (i, k) in sched.kernels.iter().enumerate() {
-            for m in k.nodes() {
-                group_of.insert(m, i);
-            }
-        }
+        reindex(sched, group_of);
     }
 }
 
@@ -908,14 +892,19 @@ fn fold_output_permutes(
         if let Some(ti) = merged {
             let t = sched.kernels.remove(ti).nodes()[0];
             sched.kernels[ci].store_copy = Some(t);
-            group_of.clear();
-            for (i, k) in sched.kernels.iter().enumerate() {
-                for m in k.nodes() {
-                    group_of.insert(m, i);
-                }
-            }
+            reindex(sched, group_of);
         }
         ci += 1;
+    }
+}
+
+/// Rebuilds the node → group index after groups were merged or removed.
+fn reindex(sched: &Schedule, group_of: &mut HashMap<NodeId, usize>) {
+    group_of.clear();
+    for (i, k) in sched.kernels.iter().enumerate() {
+        for m in k.nodes() {
+            group_of.insert(m, i);
+        }
     }
 }
 

@@ -321,20 +321,12 @@ fn tiling(m: usize, nn: usize, k: usize, batches: usize) -> Tiling {
     }
 }
 
-/// A convolution's window over its input, for the implicit-GEMM load (`Geometry` as the template needs it).
+/// A convolution's window over its input, for the implicit-GEMM load: its geometry and the two products the
+/// load divides by.
 struct Im2col {
-    h: usize,
-    w: usize,
+    g: Geometry,
     hw: usize,
-    kw: usize,
     khw: usize,
-    ow: usize,
-    sy: usize,
-    sx: usize,
-    dy: usize,
-    dx: usize,
-    pt: usize,
-    pl: usize,
 }
 
 /// An RMSNormalization folded into a product: rows of A are normalized by 1 / sqrt(Σ a² / k + eps).
@@ -411,6 +403,7 @@ struct LayerNormTpl {
 }
 
 /// The 2-D geometry shared by convolution and pooling (1-D ops use height 1).
+#[derive(Clone, Copy)]
 struct Geometry {
     h: usize,
     w: usize,
@@ -2089,20 +2082,7 @@ impl Emitter<'_> {
     /// and no padding, which reads the input as it lies ([C, h·w] is its own im2col matrix).
     fn im2col(geo: &Geometry) -> Option<Im2col> {
         let pointwise = geo.kh * geo.kw == 1 && geo.sy == 1 && geo.sx == 1 && geo.pt + geo.pl + geo.pb + geo.pr == 0;
-        (!pointwise).then_some(Im2col {
-            h: geo.h,
-            w: geo.w,
-            hw: geo.h * geo.w,
-            kw: geo.kw,
-            khw: geo.kh * geo.kw,
-            ow: geo.ow,
-            sy: geo.sy,
-            sx: geo.sx,
-            dy: geo.dy,
-            dx: geo.dx,
-            pt: geo.pt,
-            pl: geo.pl,
-        })
+        (!pointwise).then_some(Im2col { g: *geo, hw: geo.h * geo.w, khw: geo.kh * geo.kw })
     }
 
     /// An ungrouped convolution as a product (implicit GEMM) through the matmul template: the weight is A
