@@ -4,7 +4,7 @@
 `wgslc bench`, checks the fused outputs against onnxruntime, and times onnxruntime (CUDA) and PyTorch (CUDA,
 eager) on the same inputs as baselines.
 
-    python3 scripts/bench_models.py OUT_DIR --wgslc PATH [--models gpt2,bert,llama,resnet18] [--iterations N] [--tokens N]
+    python3 scripts/bench_models.py OUT_DIR --wgslc PATH [--models gpt2,bert,llama,resnet18,mobilenet_v2] [--iterations N] [--tokens N]
 
 Each model is compiled five ways: default, --memory-budget 2, --no-reuse, --attention unfused, --no-fuse.
 
@@ -64,7 +64,12 @@ def resnet18(tokens=None):
     return torchvision.models.resnet18(weights=None), (torch.randn(1, 3, 224, 224),)
 
 
-MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama, "resnet18": resnet18}
+def mobilenet_v2(tokens=None):
+    import torchvision
+    return torchvision.models.mobilenet_v2(weights=None), (torch.randn(1, 3, 224, 224),)
+
+
+MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
 
 
 def cuda_time(fn, iters):

@@ -8,7 +8,8 @@
 // per tile. {% endif %}A and B are read through strides, so transposes cost nothing.{% if im2col.is_some() %} This one is a
 // convolution computed as a product (implicit GEMM): A is the weight [M, C·kh·kw], B the input's im2col matrix
 // [C·kh·kw, oh·ow] gathered as it is loaded, never stored.{% endif %}{% if seg2.is_some() %} A second convolution
-// with the same output is summed in: its weight and input continue A and B along K.{% endif %}
+// with the same output is summed in: its weight and input continue A and B along K.{% endif %}{% if dw.is_some() %} B is a
+// depthwise convolution's output, computed as it is loaded and never stored.{% endif %}
 
 // One element of the slice's A tile for k-step k0: element e of the tile ({{ t.tile }} rows x 16 k).
 fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
@@ -63,6 +64,21 @@ fn load_b(b_base: u32, col0: u32, k_begin: u32, k0: u32, e: u32, batch: u32) -> 
 {%- endif %}
 {%- if let Some(cv) = im2col %}
 {%- call im2col(cv, b_var, "b_base", "kb") %}{% endcall %}
+{%- else if let Some(dw) = dw %}
+        // B is a depthwise convolution's output, computed here from its input: channel kb over its window at
+        // output pixel col0 + bn (taps in the padding read zero), biased, then its scalar epilogue.
+        let p = col0 + bn;
+        let oy = i32(p / {{ dw.g.ow }}u) * {{ dw.g.sy }} - {{ dw.g.pt }};
+        let ox = i32(p % {{ dw.g.ow }}u) * {{ dw.g.sx }} - {{ dw.g.pl }};
+        var s = {% if dw.bias_var.is_empty() %}0.0{% else %}{{ dw.bias_var }}[kb]{% endif %};
+        for (var t = 0u; t < {{ dw.khw }}u; t = t + 1u) {
+            let iy = oy + i32(t / {{ dw.g.kw }}u) * {{ dw.g.dy }};
+            let ix = ox + i32(t % {{ dw.g.kw }}u) * {{ dw.g.dx }};
+            if (iy >= 0 && iy < {{ dw.g.h }} && ix >= 0 && ix < {{ dw.g.w }}) {
+                s = fma({{ b_var }}[b_base + kb * {{ dw.hw }}u + u32(iy * {{ dw.g.w }} + ix)], {{ dw.w_var }}[kb * {{ dw.khw }}u + t], s);
+            }
+        }
+        bv = {{ dw.post }};
 {%- else %}
         bv = {{ b_var }}[b_base + kb * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u];
 {%- endif %}

@@ -557,6 +557,27 @@ def ops():
 
     rms_matmul("rmsnorm_matmul_ksplit", [2, 5, 300], 40)
     rms_matmul("rmsnorm_matmul", [3, 24], 20)
+    # MobileNet's depthwise → ReLU6 → pointwise projection: the projection computes its operand from the
+    # depthwise input's windows as it loads it (stride 2, biases, batch 2); and a 5x5 depthwise with uneven pads
+    # and no bias → Relu → 32-channel projection (the most a 5x5 fuses into) with a residual Add in its epilogue.
+    cases["depthwise_pointwise_relu6"] = (
+        model([helper.make_node("Conv", ["x", "wd", "bd"], ["d"], group=12, strides=[2, 2], pads=[1, 1, 1, 1]),
+               helper.make_node("Clip", ["d", "lo", "hi"], ["r"]),
+               helper.make_node("Conv", ["r", "wp", "bp"], ["y"])],
+              [vi("x", F, [2, 12, 9, 9])], [vi("y", F, None)],
+              [init("wd", rand(12, 1, 3, 3)), init("bd", rand(12)), init("lo", np.float32(0.0)),
+               init("hi", np.float32(6.0)), init("wp", rand(20, 12, 1, 1)), init("bp", rand(20))]),
+        [rand(2, 12, 9, 9, lo=-4, hi=4)],
+    )
+    cases["depthwise5x5_pointwise_residual"] = (
+        model([helper.make_node("Conv", ["x", "wd"], ["d"], group=8, pads=[2, 1, 2, 3]),
+               helper.make_node("Relu", ["d"], ["r"]),
+               helper.make_node("Conv", ["r", "wp"], ["p"]),
+               helper.make_node("Add", ["p", "res"], ["y"])],
+              [vi("x", F, [1, 8, 7, 6]), vi("res", F, [1, 32, 7, 6])], [vi("y", F, None)],
+              [init("wd", rand(8, 1, 5, 5)), init("wp", rand(32, 8, 1, 1))]),
+        [rand(1, 8, 7, 6), rand(1, 32, 7, 6)],
+    )
     return cases
 
 

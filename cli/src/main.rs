@@ -88,7 +88,8 @@ enum Cmd {
         /// Untimed replays first.
         #[arg(long, default_value_t = 5)]
         warmup: usize,
-        /// Also time every dispatch on its own and print the slowest kernels (includes per-submit overhead).
+        /// Also print the slowest kernels: GPU timestamps around each dispatch of the one-pass replay where the adapter
+        /// has them, else each dispatch submitted and timed on its own (per-submit overhead included).
         #[arg(long)]
         profile: bool,
     },
@@ -221,10 +222,17 @@ fn real_main() -> Result<()> {
                 t * 1e3
             );
             if profile {
-                let mut times = session.profile(iterations.min(20))?;
-                times.sort_by(|a, b| b.1.total_cmp(&a.1));
-                for (name, ms) in times.iter().take(15) {
-                    println!("{{\"kernel\": {name:?}, \"ms\": {ms:.4}}}");
+                let p = session.profile(iterations.min(50))?;
+                let total: f64 = p.kernels.iter().map(|k| k.1).sum();
+                let method = if p.timestamps { "gpu timestamps in one pass" } else { "one submit per dispatch" };
+                println!("{{\"profile\": {method:?}, \"kernels_ms\": {total:.4}}}");
+                let mut times: Vec<(usize, &(String, f64))> = p.kernels.iter().enumerate().collect();
+                times.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+                for (i, (name, ms)) in times.into_iter().take(15) {
+                    println!(
+                        "{{\"dispatch\": {i}, \"kernel\": {name:?}, \"ms\": {ms:.4}, \"share\": {:.3}}}",
+                        ms / total.max(f64::MIN_POSITIVE)
+                    );
                 }
             }
         }

@@ -355,3 +355,31 @@ fn no_adapter_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("no GPU adapter found"), "{err}");
 }
+
+#[test]
+fn bench_profile_times_every_dispatch() {
+    let model = common::testdata().join("models/cnn/model.onnx");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("a");
+    assert!(wgslc(&["compile", model.to_str().unwrap(), "-o", dir.to_str().unwrap()]).status.success());
+    let o = wgslc(&["bench", dir.to_str().unwrap(), "--iterations", "2", "--warmup", "1", "--profile"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let dispatches = lines[0]["dispatches"].as_u64().unwrap() as usize;
+    // lavapipe has timestamp queries: one pass, a timestamp around every dispatch.
+    assert_eq!(lines[1]["profile"], "gpu timestamps in one pass");
+    let kernels = &lines[2..];
+    assert_eq!(kernels.len(), dispatches.min(15));
+    let mut seen: Vec<u64> = kernels.iter().map(|k| k["dispatch"].as_u64().unwrap()).collect();
+    seen.sort();
+    assert_eq!(seen, (0..dispatches as u64).collect::<Vec<_>>());
+    let plan: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("plan.json")).unwrap()).unwrap();
+    let names: Vec<&str> = plan["kernels"].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
+    let share: f64 = kernels.iter().map(|k| k["share"].as_f64().unwrap()).sum();
+    assert!((share - 1.0).abs() < 0.01, "{share}");
+    for k in kernels {
+        assert!(names.contains(&k["kernel"].as_str().unwrap()), "{k}");
+        assert!(k["ms"].as_f64().unwrap() > 0.0, "{k}");
+    }
+}

@@ -26,7 +26,7 @@ pub use memory::{
 pub use schedule::{
     group_io, in_place_candidates, input_view, is_pointwise, mm_batch_refinement, read_spec, refined_strides,
     scalar_op_data_slot, schedule, store_permutation, takes_epilogue, AttentionMode, AttentionTail, Boundary,
-    FuseOptions, KernelGroup, Schedule,
+    Depthwise, FuseOptions, KernelGroup, Schedule, DEPTHWISE_MAX_CHANNELS,
 };
 
 use wgslc_ir::{Graph, GraphError};

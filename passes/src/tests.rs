@@ -283,3 +283,51 @@ fn a_matmul_chain_alternates_arenas_and_binds_inputs_read_only() {
         assert_eq!(binding_access(&plan, &b), b.iter().map(|&(_, w)| w).collect::<Vec<_>>());
     }
 }
+
+/// x → depthwise Conv (k×k) → Relu → 1x1 Conv with `m` output channels.
+fn depthwise_then_pointwise(k: usize, m: usize) -> Graph {
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1, 8, 10, 10]);
+    let window = |k: usize| wgslc_ir::Window {
+        kernel: vec![k, k],
+        strides: vec![1, 1],
+        pads: vec![k / 2; 4],
+        dilations: vec![1, 1],
+        auto_pad: wgslc_ir::AutoPad::NotSet,
+        ceil_mode: false,
+    };
+    let wd = g.add_const("wd", Tensor::f32(vec![8, 1, k, k], vec![0.5; 8 * k * k]));
+    let d = g.add_value("d", None);
+    g.add_node("dw", Op::Conv { window: window(k), group: 8 }, vec![Some(x), Some(wd)], vec![d]).unwrap();
+    let r = g.add_value("r", None);
+    g.add_node("relu", Op::Unary(wgslc_ir::UnaryOp::Relu), vec![Some(d)], vec![r]).unwrap();
+    let wp = g.add_const("wp", Tensor::f32(vec![m, 8, 1, 1], vec![0.25; m * 8]));
+    let y = g.add_value("y", None);
+    g.add_node("pw", Op::Conv { window: window(1), group: 1 }, vec![Some(r), Some(wp)], vec![y]).unwrap();
+    g.outputs.push(y);
+    run_pipeline(&mut g, None).unwrap();
+    g
+}
+
+#[test]
+fn depthwise_folds_into_the_pointwise_conv_while_recomputation_is_cheap() {
+    // Up to 32 output channels; a 5x5 window too (25 taps · (⌈m/16⌉ − 1) ≤ m); 33 channels not.
+    for (k, m, kernels) in [(3, 8, 1), (3, 32, 1), (3, 33, 2), (5, 32, 1)] {
+        let g = depthwise_then_pointwise(k, m);
+        let sched = schedule(&g, &FuseOptions::default()).unwrap();
+        assert_eq!(sched.kernels.len(), kernels, "{k}x{k} depthwise into {m} channels");
+        if kernels == 1 {
+            let d = sched.kernels[0].depthwise.as_ref().expect("depthwise folded");
+            assert_eq!(g.node(d.conv).name, "dw");
+        } else {
+            let reasons: Vec<&str> = sched.boundaries.iter().map(|b| b.reason.as_str()).collect();
+            assert!(reasons.iter().any(|r| r.contains("9-tap window") && r.contains("33 output")), "{reasons:?}");
+        }
+    }
+    // A second reader of the depthwise output keeps it materialized.
+    let mut g = depthwise_then_pointwise(3, 8);
+    let r = g.node_ids().find(|&n| g.node(n).name == "relu").map(|n| g.node(n).outputs[0]).unwrap();
+    g.outputs.push(r);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert!(sched.kernels.iter().all(|k| k.depthwise.is_none()));
+}

@@ -71,6 +71,16 @@ pub struct Gpu {
     scope_lock: Mutex<()>,
 }
 
+/// Per-kernel GPU times from `Session::profile`.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// `true`: GPU timestamps between the dispatches of one pass (they add up to the replay); `false`: each
+    /// dispatch in a submit of its own, per-submit overhead included.
+    pub timestamps: bool,
+    /// (kernel name, milliseconds) in dispatch order.
+    pub kernels: Vec<(String, f64)>,
+}
+
 impl Gpu {
     /// Opens the first high-performance adapter (respecting `WGPU_BACKEND`), with the adapter's real limits.
     pub fn new() -> Result<Arc<Gpu>, RuntimeError> {
@@ -88,9 +98,11 @@ impl Gpu {
         }))
         .map_err(|e| RuntimeError::NoAdapter(e.to_string()))?;
         let info = adapter.get_info();
+        // GPU timestamps between dispatches, for `profile`, where the adapter has them.
+        let timing = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("wgslc"),
-            required_features: wgpu::Features::empty(),
+            required_features: if adapter.features().contains(timing) { timing } else { wgpu::Features::empty() },
             required_limits: adapter.limits(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -398,10 +410,16 @@ impl Session {
         }
     }
 
-    /// Times each dispatch on its own (one pass and one submit per dispatch, waiting for each, `iterations`
-    /// times) and returns (kernel name, milliseconds per run) in dispatch order. Includes per-submit overhead, so
-    /// it is for finding the slow kernels, not for totals.
-    pub fn profile(&self, iterations: usize) -> Result<Vec<(String, f64)>, RuntimeError> {
+    /// Milliseconds per dispatch (kernel name, median over `iterations` replays) in dispatch order, and how they
+    /// were measured. With timestamp queries (most native adapters), a timestamp is written before every dispatch
+    /// of the usual one-pass replay and after the last, so each kernel's time is the GPU time from its start to
+    /// the next one's and the times add up to the replay's GPU time. Without them, each dispatch runs in a pass
+    /// and submit of its own, waited for, which adds the per-submit overhead to every kernel.
+    pub fn profile(&self, iterations: usize) -> Result<Profile, RuntimeError> {
+        let timing = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        if self.gpu.device.features().contains(timing) && !self.plan.dispatches.is_empty() {
+            return self.profile_timestamps(iterations);
+        }
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
         let gpu = &self.gpu;
         let mut out = Vec::with_capacity(self.plan.dispatches.len());
@@ -424,7 +442,87 @@ impl Session {
             out.push((k.name.clone(), start.elapsed().as_secs_f64() * 1e3 / iterations.max(1) as f64));
         }
         gpu.check_lost()?;
-        Ok(out)
+        Ok(Profile { timestamps: false, kernels: out })
+    }
+
+    fn profile_timestamps(&self, iterations: usize) -> Result<Profile, RuntimeError> {
+        let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let gpu = &self.gpu;
+        let n = self.plan.dispatches.len();
+        let count = n as u32 + 1;
+        let bytes = u64::from(count) * wgpu::QUERY_SIZE as u64;
+        let (queries, resolve, read) = gpu.scoped("profile setup", || {
+            let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("wgslc profile"),
+                ty: wgpu::QueryType::Timestamp,
+                count,
+            });
+            let buffer = |usage| {
+                gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: bytes,
+                    usage,
+                    mapped_at_creation: false,
+                })
+            };
+            let resolve = buffer(wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC);
+            let read = buffer(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            (queries, resolve, read)
+        })?;
+        let period_ms = f64::from(gpu.queue.get_timestamp_period()) * 1e-6;
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); n];
+        for _ in 0..iterations.max(1) {
+            gpu.scoped("profile", || {
+                let mut enc =
+                    gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc profile") });
+                {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("wgslc"),
+                        timestamp_writes: None,
+                    });
+                    for (i, &d) in self.plan.dispatches.iter().enumerate() {
+                        let k = &self.plan.kernels[d];
+                        pass.write_timestamp(&queries, i as u32);
+                        pass.set_pipeline(&self.pipelines[d]);
+                        pass.set_bind_group(0, &self.bind_groups[d], &[]);
+                        pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
+                    }
+                    pass.write_timestamp(&queries, n as u32);
+                }
+                enc.resolve_query_set(&queries, 0..count, &resolve, 0);
+                enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
+                gpu.queue.submit([enc.finish()]);
+            })?;
+            let (tx, rx) = std::sync::mpsc::channel();
+            read.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+            gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+            gpu.check_lost()?;
+            rx.recv()
+                .map_err(|e| RuntimeError::Gpu(e.to_string()))?
+                .map_err(|e| RuntimeError::Gpu(format!("reading timestamps: {e}")))?;
+            let ticks: Vec<u64> = read
+                .slice(..)
+                .get_mapped_range()
+                .map(|view| view.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect())
+                .map_err(|e| RuntimeError::Gpu(format!("reading timestamps: {e}")))?;
+            read.unmap();
+            for (i, s) in samples.iter_mut().enumerate() {
+                s.push(ticks[i + 1].saturating_sub(ticks[i]) as f64 * period_ms);
+            }
+        }
+        let kernels = self
+            .plan
+            .dispatches
+            .iter()
+            .zip(samples)
+            .map(|(&d, mut s)| {
+                s.sort_by(f64::total_cmp);
+                (self.plan.kernels[d].name.clone(), s[s.len() / 2])
+            })
+            .collect();
+        Ok(Profile { timestamps: true, kernels })
     }
 
     /// Replays the plan `iterations` times without reading outputs back (inputs stay as last written) and

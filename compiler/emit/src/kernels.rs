@@ -255,6 +255,8 @@ struct MatmulTpl {
     im2col: Option<Im2col>,
     /// Set when a second convolution is summed in (`KernelGroup::conv_sum`).
     seg2: Option<Seg2>,
+    /// Set when B is a depthwise convolution's output computed as it is loaded (`KernelGroup::depthwise`).
+    dw: Option<DwLoad>,
     /// Set when the product normalizes its A rows (`KernelGroup::rms_prologue`).
     rms: Option<RmsFold>,
     batch: Vec<BatchDim>,
@@ -327,6 +329,18 @@ struct Im2col {
     g: Geometry,
     hw: usize,
     khw: usize,
+}
+
+/// A depthwise convolution computed in a pointwise product's B loads: row k of B is channel k of its output, read
+/// from its input (`b_var`) through its window and weights, biased, then passed through `post` (an expression of
+/// the sum `s`: the folded scalar epilogue, e.g. ReLU6).
+struct DwLoad {
+    g: Geometry,
+    w_var: String,
+    bias_var: String,
+    hw: usize,
+    khw: usize,
+    post: String,
 }
 
 /// An RMSNormalization folded into a product: rows of A are normalized by 1 / sqrt(Σ a² / k + eps).
@@ -1391,23 +1405,8 @@ impl Emitter<'_> {
                 Some(&(_, p)) => {
                     let ds = wgslc_passes::scalar_op_data_slot(g, p).expect("scalar prologue");
                     let pn = g.node(p);
-                    let var = if slot == 0 { "av" } else { "bv" };
-                    let args: Vec<String> = pn
-                        .inputs
-                        .iter()
-                        .flatten()
-                        .enumerate()
-                        .map(|(i, &v)| {
-                            if i == ds {
-                                var.to_string()
-                            } else {
-                                f32_lit(g.const_data(v).expect("scalar").to_f64()[0] as f32)
-                            }
-                        })
-                        .collect();
-                    let inputs: Vec<ValueId> = pn.inputs.iter().flatten().copied().collect();
                     let ot = g.ty(pn.outputs[0]).clone();
-                    *pro_expr = self.op_expr(p, &args, &inputs, &ot, helpers, &|d| format!("c{d}"))?;
+                    *pro_expr = self.scalar_expr(p, if slot == 0 { "av" } else { "bv" }, helpers)?;
                     match &fine {
                         // Read over the product's finer batch coordinates, as the operand itself is.
                         Some(fine) => {
@@ -1489,6 +1488,32 @@ impl Emitter<'_> {
         Ok(MmGeom { n, mm_out, va, vb, pro, m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch, batches })
     }
 
+    /// A node whose operands other than its data slot are scalar constants (`scalar_op_data_slot`), applied to
+    /// the expression `x` with the constants inlined.
+    fn scalar_expr(&self, p: NodeId, x: &str, helpers: &mut Helpers) -> Result<String, EmitError> {
+        let g = self.g;
+        let pn = g.node(p);
+        let ds = wgslc_passes::scalar_op_data_slot(g, p).expect("scalar op");
+        let args: Vec<String> = pn
+            .inputs
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(
+                |(i, &v)| {
+                    if i == ds {
+                        x.to_string()
+                    } else {
+                        f32_lit(g.const_data(v).expect("scalar").to_f64()[0] as f32)
+                    }
+                },
+            )
+            .collect();
+        let inputs: Vec<ValueId> = pn.inputs.iter().flatten().copied().collect();
+        let ot = g.ty(pn.outputs[0]).clone();
+        self.op_expr(p, &args, &inputs, &ot, helpers, &|d| format!("c{d}"))
+    }
+
     fn matmul(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let mut helpers = Helpers::default();
@@ -1549,6 +1574,7 @@ impl Emitter<'_> {
             t,
             im2col: None,
             seg2: None,
+            dw: None,
             rms,
             batch,
             m,
@@ -2104,10 +2130,41 @@ impl Emitter<'_> {
         let out = g.node(group.last()).outputs[0];
         let mut helpers = Helpers::default();
         let mut reads: Vec<(ValueId, String)> = vec![(w, "a".into())];
-        let b_var = bind_once(&mut reads, x, "b");
+        // A folded depthwise convolution: B is computed from its input, which the kernel binds instead.
+        let dw_node = group.depthwise.as_ref().map(|d| g.node(d.conv));
+        let b_var = bind_once(&mut reads, dw_node.map_or(x, |d| d.inputs[0].expect("input")), "b");
         let bias_var = bias.map(|c| bind_once(&mut reads, c, "bias")).unwrap_or_default();
         let (batches, m, p) = (xs[0], ws[0], geo.oh * geo.ow);
         let hw = geo.h * geo.w;
+        let mut b_batch = xs[1] * hw;
+        let dw = match &group.depthwise {
+            Some(d) => {
+                let dn = g.node(d.conv);
+                let Op::Conv { window, .. } = &dn.op else { unreachable!() };
+                let dxs = g.ty(dn.inputs[0].expect("input")).shape.clone();
+                let dgeo = self.geometry(d.conv, &dxs, &g.ty(dn.outputs[0]).shape, window)?;
+                let mut post = "s".to_string();
+                for &e in &d.then {
+                    post = self.scalar_expr(e, &post, &mut helpers)?;
+                }
+                b_batch = dxs[1] * dgeo.h * dgeo.w;
+                Some(DwLoad {
+                    w_var: bind_once(&mut reads, dn.inputs[1].expect("weight"), "dw_w"),
+                    bias_var: dn
+                        .inputs
+                        .get(2)
+                        .copied()
+                        .flatten()
+                        .map(|c| bind_once(&mut reads, c, "dw_b"))
+                        .unwrap_or_default(),
+                    hw: dgeo.h * dgeo.w,
+                    khw: dgeo.kh * dgeo.kw,
+                    g: dgeo,
+                    post,
+                })
+            }
+            None => None,
+        };
         let mut k = ws[1] * geo.kh * geo.kw;
         let seg2 = match group.conv_sum {
             Some((c1, _)) => {
@@ -2163,9 +2220,10 @@ impl Emitter<'_> {
             t,
             im2col: Self::im2col(&geo),
             seg2,
+            dw,
             rms: None,
             batch: if batches > 1 {
-                vec![BatchDim { div: 1, extent: batches, a_stride: 0, b_stride: (xs[1] * hw) as i64 }]
+                vec![BatchDim { div: 1, extent: batches, a_stride: 0, b_stride: b_batch as i64 }]
             } else {
                 vec![]
             },
