@@ -12,9 +12,17 @@
 // depthwise convolution's output, computed as it is loaded and never stored.{% endif %}
 
 // One element of the slice's A tile for k-step k0: element e of the tile ({{ t.tile }} rows x 16 k).
+{%- if a_mmajor %}
+// A's rows are contiguous in memory (a transposed operand): neighbouring threads take neighbouring rows.
+{%- endif %}
 fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
+{%- if a_mmajor %}
+    let am = e % {{ t.tile }}u;
+    let ak = e / {{ t.tile }}u;
+{%- else %}
     let am = e / 16u;
     let ak = e % 16u;
+{%- endif %}
     let ka = k_begin + k0 + ak;
     var av = 0.0;
     if (row0 + am < {{ m }}u && ka < {{ k }}u && k0 + ak < {{ t.kc }}u) {
@@ -43,9 +51,18 @@ fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
         }
 {%- endmacro -%}
 // One element of the slice's B tile for k-step k0: element e of the tile (16 k x {{ t.tile }} columns).
+{%- if b_kmajor %}
+// B's columns are contiguous in memory (a transposed operand, as Gemm's transB): neighbouring threads take
+// neighbouring k of one column.
+{%- endif %}
 fn load_b(b_base: u32, col0: u32, k_begin: u32, k0: u32, e: u32, batch: u32) -> f32 {
+{%- if b_kmajor %}
+    let bk = e % 16u;
+    let bn = e / 16u;
+{%- else %}
     let bk = e / {{ t.tile }}u;
     let bn = e % {{ t.tile }}u;
+{%- endif %}
     let kb = k_begin + k0 + bk;
     var bv = 0.0;
     if (kb < {{ k }}u && k0 + bk < {{ t.kc }}u && col0 + bn < {{ n }}u) {
@@ -125,8 +142,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
     for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + 16u) {
 {%- for l in t.load_lanes %}
+{%- if a_mmajor %}
+        smem[a_at + st + {{ l * t.tg * t.tg }}u] = pa{{ l }};
+{%- else %}
         smem[a_at + ((st + {{ l * t.tg * t.tg }}u) % 16u) * {{ t.tile }}u + (st + {{ l * t.tg * t.tg }}u) / 16u] = pa{{ l }};
+{%- endif %}
+{%- if b_kmajor %}
+        smem[b_at + ((st + {{ l * t.tg * t.tg }}u) % 16u) * {{ t.tile }}u + (st + {{ l * t.tg * t.tg }}u) / 16u] = pb{{ l }};
+{%- else %}
         smem[b_at + st + {{ l * t.tg * t.tg }}u] = pb{{ l }};
+{%- endif %}
 {%- if rms.is_some() %}
         ssq{{ l }} = fma(pa{{ l }}, pa{{ l }}, ssq{{ l }});
 {%- endif %}

@@ -259,6 +259,10 @@ struct MatmulTpl {
     dw: Option<DwLoad>,
     /// Set when the product normalizes its A rows (`KernelGroup::rms_prologue`).
     rms: Option<RmsFold>,
+    /// A's rows (B's columns) are contiguous in memory: tiles are loaded with neighbouring threads on neighbouring
+    /// rows (k), so the reads coalesce.
+    a_mmajor: bool,
+    b_kmajor: bool,
     batch: Vec<BatchDim>,
     m: usize,
     n: usize,
@@ -1575,6 +1579,8 @@ impl Emitter<'_> {
             im2col: None,
             seg2: None,
             dw: None,
+            a_mmajor: a_sm == 1 && a_sk != 1 && m > 1 && rms.is_none(),
+            b_kmajor: b_sk == 1 && b_sn != 1 && k > 1,
             rms,
             batch,
             m,
@@ -2222,6 +2228,8 @@ impl Emitter<'_> {
             seg2,
             dw,
             rms: None,
+            a_mmajor: false,
+            b_kmajor: false,
             batch: if batches > 1 {
                 vec![BatchDim { div: 1, extent: batches, a_stride: 0, b_stride: b_batch as i64 }]
             } else {
