@@ -148,6 +148,36 @@ fn conv_as_implicit_gemm_with_relu() {
     insta::assert_snapshot!(k);
 }
 
+/// MobileNet's depthwise 3x3 (stride 2) → ReLU6 → 1x1 projection: the projection computes its B operand from the
+/// depthwise input's windows as it loads it, one kernel.
+#[test]
+fn depthwise_folds_into_the_pointwise_conv() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[1, 8, 9, 9]);
+    let win = |k: usize, s: usize, p: usize| Window {
+        kernel: vec![k, k],
+        strides: vec![s, s],
+        pads: vec![p; 4],
+        dilations: vec![],
+        auto_pad: wgslc_ir::AutoPad::NotSet,
+        ceil_mode: false,
+    };
+    let (wd, bd) = (weight(&mut g, "wd", &[8, 1, 3, 3]), weight(&mut g, "bd", &[8]));
+    let d = node(&mut g, Op::Conv { window: win(3, 2, 1), group: 8 }, &[x, wd, bd]);
+    let r = node(&mut g, Op::Unary(UnaryOp::Clip(0.0, 6.0)), &[d]);
+    let wp = weight(&mut g, "wp", &[12, 8, 1, 1]);
+    let y = node(&mut g, Op::Conv { window: win(1, 1, 0), group: 1 }, &[r, wp]);
+    g.outputs.push(y);
+    let k = kernels(g);
+    assert_eq!(
+        k.matches("// ---- ").count(),
+        1,
+        "one kernel:
+{k}"
+    );
+    insta::assert_snapshot!(k);
+}
+
 #[test]
 fn layout_ops_become_strided_copies() {
     let mut g = Graph::new();
