@@ -22,6 +22,18 @@ fn node(g: &mut Graph, op: Op, ins: &[wgslc_ir::ValueId]) -> wgslc_ir::ValueId {
     y
 }
 
+/// A square 2-D window: k×k, stride s, p on every side.
+fn win(k: usize, s: usize, p: usize) -> Window {
+    Window {
+        kernel: vec![k, k],
+        strides: vec![s, s],
+        pads: vec![p; 4],
+        dilations: vec![],
+        auto_pad: wgslc_ir::AutoPad::NotSet,
+        ceil_mode: false,
+    }
+}
+
 /// Compiles a graph (fused) and returns every kernel's WGSL, concatenated.
 fn kernels(g: Graph) -> String {
     kernels_with(g, true)
@@ -111,14 +123,6 @@ fn conv_and_pool() {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[1, 4, 8, 8]);
     let w = weight(&mut g, "w", &[6, 2, 3, 3]);
-    let win = |k: usize, s: usize, p: usize| Window {
-        kernel: vec![k, k],
-        strides: vec![s, s],
-        pads: vec![p; 4],
-        dilations: vec![],
-        auto_pad: wgslc_ir::AutoPad::NotSet,
-        ceil_mode: false,
-    };
     let c = node(&mut g, Op::Conv { window: win(3, 1, 1), group: 2 }, &[x, w]);
     let y =
         node(&mut g, Op::Pool { kind: wgslc_ir::PoolKind::Max, window: win(2, 2, 0), count_include_pad: false }, &[c]);
@@ -132,15 +136,7 @@ fn conv_as_implicit_gemm_with_relu() {
     let x = input(&mut g, "x", &[2, 3, 9, 9]);
     let w = weight(&mut g, "w", &[8, 3, 3, 3]);
     let b = weight(&mut g, "b", &[8]);
-    let window = Window {
-        kernel: vec![3, 3],
-        strides: vec![2, 2],
-        pads: vec![1, 1, 1, 1],
-        dilations: vec![],
-        auto_pad: wgslc_ir::AutoPad::NotSet,
-        ceil_mode: false,
-    };
-    let c = node(&mut g, Op::Conv { window, group: 1 }, &[x, w, b]);
+    let c = node(&mut g, Op::Conv { window: win(3, 2, 1), group: 1 }, &[x, w, b]);
     let y = node(&mut g, Op::Unary(UnaryOp::Relu), &[c]);
     g.outputs.push(y);
     let k = kernels(g);
@@ -154,14 +150,6 @@ fn conv_as_implicit_gemm_with_relu() {
 fn depthwise_folds_into_the_pointwise_conv() {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[1, 8, 9, 9]);
-    let win = |k: usize, s: usize, p: usize| Window {
-        kernel: vec![k, k],
-        strides: vec![s, s],
-        pads: vec![p; 4],
-        dilations: vec![],
-        auto_pad: wgslc_ir::AutoPad::NotSet,
-        ceil_mode: false,
-    };
     let (wd, bd) = (weight(&mut g, "wd", &[8, 1, 3, 3]), weight(&mut g, "bd", &[8]));
     let d = node(&mut g, Op::Conv { window: win(3, 2, 1), group: 8 }, &[x, wd, bd]);
     let r = node(&mut g, Op::Unary(UnaryOp::Clip(0.0, 6.0)), &[d]);
