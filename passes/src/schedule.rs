@@ -19,6 +19,8 @@
 //! - A lone ungrouped Conv whose output only an Add reads, where that Add is the first epilogue node of another
 //!   ungrouped Conv with the same output shape (a ResNet shortcut projection), joins that Conv's group as its
 //!   `conv_sum`: one implicit-GEMM product over both K ranges (`fuse_conv_sums`).
+//! - A depthwise Conv (with scalar pointwise nodes after it) read only by a pointwise Conv of at most
+//!   [`DEPTHWISE_MAX_CHANNELS`] output channels is computed in that Conv's operand loads (`fuse_depthwise`).
 //! - A Transpose (permuting StridedCopy) that is the only reader of an elementwise, MatMul/Gemm/Conv or attention
 //!   kernel's result becomes that kernel's `store_copy`: the kernel writes each element at its transposed place
 //!   (`fold_output_permutes`), as attention's [b, h, t, d] → [b, t, h, d] before the output projection.

@@ -414,10 +414,13 @@ impl Session {
     /// were measured. With timestamp queries (most native adapters), a timestamp is written before every dispatch
     /// of the usual one-pass replay and after the last, so each kernel's time is the GPU time from its start to
     /// the next one's and the times add up to the replay's GPU time. Without them, each dispatch runs in a pass
-    /// and submit of its own, waited for, which adds the per-submit overhead to every kernel.
+    /// and submit of its own, waited for, which adds the per-submit overhead to every kernel (also for plans of
+    /// more dispatches than one query set holds).
     pub fn profile(&self, iterations: usize) -> Result<Profile, RuntimeError> {
         let timing = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
-        if self.gpu.device.features().contains(timing) && !self.plan.dispatches.is_empty() {
+        let queries = self.plan.dispatches.len() + 1;
+        if self.gpu.device.features().contains(timing) && queries > 1 && queries <= wgpu::QUERY_SET_MAX_QUERIES as usize
+        {
             return self.profile_timestamps(iterations);
         }
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
