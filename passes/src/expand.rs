@@ -185,7 +185,11 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
         Op::OneHot { axis } => {
             let depth_v = node.inputs.get(1).copied().flatten().ok_or_else(|| err("missing depth".into()))?;
             let values = node.inputs.get(2).copied().flatten().ok_or_else(|| err("missing values".into()))?;
-            let depth = need_const(b.g, depth_v, "depth", &err)?.to_f64()[0] as i64;
+            let depth_t = need_const(b.g, depth_v, "depth", &err)?;
+            if depth_t.numel() != 1 {
+                return Err(err(format!("the depth input must hold one value, not {}", depth_t.numel())));
+            }
+            let depth = depth_t.to_f64()[0] as i64;
             if depth <= 0 {
                 return Err(err(format!("depth {depth} must be positive")));
             }

@@ -60,6 +60,15 @@ impl Ctx<'_> {
             }),
         }
     }
+    /// A compile-time input that ONNX defines as a scalar (axis, k, K, a pad value, …): exactly one element.
+    fn const_scalar(&self, i: usize, what: &str) -> Result<Option<&Tensor>, PassError> {
+        match self.const_input(i, what)? {
+            Some(t) if t.numel() != 1 => {
+                Err(self.err(format!("the {what} input must hold one value, not {}", t.numel())))
+            }
+            other => Ok(other),
+        }
+    }
     fn axis(&self, axis: i64, rank: usize) -> Result<usize, PassError> {
         let r = rank as i64;
         let a = if axis < 0 { axis + r } else { axis };
@@ -351,7 +360,7 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             if x.rank() < 2 {
                 return Err(cx.err("Trilu needs rank ≥ 2"));
             }
-            let k = cx.const_input(1, "k")?.map(|t| t.to_i64()[0]).unwrap_or(0);
+            let k = cx.const_scalar(1, "k")?.map(|t| t.to_i64()[0]).unwrap_or(0);
             one_input(cx, Op::Trilu { upper, k: Some(k) }, x)
         }
         Op::RotateHalf => {
@@ -371,14 +380,14 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         }
         Op::CumSum { exclusive, reverse, prod, .. } => {
             let x = cx.ty(0)?.clone();
-            let a = cx.const_input(1, "axis")?.ok_or_else(|| cx.err("missing axis"))?.to_i64()[0];
+            let a = cx.const_scalar(1, "axis")?.ok_or_else(|| cx.err("missing axis"))?.to_i64()[0];
             let axis = cx.axis(a, x.rank())? as i64;
             one_input(cx, Op::CumSum { axis: Some(axis), exclusive, reverse, prod }, x)
         }
         Op::TopK { axis, largest, .. } => {
             let x = cx.ty(0)?.clone();
             let axis = cx.axis(axis, x.rank())?;
-            let k = cx.const_input(1, "K")?.ok_or_else(|| cx.err("missing K"))?.to_i64()[0];
+            let k = cx.const_scalar(1, "K")?.ok_or_else(|| cx.err("missing K"))?.to_i64()[0];
             if k < 0 || k as usize > x.shape[axis] {
                 return Err(cx.err(format!("K = {k} is outside 0..={}", x.shape[axis])));
             }
@@ -418,7 +427,7 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         Op::Pad { mode, .. } => {
             let x = cx.ty(0)?.clone();
             let given = cx.const_input(1, "pads")?.ok_or_else(|| cx.err("missing pads"))?.to_i64();
-            let value = cx.const_input(2, "constant_value")?.map(|t| t.to_f64()[0] as f32).unwrap_or(0.0);
+            let value = cx.const_scalar(2, "constant_value")?.map(|t| t.to_f64()[0] as f32).unwrap_or(0.0);
             let r = x.rank();
             let axes: Vec<usize> = match cx.const_input(3, "axes")? {
                 Some(t) => t.to_i64().iter().map(|&a| cx.axis(a, r)).collect::<Result<_, _>>()?,
@@ -585,8 +594,8 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         }
         Op::Identity => alias(cx, cx.ty(0)?.shape.clone()),
         Op::Dropout => {
-            let ratio = cx.const_input(1, "ratio")?.map(|t| t.to_f64()[0]).unwrap_or(0.5);
-            let training = cx.const_input(2, "training_mode")?.is_some_and(|t| t.to_f64()[0] != 0.0);
+            let ratio = cx.const_scalar(1, "ratio")?.map(|t| t.to_f64()[0]).unwrap_or(0.5);
+            let training = cx.const_scalar(2, "training_mode")?.is_some_and(|t| t.to_f64()[0] != 0.0);
             if training && ratio != 0.0 {
                 return Err(cx.err("training-mode Dropout is random; export in eval mode"));
             }
@@ -713,7 +722,7 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         }
         Op::Range => {
             let get = |i: usize, w: &str| -> Result<Tensor, PassError> {
-                cx.const_input(i, w)?.cloned().ok_or_else(|| cx.err(format!("missing {w}")))
+                cx.const_scalar(i, w)?.cloned().ok_or_else(|| cx.err(format!("missing {w}")))
             };
             let (s, l, d) = (get(0, "start")?, get(1, "limit")?, get(2, "delta")?);
             let (sv, lv, dv) = (s.to_f64()[0], l.to_f64()[0], d.to_f64()[0]);

@@ -78,6 +78,10 @@ def main():
         inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5]),
                 helper.make_tensor_value_info("t", TensorProto.INT64, [3])],
         nodes=[helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], [])]), "the node has no outputs")
+    # Found by fuzzing (fourth session): a scalar input (CumSum's axis) given as an empty tensor.
+    model("scalar_input_empty.onnx", relu_model(
+        nodes=[helper.make_node("CumSum", ["x", "axis"], ["y"])],
+        inits=[numpy_helper.from_array(np.zeros(0, np.int64), "axis")]), "the axis input must hold one value")
     model("unsupported_op.onnx", relu_model(nodes=[helper.make_node("NonZero", ["x"], ["y"])]), "unsupported op 'NonZero'")
     model("dtype_mismatch.onnx", relu_model(
         inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]), helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3])],
