@@ -85,14 +85,14 @@ fn load_b(b_base: u32, col0: u32, k_begin: u32, k0: u32, e: u32, batch: u32) -> 
         // B is a depthwise convolution's output, computed here from its input: channel kb over its window at
         // output pixel col0 + bn (taps in the padding read zero), biased, then its scalar epilogue.
         let p = col0 + bn;
-        let oy = i32(p / {{ dw.g.ow }}u) * {{ dw.g.sy }} - {{ dw.g.pt }};
-        let ox = i32(p % {{ dw.g.ow }}u) * {{ dw.g.sx }} - {{ dw.g.pl }};
+        let oy = i32(p / {{ dw.win.g.ow }}u) * {{ dw.win.g.sy }} - {{ dw.win.g.pt }};
+        let ox = i32(p % {{ dw.win.g.ow }}u) * {{ dw.win.g.sx }} - {{ dw.win.g.pl }};
         var s = {% if dw.bias_var.is_empty() %}0.0{% else %}{{ dw.bias_var }}[kb]{% endif %};
-        for (var t = 0u; t < {{ dw.khw }}u; t = t + 1u) {
-            let iy = oy + i32(t / {{ dw.g.kw }}u) * {{ dw.g.dy }};
-            let ix = ox + i32(t % {{ dw.g.kw }}u) * {{ dw.g.dx }};
-            if (iy >= 0 && iy < {{ dw.g.h }} && ix >= 0 && ix < {{ dw.g.w }}) {
-                s = fma({{ b_var }}[b_base + kb * {{ dw.hw }}u + u32(iy * {{ dw.g.w }} + ix)], {{ dw.w_var }}[kb * {{ dw.khw }}u + t], s);
+        for (var t = 0u; t < {{ dw.win.khw }}u; t = t + 1u) {
+            let iy = oy + i32(t / {{ dw.win.g.kw }}u) * {{ dw.win.g.dy }};
+            let ix = ox + i32(t % {{ dw.win.g.kw }}u) * {{ dw.win.g.dx }};
+            if (iy >= 0 && iy < {{ dw.win.g.h }} && ix >= 0 && ix < {{ dw.win.g.w }}) {
+                s = fma({{ b_var }}[b_base + kb * {{ dw.win.hw }}u + u32(iy * {{ dw.win.g.w }} + ix)], {{ dw.w_var }}[kb * {{ dw.win.khw }}u + t], s);
             }
         }
         bv = {{ dw.post }};

@@ -71,6 +71,9 @@ pub struct Gpu {
     scope_lock: Mutex<()>,
 }
 
+/// GPU timestamps inside a compute pass, which `Session::profile` uses where the adapter has them.
+const TIMING: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
+
 /// Per-kernel GPU times from `Session::profile`.
 #[derive(Clone, Debug)]
 pub struct Profile {
@@ -98,11 +101,9 @@ impl Gpu {
         }))
         .map_err(|e| RuntimeError::NoAdapter(e.to_string()))?;
         let info = adapter.get_info();
-        // GPU timestamps between dispatches, for `profile`, where the adapter has them.
-        let timing = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("wgslc"),
-            required_features: if adapter.features().contains(timing) { timing } else { wgpu::Features::empty() },
+            required_features: adapter.features() & TIMING,
             required_limits: adapter.limits(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -130,6 +131,24 @@ impl Gpu {
     }
 
     /// Runs `f` inside validation and out-of-memory error scopes and reports what they caught.
+    /// Maps `bufs` for reading and waits until every one is mapped (or the device is lost).
+    fn map_read(&self, bufs: &[&wgpu::Buffer]) -> Result<(), RuntimeError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for b in bufs {
+            let tx = tx.clone();
+            b.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        }
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+        self.check_lost()?;
+        for _ in bufs {
+            let r = rx.recv().map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+            r.map_err(|e| RuntimeError::Gpu(format!("read-back failed: {e}")))?;
+        }
+        Ok(())
+    }
+
     fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T, RuntimeError> {
         let _guard = self.scope_lock.lock().unwrap_or_else(|p| p.into_inner());
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -365,25 +384,13 @@ impl Session {
         gpu.scoped("replay", || {
             let mut enc =
                 gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc replay") });
-            self.encode(&mut enc);
+            self.encode(&mut enc, None);
             for (o, rb) in self.plan.outputs.iter().zip(&self.readback) {
                 enc.copy_buffer_to_buffer(&self.buffers[o.buffer], 0, rb, 0, rb.size());
             }
             gpu.queue.submit([enc.finish()]);
         })?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        for (i, rb) in self.readback.iter().enumerate() {
-            let tx = tx.clone();
-            rb.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-                let _ = tx.send((i, r));
-            });
-        }
-        gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
-        gpu.check_lost()?;
-        for _ in 0..self.readback.len() {
-            let (_, r) = rx.recv().map_err(|e| RuntimeError::Gpu(e.to_string()))?;
-            r.map_err(|e| RuntimeError::Gpu(format!("read-back failed: {e}")))?;
-        }
+        gpu.map_read(&self.readback.iter().collect::<Vec<_>>())?;
         let mut outs = Vec::with_capacity(self.readback.len());
         for (spec, rb) in self.plan.outputs.iter().zip(&self.readback) {
             let n: usize = spec.shape.iter().product();
@@ -398,15 +405,22 @@ impl Session {
         Ok(outs)
     }
 
-    /// Records every dispatch into one compute pass.
-    fn encode(&self, enc: &mut wgpu::CommandEncoder) {
+    /// Records every dispatch into one compute pass; with a query set, a timestamp before each dispatch (index i
+    /// before dispatch i) and one after the last.
+    fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
         let mut pass =
             enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
-        for &d in &self.plan.dispatches {
+        for (i, &d) in self.plan.dispatches.iter().enumerate() {
+            if let Some(q) = timestamps {
+                pass.write_timestamp(q, i as u32);
+            }
             let k = &self.plan.kernels[d];
             pass.set_pipeline(&self.pipelines[d]);
             pass.set_bind_group(0, &self.bind_groups[d], &[]);
             pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
+        }
+        if let Some(q) = timestamps {
+            pass.write_timestamp(q, self.plan.dispatches.len() as u32);
         }
     }
 
@@ -417,9 +431,8 @@ impl Session {
     /// and submit of its own, waited for, which adds the per-submit overhead to every kernel (also for plans of
     /// more dispatches than one query set holds).
     pub fn profile(&self, iterations: usize) -> Result<Profile, RuntimeError> {
-        let timing = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         let queries = self.plan.dispatches.len() + 1;
-        if self.gpu.device.features().contains(timing) && queries > 1 && queries <= wgpu::QUERY_SET_MAX_QUERIES as usize
+        if self.gpu.device.features().contains(TIMING) && queries > 1 && queries <= wgpu::QUERY_SET_MAX_QUERIES as usize
         {
             return self.profile_timestamps(iterations);
         }
@@ -478,33 +491,12 @@ impl Session {
             gpu.scoped("profile", || {
                 let mut enc =
                     gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc profile") });
-                {
-                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some("wgslc"),
-                        timestamp_writes: None,
-                    });
-                    for (i, &d) in self.plan.dispatches.iter().enumerate() {
-                        let k = &self.plan.kernels[d];
-                        pass.write_timestamp(&queries, i as u32);
-                        pass.set_pipeline(&self.pipelines[d]);
-                        pass.set_bind_group(0, &self.bind_groups[d], &[]);
-                        pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
-                    }
-                    pass.write_timestamp(&queries, n as u32);
-                }
+                self.encode(&mut enc, Some(&queries));
                 enc.resolve_query_set(&queries, 0..count, &resolve, 0);
                 enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
                 gpu.queue.submit([enc.finish()]);
             })?;
-            let (tx, rx) = std::sync::mpsc::channel();
-            read.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-                let _ = tx.send(r);
-            });
-            gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
-            gpu.check_lost()?;
-            rx.recv()
-                .map_err(|e| RuntimeError::Gpu(e.to_string()))?
-                .map_err(|e| RuntimeError::Gpu(format!("reading timestamps: {e}")))?;
+            gpu.map_read(&[&read])?;
             let ticks: Vec<u64> = read
                 .slice(..)
                 .get_mapped_range()
@@ -537,7 +529,7 @@ impl Session {
         for _ in 0..iterations {
             let mut enc =
                 gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc bench") });
-            self.encode(&mut enc);
+            self.encode(&mut enc, None);
             gpu.queue.submit([enc.finish()]);
             gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
         }

@@ -347,11 +347,9 @@ struct Im2col {
 /// from its input (`b_var`) through its window and weights, biased, then passed through `post` (an expression of
 /// the sum `s`: the folded scalar epilogue, e.g. ReLU6).
 struct DwLoad {
-    g: Geometry,
+    win: Im2col,
     w_var: String,
     bias_var: String,
-    hw: usize,
-    khw: usize,
     post: String,
 }
 
@@ -2122,7 +2120,12 @@ impl Emitter<'_> {
     /// and no padding, which reads the input as it lies ([C, h·w] is its own im2col matrix).
     fn im2col(geo: &Geometry) -> Option<Im2col> {
         let pointwise = geo.kh * geo.kw == 1 && geo.sy == 1 && geo.sx == 1 && geo.pt + geo.pl + geo.pb + geo.pr == 0;
-        (!pointwise).then_some(Im2col { g: *geo, hw: geo.h * geo.w, khw: geo.kh * geo.kw })
+        (!pointwise).then(|| Self::window(geo))
+    }
+
+    /// A convolution's window as the template's loads read it.
+    fn window(geo: &Geometry) -> Im2col {
+        Im2col { g: *geo, hw: geo.h * geo.w, khw: geo.kh * geo.kw }
     }
 
     /// An ungrouped convolution as a product (implicit GEMM) through the matmul template: the weight is A
@@ -2171,9 +2174,7 @@ impl Emitter<'_> {
                         .flatten()
                         .map(|c| bind_once(&mut reads, c, "dw_b"))
                         .unwrap_or_default(),
-                    hw: dgeo.h * dgeo.w,
-                    khw: dgeo.kh * dgeo.kw,
-                    g: dgeo,
+                    win: Self::window(&dgeo),
                     post,
                 })
             }

@@ -157,12 +157,7 @@ fn depthwise_folds_into_the_pointwise_conv() {
     let y = node(&mut g, Op::Conv { window: win(1, 1, 0), group: 1 }, &[r, wp]);
     g.outputs.push(y);
     let k = kernels(g);
-    assert_eq!(
-        k.matches("// ---- ").count(),
-        1,
-        "one kernel:
-{k}"
-    );
+    assert_eq!(k.matches("// ---- ").count(), 1, "one kernel:\n{k}");
     insta::assert_snapshot!(k);
 }
 
