@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runs every bundled testdata case (models, ops, torch) through the wgslc CLI on whatever adapter the machine has
-(a real GPU through the `device` tool; the Rust tests cover lavapipe), fused and with --no-fuse, and compares
+(a real GPU through the `device` tool; the Rust tests cover lavapipe), fused and with --no-fuse (and with
+--inverted-residual fused where meta.json has "inverted_residual": "fused"), and compares
 with the stored onnxruntime outputs at the tests' tolerances (meta.json may override them).
 
-    python3 scripts/check_testdata.py --wgslc .bin/wgslc [--suites models,ops,torch]
+    python3 scripts/check_testdata.py --wgslc .bin/wgslc [--suites models,ops,torch] [--only CASE,...]
 
 Prints one line per failure and a total; exits 1 if any case fails.
 """
@@ -53,12 +54,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wgslc", required=True)
     ap.add_argument("--suites", default="models,ops,torch")
+    ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     a = ap.parse_args()
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata")
     cases = [c for s in a.suites.split(",") for c in sorted(glob.glob(os.path.join(root, s, "*"))) if os.path.isdir(c)]
-    failures = 0
+    if a.only:
+        cases = [c for c in cases if os.path.basename(c) in a.only.split(",")]
+    failures = runs = 0
     for case in cases:
-        for flags in ([], ["--no-fuse"]):
+        variants = [[], ["--no-fuse"]]
+        meta_path = os.path.join(case, "meta.json")
+        if os.path.exists(meta_path) and json.load(open(meta_path)).get("inverted_residual") == "fused":
+            variants.append(["--inverted-residual", "fused"])
+        for flags in variants:
+            runs += 1
             with tempfile.TemporaryDirectory() as tmp:
                 try:
                     err = run_case(a.wgslc, case, flags, tmp)
@@ -67,7 +76,8 @@ def main():
                 if err:
                     failures += 1
                     print(f"FAIL {os.path.relpath(case, root)} {' '.join(flags)}: {err}", flush=True)
-    print(f"{2 * len(cases) - failures} passed, {failures} failed ({len(cases)} cases, fused and --no-fuse)")
+    print(f"{runs - failures} passed, {failures} failed ({len(cases)} cases: fused, --no-fuse, and "
+          f"--inverted-residual fused where meta.json asks)")
     sys.exit(1 if failures else 0)
 
 

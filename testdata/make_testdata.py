@@ -33,6 +33,11 @@ def rand(*shape, lo=-1.0, hi=1.0):
     return RNG.uniform(lo, hi, size=shape).astype(np.float32)
 
 
+# meta.json of the cases that need one: symbolic dims to bind, and "inverted_residual": "fused" for cases the
+# tests also run with `--inverted-residual fused`.
+CASE_META = {"symbolic_dims_bound": {"dims": {"batch": 3}}}
+
+
 def save_case(suite, name, model, inputs, meta=None):
     """Checks the model, runs onnxruntime on `inputs` and writes the case directory."""
     # Outputs declared without a shape (ONNX allows it; the checker does not) are checked by onnxruntime.
@@ -578,6 +583,34 @@ def ops():
               [init("wd", rand(8, 1, 5, 5)), init("wp", rand(32, 8, 1, 1))]),
         [rand(1, 8, 7, 6), rand(1, 32, 7, 6)],
     )
+
+    # MobileNetV2's inverted-residual block: 1x1 expansion → ReLU6 → depthwise → ReLU6 → 1x1 projection (+ the
+    # block's input). Up to 64 projected channels the whole block is one kernel; wider, the expansion is computed
+    # in the depthwise kernel and the projection is a product of its own.
+    def inverted_residual(name, xs, e, cout, k=3, stride=1, dilation=1, residual=False, relu6=True, bias=True):
+        cin = xs[1]
+        act = (lambda i, o: helper.make_node("Clip", [i, "lo", "hi"], [o])) if relu6 else (
+            lambda i, o: helper.make_node("Relu", [i], [o]))
+        b = (lambda n: [n]) if bias else (lambda n: [])
+        nodes = [helper.make_node("Conv", ["x", "we"] + b("be"), ["ex"]), act("ex", "exr"),
+                 helper.make_node("Conv", ["exr", "wd"] + b("bd"), ["d"], group=e, strides=[stride, stride],
+                                  dilations=[dilation, dilation], pads=[(k // 2) * dilation] * 4),
+                 act("d", "dr"),
+                 helper.make_node("Conv", ["dr", "wp"] + b("bp"), ["p" if residual else "y"])]
+        if residual:
+            nodes.append(helper.make_node("Add", ["p", "x"], ["y"]))
+        inits = [init("we", rand(e, cin, 1, 1) * 0.5), init("wd", rand(e, 1, k, k) * 0.5),
+                 init("wp", rand(cout, e, 1, 1) * 0.3), init("lo", np.float32(0.0)), init("hi", np.float32(6.0))]
+        if bias:
+            inits += [init("be", rand(e)), init("bd", rand(e)), init("bp", rand(cout))]
+        cases[name] = (model(nodes, [vi("x", F, xs)], [vi("y", F, None)], inits), [rand(*xs, lo=-2, hi=2)])
+        CASE_META[name] = {"inverted_residual": "fused"}
+
+    inverted_residual("inverted_residual_block", [1, 16, 14, 14], 96, 16, residual=True)
+    inverted_residual("inverted_residual_block_stride2", [2, 12, 15, 13], 72, 40, stride=2)
+    inverted_residual("inverted_residual_block_dilated", [1, 8, 12, 12], 48, 8, dilation=2, residual=True,
+                      relu6=False, bias=False)
+    inverted_residual("expand_depthwise_wide_projection", [1, 24, 16, 16], 144, 80, k=5)
     return cases
 
 
@@ -687,8 +720,7 @@ def main():
             save_case("models", name, m, ins, meta={"dims": {"batch": 4}} if name == "mlp" else None)
     for name, (m, ins) in ops().items():
         if not only or name in only:
-            meta = {"dims": {"batch": 3}} if name == "symbolic_dims_bound" else None
-            save_case("ops", name, m, ins, meta)
+            save_case("ops", name, m, ins, CASE_META.get(name))
 
 
 if __name__ == "__main__":

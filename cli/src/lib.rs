@@ -51,6 +51,8 @@ pub struct CompileOptions {
     pub memory_budget: Option<f64>,
     /// `--attention fused|unfused`: whether Q·Kᵀ → softmax → ·V becomes one kernel (the default).
     pub attention: wgslc_passes::AttentionMode,
+    /// `--inverted-residual fused`: MobileNet's expansion → depthwise (→ projection) chains as one kernel each.
+    pub inverted_residual: bool,
 }
 
 /// What a compile produced.
@@ -89,6 +91,7 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
         fuse: !opts.no_fuse,
         max_storage_buffers: opts.limits.max_storage_buffers_per_shader_stage as usize,
         attention: opts.attention,
+        inverted_residual: opts.inverted_residual,
         ..Default::default()
     };
     let sched = wgslc_passes::schedule(&g, &fuse)?;

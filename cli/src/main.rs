@@ -46,6 +46,12 @@ enum Cmd {
         /// kernels, for comparison.
         #[arg(long = "attention", value_name = "fused|unfused", default_value = "fused")]
         attention: String,
+        /// Whether MobileNet-style inverted-residual blocks are fused: a 1x1 expansion computed inside the depthwise
+        /// convolution that reads it, and the whole expansion → depthwise → projection as one kernel where the
+        /// projection has at most 64 channels. Fewer dispatches, more GPU time on the adapters measured so far
+        /// (docs/performance.md), so off by default.
+        #[arg(long = "inverted-residual", value_name = "fused|unfused", default_value = "unfused")]
+        inverted_residual: String,
         /// Print the IR after a pass (import, infer, lower, dce, legalize) to stdout and stop.
         #[arg(long = "dump-after", value_name = "PASS")]
         dump_after: Option<String>,
@@ -125,6 +131,7 @@ fn real_main() -> Result<()> {
             no_reuse,
             memory_budget,
             attention,
+            inverted_residual,
             dump_after,
         } => {
             let attention = match attention.as_str() {
@@ -132,10 +139,22 @@ fn real_main() -> Result<()> {
                 "unfused" => wgslc_passes::AttentionMode::Unfused,
                 other => bail!("--attention takes fused or unfused, not '{other}'"),
             };
+            let inverted_residual = match inverted_residual.as_str() {
+                "fused" => true,
+                "unfused" => false,
+                other => bail!("--inverted-residual takes fused or unfused, not '{other}'"),
+            };
             if memory_budget.is_some_and(|b| !b.is_finite() || b < 1.0) {
                 bail!("--memory-budget takes a ratio of at least 1.0");
             }
-            let mut opts = wgslc::CompileOptions { no_fuse, no_reuse, memory_budget, attention, ..Default::default() };
+            let mut opts = wgslc::CompileOptions {
+                no_fuse,
+                no_reuse,
+                memory_budget,
+                attention,
+                inverted_residual,
+                ..Default::default()
+            };
             for d in dims {
                 let (k, v) = parse_kv(&d, "--dim")?;
                 let n =

@@ -9,7 +9,11 @@ fuzz_target!(|data: &[u8]| {
     if wgslc_passes::run_pipeline(&mut g, None).is_err() {
         return;
     }
-    let Ok(sched) = wgslc_passes::schedule(&g, &wgslc_passes::FuseOptions::default()) else { return };
-    let Ok(plan) = wgslc_passes::plan_memory(&g, &sched) else { return };
-    let _ = wgslc_emit::emit(&g, &sched, &plan, &wgslc_emit::Limits::default());
+    // The default schedule, and the one with the opt-in inverted-residual folds.
+    for inverted_residual in [false, true] {
+        let opts = wgslc_passes::FuseOptions { inverted_residual, ..Default::default() };
+        let Ok(sched) = wgslc_passes::schedule(&g, &opts) else { return };
+        let Ok(plan) = wgslc_passes::plan_memory(&g, &sched) else { return };
+        let _ = wgslc_emit::emit(&g, &sched, &plan, &wgslc_emit::Limits::default());
+    }
 });

@@ -28,6 +28,8 @@ pub struct Case {
     pub inputs: Vec<HostTensor>,
     pub expected: Vec<HostTensor>,
     pub opts: wgslc::CompileOptions,
+    /// Options of a third run besides the default and `--no-fuse` (meta.json `"inverted_residual": "fused"`).
+    pub also: Option<wgslc::CompileOptions>,
     pub rtol: f64,
     pub atol: f64,
 }
@@ -43,12 +45,16 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<HostTensor> {
 pub fn load_case(dir: &Path) -> Case {
     let mut opts = wgslc::CompileOptions::default();
     let (mut rtol, mut atol) = (1e-4, 1e-5);
+    let mut also = None;
     if let Ok(text) = std::fs::read_to_string(dir.join("meta.json")) {
         let meta: serde_json::Value = serde_json::from_str(&text).expect("meta.json");
         if let Some(dims) = meta.get("dims").and_then(|d| d.as_object()) {
             for (k, v) in dims {
                 opts.dims.insert(k.clone(), v.as_u64().expect("dim value") as usize);
             }
+        }
+        if meta.get("inverted_residual").and_then(|v| v.as_str()) == Some("fused") {
+            also = Some(wgslc::CompileOptions { inverted_residual: true, ..opts.clone() });
         }
         rtol = meta.get("rtol").and_then(|v| v.as_f64()).unwrap_or(rtol);
         atol = meta.get("atol").and_then(|v| v.as_f64()).unwrap_or(atol);
@@ -59,6 +65,7 @@ pub fn load_case(dir: &Path) -> Case {
         inputs: numbered(dir, "input"),
         expected: numbered(dir, "output"),
         opts,
+        also,
         rtol,
         atol,
     }
@@ -142,10 +149,14 @@ pub fn run_suite(suite: &str) {
         // Fused (the default) and one kernel per op must both reproduce the reference; unfused graphs are where
         // most elementwise kernels write in place. (A buffer per value is compared bitwise in tests/cli.rs.)
         let unfused = wgslc::CompileOptions { no_fuse: true, ..case.opts.clone() };
-        let r = compile_and_run(case, &case.opts)
-            .and_then(|got| compare(&got, &case.expected, case.rtol, case.atol))
-            .and_then(|()| compile_and_run(case, &unfused).map_err(|e| format!("--no-fuse: {e}")))
-            .and_then(|got| compare(&got, &case.expected, case.rtol, case.atol).map_err(|e| format!("--no-fuse: {e}")));
+        let run = |opts: &wgslc::CompileOptions, what: &str| {
+            compile_and_run(case, opts)
+                .and_then(|got| compare(&got, &case.expected, case.rtol, case.atol))
+                .map_err(|e| format!("{what}{e}"))
+        };
+        let r = run(&case.opts, "")
+            .and_then(|()| run(&unfused, "--no-fuse: "))
+            .and_then(|()| case.also.as_ref().map_or(Ok(()), |o| run(o, "--inverted-residual fused: ")));
         match r {
             Ok(()) => eprintln!("ok   {suite}/{}", case.name),
             Err(e) => {

@@ -7,7 +7,7 @@ use wgslc_ir::{
     broadcast_strides, contiguous_strides, BinaryOp, Graph, NodeId, Op, PoolKind, ReduceOp, TensorType, UnaryOp,
     ValueId,
 };
-use wgslc_passes::{binding_access, input_view, storage_of, KernelGroup, MemoryPlan, Schedule, Storage};
+use wgslc_passes::{binding_access, input_view, storage_of, FoldedConv, KernelGroup, MemoryPlan, Schedule, Storage};
 
 /// One kernel ready to be validated and written: its source and what it binds.
 #[derive(Clone, Debug)]
@@ -351,6 +351,41 @@ struct DwLoad {
     w_var: String,
     bias_var: String,
     post: String,
+}
+
+/// An expansion → depthwise convolution (→ projection) kernel (`KernelGroup::expand`): `post_e` and `post_d` are the
+/// expansion's and the depthwise convolution's scalar epilogues as expressions of `v` and `s`.
+#[derive(Template)]
+#[template(path = "mbconv.wgsl", escape = "none")]
+struct MbconvTpl {
+    h: Header,
+    helpers: Helpers,
+    fu: Fused,
+    t: wgslc_passes::ExpandTile,
+    g: Geometry,
+    cin: usize,
+    e: usize,
+    hw: usize,
+    ohw: usize,
+    khw: usize,
+    tiles_x: usize,
+    we_var: String,
+    be_var: String,
+    wd_var: String,
+    bd_var: String,
+    post_e: String,
+    post_d: String,
+    project: Option<Projection>,
+    /// The expansion values each thread computes at once.
+    us: Vec<usize>,
+}
+
+/// The projection of a whole inverted-residual block: `qs` numbers each thread's accumulators.
+struct Projection {
+    cout: usize,
+    wp_var: String,
+    bp_var: String,
+    qs: Vec<usize>,
 }
 
 /// An RMSNormalization folded into a product: rows of A are normalized by 1 / sqrt(Σ a² / k + eps).
@@ -2069,6 +2104,9 @@ impl Emitter<'_> {
     }
 
     fn conv(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
+        if group.expand.is_some() {
+            return self.mbconv(group);
+        }
         let g = self.g;
         let n = group.anchor.expect("anchor");
         let node = g.node(n);
@@ -2260,6 +2298,97 @@ impl Emitter<'_> {
         };
         let name = self.group_name(group);
         self.kernel(n, name, "conv", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])
+    }
+
+    /// An expansion → depthwise convolution, or a whole expansion → depthwise → projection block, in one kernel
+    /// (`KernelGroup::expand`, tiled by `expand_tile`): the expansion's input is the only activation it reads.
+    fn mbconv(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let anchor = group.anchor.expect("anchor");
+        let ex = group.expand.as_ref().expect("expansion");
+        let (dw, project) = match &group.depthwise {
+            Some(d) => (d, Some(anchor)),
+            None => (&FoldedConv { conv: anchor, then: vec![] }, None),
+        };
+        let (en, dn) = (g.node(ex.conv), g.node(dw.conv));
+        let x = en.inputs[0].expect("input");
+        let (xs, e) = (g.ty(x).shape.clone(), g.ty(en.outputs[0]).shape[1]);
+        if storage(g, x) != Storage::F32 {
+            return Err(self.err(ex.conv, "a folded expansion needs a float input"));
+        }
+        let Op::Conv { window, .. } = &dn.op else { unreachable!() };
+        let dout = dn.outputs[0];
+        let geo = self.geometry(dw.conv, &g.ty(dn.inputs[0].expect("input")).shape, &g.ty(dout).shape, window)?;
+        let cout = project.map(|p| g.ty(g.node(p).outputs[0]).shape[1]);
+        let t = wgslc_passes::expand_tile(
+            xs[0],
+            (geo.oh, geo.ow),
+            (geo.kh, geo.kw),
+            (geo.sy, geo.sx),
+            (geo.dy, geo.dx),
+            xs[1],
+            e,
+            cout,
+        )
+        .ok_or_else(|| self.err(anchor, "no tile of the folded expansion fits (a scheduler bug)"))?;
+        let mut helpers = Helpers::default();
+        let mut reads: Vec<(ValueId, String)> = vec![(x, "x".into())];
+        let weights = |n: &wgslc_ir::Node, w: &str, b: &str, reads: &mut Vec<(ValueId, String)>| {
+            let wv = bind_once(reads, n.inputs[1].expect("weight"), w);
+            let bv = n.inputs.get(2).copied().flatten().map(|c| bind_once(reads, c, b)).unwrap_or_default();
+            (wv, bv)
+        };
+        let (we_var, be_var) = weights(en, "we", "be", &mut reads);
+        let (wd_var, bd_var) = weights(dn, "wd", "bd", &mut reads);
+        let projection = match project {
+            Some(p) => {
+                let (wp_var, bp_var) = weights(g.node(p), "wp", "bp", &mut reads);
+                let cout = cout.expect("projection");
+                Some(Projection { cout, wp_var, bp_var, qs: (0..t.per_lane).collect() })
+            }
+            None => None,
+        };
+        let chain = |f: &FoldedConv, x: &str, helpers: &mut Helpers| -> Result<String, EmitError> {
+            f.then.iter().try_fold(x.to_string(), |acc, &n| self.scalar_expr(n, &acc, helpers))
+        };
+        let post_e = chain(ex, "v", &mut helpers)?;
+        let post_d = chain(dw, "s", &mut helpers)?;
+        let anchor_out = g.node(anchor).outputs[0];
+        let fu = self.fused_body(group, Some(anchor_out), &mut reads, &mut helpers)?;
+        let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
+        let out = g.node(group.last()).outputs[0];
+        bindings.push((out, true, "out"));
+        let tiles_x = geo.ow.div_ceil(t.tx);
+        let tiles = geo.oh.div_ceil(t.ty) * tiles_x;
+        let chunks = if project.is_some() { 1 } else { e.div_ceil(t.ec) };
+        let max = self.limits.max_workgroups_per_dimension as usize;
+        if tiles > max || chunks > max || xs[0] > max {
+            return Err(self.err(anchor, format!("{tiles} tiles need more than {max} workgroups per dimension")));
+        }
+        let h = self.group_header(group, "mbconv.wgsl", &bindings);
+        let tpl = MbconvTpl {
+            h,
+            helpers,
+            fu,
+            t,
+            g: geo,
+            cin: xs[1],
+            e,
+            hw: xs[2] * xs[3],
+            ohw: geo.oh * geo.ow,
+            khw: geo.kh * geo.kw,
+            tiles_x,
+            we_var,
+            be_var,
+            wd_var,
+            bd_var,
+            post_e,
+            post_d,
+            project: projection,
+            us: (0..4).collect(),
+        };
+        let name = self.group_name(group);
+        self.kernel(anchor, name, "conv", tpl.render(), &bindings, [tiles as u32, chunks as u32, xs[0] as u32])
     }
 
     fn pool(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {

@@ -39,9 +39,13 @@ fn kernels(g: Graph) -> String {
     kernels_with(g, true)
 }
 
-fn kernels_with(mut g: Graph, fuse: bool) -> String {
+fn kernels_with(g: Graph, fuse: bool) -> String {
+    kernels_opts(g, &FuseOptions { fuse, ..Default::default() })
+}
+
+fn kernels_opts(mut g: Graph, opts: &FuseOptions) -> String {
     run_pipeline(&mut g, None).unwrap();
-    let sched = schedule(&g, &FuseOptions { fuse, ..Default::default() }).unwrap();
+    let sched = schedule(&g, opts).unwrap();
     let plan = plan_memory(&g, &sched).unwrap();
     let ks = emit(&g, &sched, &plan, &Limits::default()).unwrap();
     let mut all = String::new();
@@ -157,6 +161,27 @@ fn depthwise_folds_into_the_pointwise_conv() {
     let y = node(&mut g, Op::Conv { window: win(1, 1, 0), group: 1 }, &[r, wp]);
     g.outputs.push(y);
     let k = kernels(g);
+    assert_eq!(k.matches("// ---- ").count(), 1, "one kernel:\n{k}");
+    insta::assert_snapshot!(k);
+}
+
+/// MobileNetV2's inverted-residual block with `--inverted-residual fused`: expansion → ReLU6 → depthwise 3x3 →
+/// ReLU6 → projection → residual Add in one kernel, the expansion over each tile's window in workgroup memory.
+#[test]
+fn inverted_residual_block_is_one_kernel() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[1, 4, 6, 6]);
+    let (we, be) = (weight(&mut g, "we", &[12, 4, 1, 1]), weight(&mut g, "be", &[12]));
+    let e = node(&mut g, Op::Conv { window: win(1, 1, 0), group: 1 }, &[x, we, be]);
+    let e = node(&mut g, Op::Unary(UnaryOp::Clip(0.0, 6.0)), &[e]);
+    let (wd, bd) = (weight(&mut g, "wd", &[12, 1, 3, 3]), weight(&mut g, "bd", &[12]));
+    let d = node(&mut g, Op::Conv { window: win(3, 1, 1), group: 12 }, &[e, wd, bd]);
+    let d = node(&mut g, Op::Unary(UnaryOp::Clip(0.0, 6.0)), &[d]);
+    let (wp, bp) = (weight(&mut g, "wp", &[4, 12, 1, 1]), weight(&mut g, "bp", &[4]));
+    let p = node(&mut g, Op::Conv { window: win(1, 1, 0), group: 1 }, &[d, wp, bp]);
+    let y = node(&mut g, Op::Binary(BinaryOp::Add), &[p, x]);
+    g.outputs.push(y);
+    let k = kernels_opts(g, &FuseOptions { inverted_residual: true, ..Default::default() });
     assert_eq!(k.matches("// ---- ").count(), 1, "one kernel:\n{k}");
     insta::assert_snapshot!(k);
 }

@@ -1,0 +1,157 @@
+{% include "header.wgsl" %}
+{%- include "helpers.wgsl" %}
+{%- include "fused.wgsl" %}
+// {% if project.is_some() %}An inverted-residual block in one kernel: a{% else %}A{% endif %} 1x1 expansion ({{ cin }} → {{ e }} channels) → depthwise {{ g.kh }}x{{ g.kw }}
+// convolution (stride {{ g.sy }}x{{ g.sx }}){% if let Some(p) = project %} → 1x1 projection ({{ e }} → {{ p.cout }} channels){% endif %}.
+// Each workgroup takes {{ t.ty }}x{{ t.tx }} output positions of one image and, {{ t.ec }} expanded channels at a time,
+// computes the expansion over their {{ t.hy }}x{{ t.hx }} input window into workgroup memory (recomputed where
+// neighbouring tiles' windows overlap) and the depthwise outputs from there: the expansion never reaches memory.
+{%- if t.stage_x %}
+// The input window itself, all {{ cin }} channels, is loaded into workgroup memory once.
+{%- endif %}
+{%- if let Some(p) = project %}
+// The depthwise outputs stay in workgroup memory too: each position has {{ t.lanes }} threads that sum
+// {{ t.per_lane }} projected channel(s) each over all expanded channels in registers.
+{%- endif %}
+{%- if t.stage_x %}
+var<workgroup> xt: array<f32, {{ cin * t.hy * t.hx }}>;
+{%- endif %}
+var<workgroup> xe: array<f32, {{ t.ec * t.hy * t.hx }}>;
+{%- if let Some(p) = project %}
+var<workgroup> dv: array<f32, {{ t.ec * t.ty * t.tx }}>;
+{%- endif %}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let b = wid.z;
+    let oy0 = i32(wid.x / {{ tiles_x }}u) * {{ t.ty }};
+    let ox0 = i32(wid.x % {{ tiles_x }}u) * {{ t.tx }};
+    let iy0 = oy0 * {{ g.sy }} - {{ g.pt }};
+    let ix0 = ox0 * {{ g.sx }} - {{ g.pl }};
+    let x_base = b * {{ cin * hw }}u;
+{%- if t.stage_x %}
+    // The input window, all channels, zero outside the image.
+    for (var j = lid; j < {{ cin * t.hy * t.hx }}u; j = j + 256u) {
+        let r = j % {{ t.hy * t.hx }}u;
+        let iy = iy0 + i32(r / {{ t.hx }}u);
+        let ix = ix0 + i32(r % {{ t.hx }}u);
+        var v = 0.0;
+        if (iy >= 0 && iy < {{ g.h }} && ix >= 0 && ix < {{ g.w }}) {
+            v = x[x_base + (j / {{ t.hy * t.hx }}u) * {{ hw }}u + u32(iy * {{ g.w }} + ix)];
+        }
+        xt[j] = v;
+    }
+    workgroupBarrier();
+{%- endif %}
+{%- if let Some(p) = project %}
+    let pos = lid % {{ t.ty * t.tx }}u;
+    let lane = lid / {{ t.ty * t.tx }}u;
+{%- for q in p.qs %}
+    var acc{{ q }} = 0.0;
+{%- endfor %}
+    for (var e0 = 0u; e0 < {{ e }}u; e0 = e0 + {{ t.ec }}u) {
+{%- else %}
+    {
+        let e0 = wid.y * {{ t.ec }}u;
+{%- endif %}
+        // The expansion over the window, channel-major, four values per thread at a time; taps in the depthwise
+        // padding are zero.
+        for (var jb = lid; jb < {{ t.ec * t.hy * t.hx }}u; jb = jb + 1024u) {
+{%- for u in us %}
+            let j{{ u }} = min(jb + {{ u * 256 }}u, {{ t.ec * t.hy * t.hx - 1 }}u);
+            let w{{ u }} = min(e0 + j{{ u }} / {{ t.hy * t.hx }}u, {{ e - 1 }}u) * {{ cin }}u;
+            let r{{ u }} = j{{ u }} % {{ t.hy * t.hx }}u;
+            var v{{ u }} = 0.0;
+{%- endfor %}
+            for (var c = 0u; c < {{ cin }}u; c = c + 1u) {
+{%- for u in us %}
+{%- if t.stage_x %}
+                v{{ u }} = fma(xt[c * {{ t.hy * t.hx }}u + r{{ u }}], {{ we_var }}[w{{ u }} + c], v{{ u }});
+{%- else %}
+                v{{ u }} = fma(x[x_base + c * {{ hw }}u + u32(clamp(iy0 + i32(r{{ u }} / {{ t.hx }}u), 0, {{ g.h - 1 }}) * {{ g.w }} + clamp(ix0 + i32(r{{ u }} % {{ t.hx }}u), 0, {{ g.w - 1 }}))], {{ we_var }}[w{{ u }} + c], v{{ u }});
+{%- endif %}
+{%- endfor %}
+            }
+{%- for u in us %}
+            {
+                let ce = e0 + j{{ u }} / {{ t.hy * t.hx }}u;
+                let iy = iy0 + i32(r{{ u }} / {{ t.hx }}u);
+                let ix = ix0 + i32(r{{ u }} % {{ t.hx }}u);
+                let inside = ce < {{ e }}u && iy >= 0 && iy < {{ g.h }} && ix >= 0 && ix < {{ g.w }};
+                var v = v{{ u }}{% if !be_var.is_empty() %} + {{ be_var }}[min(ce, {{ e - 1 }}u)]{% endif %};
+                v = {{ post_e }};
+                if (jb + {{ u * 256 }}u < {{ t.ec * t.hy * t.hx }}u) {
+                    xe[j{{ u }}] = select(0.0, v, inside);
+                }
+            }
+{%- endfor %}
+        }
+        workgroupBarrier();
+        // The depthwise outputs of the tile.
+        for (var j = lid; j < {{ t.ec * t.ty * t.tx }}u; j = j + 256u) {
+            let el = j / {{ t.ty * t.tx }}u;
+            let ce = e0 + el;
+            let r = j % {{ t.ty * t.tx }}u;
+            let ly = r / {{ t.tx }}u;
+            let lx = r % {{ t.tx }}u;
+            var s = 0.0;
+            if (ce < {{ e }}u) {
+                s = {% if bd_var.is_empty() %}0.0{% else %}{{ bd_var }}[ce]{% endif %};
+                let xb = el * {{ t.hy * t.hx }}u + ly * {{ g.sy * t.hx }}u + lx * {{ g.sx }}u;
+                for (var ky = 0u; ky < {{ g.kh }}u; ky = ky + 1u) {
+                    for (var kx = 0u; kx < {{ g.kw }}u; kx = kx + 1u) {
+                        s = fma(xe[xb + ky * {{ g.dy * t.hx }}u + kx * {{ g.dx }}u], {{ wd_var }}[ce * {{ khw }}u + ky * {{ g.kw }}u + kx], s);
+                    }
+                }
+{%- if project.is_some() %}
+                s = {{ post_d }};
+{%- endif %}
+            }
+{%- if project.is_some() %}
+            dv[j] = s;
+{%- else %}
+            let oy = u32(oy0) + ly;
+            let ox = u32(ox0) + lx;
+            if (ce < {{ e }}u && oy < {{ g.oh }}u && ox < {{ g.ow }}u) {
+                let o = (b * {{ e }}u + ce) * {{ ohw }}u + oy * {{ g.ow }}u + ox;
+{%- if fu.defined %}
+                out[{{ fu.at("o") }}] = fused(s, o);
+{%- else %}
+                out[{{ fu.at("o") }}] = s;
+{%- endif %}
+            }
+{%- endif %}
+        }
+{%- if let Some(p) = project %}
+        workgroupBarrier();
+        // The projection: this thread's channels at its position, summed over the step's expanded channels.
+        for (var el = 0u; el < {{ t.ec }}u; el = el + 1u) {
+            let d = dv[el * {{ t.ty * t.tx }}u + pos];
+            let ce = min(e0 + el, {{ e - 1 }}u);
+{%- for q in p.qs %}
+            acc{{ q }} = fma(d, {{ p.wp_var }}[min(lane + {{ q * t.lanes }}u, {{ p.cout - 1 }}u) * {{ e }}u + ce], acc{{ q }});
+{%- endfor %}
+        }
+{%- endif %}
+    }
+{%- if let Some(p) = project %}
+    let oy = u32(oy0) + pos / {{ t.tx }}u;
+    let ox = u32(ox0) + pos % {{ t.tx }}u;
+    if (oy < {{ g.oh }}u && ox < {{ g.ow }}u) {
+{%- for q in p.qs %}
+        {
+            let co = lane + {{ q * t.lanes }}u;
+            if (co < {{ p.cout }}u) {
+                let v = acc{{ q }}{% if !p.bp_var.is_empty() %} + {{ p.bp_var }}[co]{% endif %};
+                let o = (b * {{ p.cout }}u + co) * {{ ohw }}u + oy * {{ g.ow }}u + ox;
+{%- if fu.defined %}
+                out[{{ fu.at("o") }}] = fused(v, o);
+{%- else %}
+                out[{{ fu.at("o") }}] = v;
+{%- endif %}
+            }
+        }
+{%- endfor %}
+    }
+{%- endif %}
+}
