@@ -6,20 +6,34 @@
 // Each workgroup takes {{ t.ty }}x{{ t.tx }} output positions of one image and, {{ t.ec }} expanded channels at a time,
 // computes the expansion over their {{ t.hy }}x{{ t.hx }} input window into workgroup memory (recomputed where
 // neighbouring tiles' windows overlap) and the depthwise outputs from there: the expansion never reaches memory.
-{%- if t.stage_x %}
+{%- if t.x_chunk == cin %}
 // The input window itself, all {{ cin }} channels, is loaded into workgroup memory once.
+{%- else %}
+// The input window passes through workgroup memory {{ t.x_chunk }} channels at a time.
 {%- endif %}
 {%- if let Some(p) = project %}
 // The depthwise outputs stay in workgroup memory too: each position has {{ t.lanes }} threads that sum
 // {{ t.per_lane }} projected channel(s) each over all expanded channels in registers.
 {%- endif %}
-{%- if t.stage_x %}
-var<workgroup> xt: array<f32, {{ cin * t.hy * t.hx }}>;
-{%- endif %}
+var<workgroup> xt: array<f32, {{ t.x_chunk * t.hy * t.hx }}>;
 var<workgroup> xe: array<f32, {{ t.ec * t.hy * t.hx }}>;
 {%- if let Some(p) = project %}
 var<workgroup> dv: array<f32, {{ t.ec * t.ty * t.tx }}>;
 {%- endif %}
+
+{%- macro stage_x(cb, ind) %}
+{{ ind }}    for (var j = lid; j < {{ t.x_chunk * t.hy * t.hx }}u; j = j + 256u) {
+{{ ind }}        let c = {{ cb }} + j / {{ t.hy * t.hx }}u;
+{{ ind }}        let r = j % {{ t.hy * t.hx }}u;
+{{ ind }}        let iy = iy0 + i32(r / {{ t.hx }}u);
+{{ ind }}        let ix = ix0 + i32(r % {{ t.hx }}u);
+{{ ind }}        var v = 0.0;
+{{ ind }}        if (c < {{ cin }}u && iy >= 0 && iy < {{ g.h }} && ix >= 0 && ix < {{ g.w }}) {
+{{ ind }}            v = x[x_base + c * {{ hw }}u + u32(iy * {{ g.w }} + ix)];
+{{ ind }}        }
+{{ ind }}        xt[j] = v;
+{{ ind }}    }
+{%- endmacro %}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -29,18 +43,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let iy0 = oy0 * {{ g.sy }} - {{ g.pt }};
     let ix0 = ox0 * {{ g.sx }} - {{ g.pl }};
     let x_base = b * {{ cin * hw }}u;
-{%- if t.stage_x %}
+{%- if t.x_chunk == cin %}
     // The input window, all channels, zero outside the image.
-    for (var j = lid; j < {{ cin * t.hy * t.hx }}u; j = j + 256u) {
-        let r = j % {{ t.hy * t.hx }}u;
-        let iy = iy0 + i32(r / {{ t.hx }}u);
-        let ix = ix0 + i32(r % {{ t.hx }}u);
-        var v = 0.0;
-        if (iy >= 0 && iy < {{ g.h }} && ix >= 0 && ix < {{ g.w }}) {
-            v = x[x_base + (j / {{ t.hy * t.hx }}u) * {{ hw }}u + u32(iy * {{ g.w }} + ix)];
-        }
-        xt[j] = v;
-    }
+{%- call stage_x("0u", "") %}{% endcall %}
     workgroupBarrier();
 {%- endif %}
 {%- if let Some(p) = project %}
@@ -56,22 +61,33 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
         // The expansion over the window, channel-major, four values per thread at a time; taps in the depthwise
         // padding are zero.
-        for (var jb = lid; jb < {{ t.ec * t.hy * t.hx }}u; jb = jb + 1024u) {
+        for (var jb0 = 0u; jb0 < {{ t.ec * t.hy * t.hx }}u; jb0 = jb0 + 1024u) {
+            let jb = jb0 + lid;
 {%- for u in us %}
             let j{{ u }} = min(jb + {{ u * 256 }}u, {{ t.ec * t.hy * t.hx - 1 }}u);
             let w{{ u }} = min(e0 + j{{ u }} / {{ t.hy * t.hx }}u, {{ e - 1 }}u) * {{ cin }}u;
             let r{{ u }} = j{{ u }} % {{ t.hy * t.hx }}u;
             var v{{ u }} = 0.0;
 {%- endfor %}
+{%- if t.x_chunk == cin %}
             for (var c = 0u; c < {{ cin }}u; c = c + 1u) {
 {%- for u in us %}
-{%- if t.stage_x %}
                 v{{ u }} = fma(xt[c * {{ t.hy * t.hx }}u + r{{ u }}], {{ we_var }}[w{{ u }} + c], v{{ u }});
-{%- else %}
-                v{{ u }} = fma(x[x_base + c * {{ hw }}u + u32(clamp(iy0 + i32(r{{ u }} / {{ t.hx }}u), 0, {{ g.h - 1 }}) * {{ g.w }} + clamp(ix0 + i32(r{{ u }} % {{ t.hx }}u), 0, {{ g.w - 1 }}))], {{ we_var }}[w{{ u }} + c], v{{ u }});
-{%- endif %}
 {%- endfor %}
             }
+{%- else %}
+            for (var cb = 0u; cb < {{ cin }}u; cb = cb + {{ t.x_chunk }}u) {
+                workgroupBarrier();
+{%- call stage_x("cb", "            ") %}{% endcall %}
+                workgroupBarrier();
+                for (var c = 0u; c < {{ t.x_chunk }}u; c = c + 1u) {
+                    let cw = min(cb + c, {{ cin - 1 }}u);
+{%- for u in us %}
+                    v{{ u }} = fma(xt[c * {{ t.hy * t.hx }}u + r{{ u }}], {{ we_var }}[w{{ u }} + cw], v{{ u }});
+{%- endfor %}
+                }
+            }
+{%- endif %}
 {%- for u in us %}
             {
                 let ce = e0 + j{{ u }} / {{ t.hy * t.hx }}u;

@@ -924,9 +924,9 @@ pub struct ExpandTile {
     pub ec: usize,
     pub lanes: usize,
     pub per_lane: usize,
-    /// Whether the input window (all `cin` channels) is loaded into workgroup memory once, rather than each
-    /// expansion reading it from memory.
-    pub stage_x: bool,
+    /// Channels of the input window held in workgroup memory at a time: all `cin` (loaded once), or a slice that
+    /// the expansion sums over before loading the next.
+    pub x_chunk: usize,
 }
 
 /// Floats of workgroup memory (16 KiB, WebGPU's default limit).
@@ -940,8 +940,9 @@ pub const PROJECT_MAX_CHANNELS: usize = 64;
 /// The tiling for a depthwise convolution over an `oh`x`ow` output (per image, `batch` images) whose input is an
 /// expansion from `cin` to `e` channels computed in the kernel, projected to `project` output channels when set.
 /// Tiles are 8x8, 4x4 or 2x2 positions whose window recomputes the expansion at most [`EXPAND_MAX_RECOMPUTE`]
-/// times ((hy·hx)/(ty·tx·sy·sx): neighbouring windows overlap); the input window is staged in workgroup memory
-/// when that leaves room for as many expanded channels per step.
+/// times ((hy·hx)/(ty·tx·sy·sx): neighbouring windows overlap). The expansion reads its input window from
+/// workgroup memory: all channels loaded once where that leaves room for as many expanded channels per step,
+/// else 16 channels at a time.
 /// - Without a projection, each step of at most 32 channels is a workgroup of its own: the largest tile that
 ///   still gives 32 workgroups, or else the smallest.
 /// - With one, a workgroup walks all `e` channels in steps, one after another, each ending in barriers: the tile
@@ -961,24 +962,26 @@ pub fn expand_tile(
     e: usize,
     project: Option<usize>,
 ) -> Option<ExpandTile> {
-    let fit = |t: usize, stage_x: bool| {
+    // `x_chunk`: the whole window, or slices of 16 channels.
+    let fit = |t: usize, whole: bool| {
         let (ty, tx) = (t.min(oh.max(1)), t.min(ow.max(1)));
         let (hy, hx) = ((ty - 1) * sy + (kh - 1) * dy + 1, (tx - 1) * sx + (kw - 1) * dx + 1);
         let recompute = (hy * hx) as f64 / (ty * tx * sy * sx) as f64;
+        let x_chunk = if whole { cin } else { cin.min(16) };
         // Per expanded channel of a step: its window, and with a projection its depthwise outputs.
         let per_channel = hy * hx + project.map_or(0, |_| ty * tx);
-        let room = WORKGROUP_FLOATS.checked_sub(if stage_x { cin * hy * hx } else { 0 })?;
+        let room = WORKGROUP_FLOATS.checked_sub(x_chunk * hy * hx)?;
         let ec = (room / per_channel).min(e).min(if project.is_some() { e } else { EXPAND_STEP_CHANNELS });
         let lanes = 256 / (ty * tx);
         let per_lane = project.map_or(0, |m| m.div_ceil(lanes));
-        let tile = ExpandTile { ty, tx, hy, hx, ec, lanes, per_lane, stage_x };
+        let tile = ExpandTile { ty, tx, hy, hx, ec, lanes, per_lane, x_chunk };
         let ok =
             ec > 0 && per_lane <= PROJECT_MAX_PER_THREAD && 256 % (ty * tx) == 0 && recompute <= EXPAND_MAX_RECOMPUTE;
         ok.then_some(tile)
     };
     let tiles = |t: &ExpandTile| batch * oh.div_ceil(t.ty) * ow.div_ceil(t.tx);
     let steps = |t: &ExpandTile| e.div_ceil(t.ec);
-    // Staged windows where that costs no steps.
+    // The whole window where that costs no steps.
     let fits: Vec<ExpandTile> = [8, 4, 2]
         .into_iter()
         .filter_map(|t| match (fit(t, true), fit(t, false)) {

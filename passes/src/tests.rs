@@ -407,10 +407,11 @@ fn expansion_tiles_fit_workgroup_memory_and_bound_recomputation() {
     // 56x56 block of MobileNetV2 (24 → 144 → 24): 2x2 tiles hold all 144 expanded channels, one step.
     let t = expand_tile(1, (56, 56), (3, 3), (1, 1), (1, 1), 24, 144, Some(24)).unwrap();
     assert_eq!((t.ty, t.tx, t.ec, t.lanes, t.per_lane), (2, 2, 144, 64, 1));
-    assert!(t.stage_x && (t.hy * t.hx + t.ty * t.tx) * t.ec + 24 * t.hy * t.hx <= WORKGROUP_FLOATS);
-    // Without a projection each workgroup takes a few channels of the largest tile.
+    assert!(t.x_chunk == 24 && (t.hy * t.hx + t.ty * t.tx) * t.ec + 24 * t.hy * t.hx <= WORKGROUP_FLOATS);
+    // Without a projection each workgroup takes a few channels of the largest tile, its window 16 channels at a
+    // time when all 96 do not fit.
     let t = expand_tile(1, (14, 14), (3, 3), (1, 1), (1, 1), 96, 576, None).unwrap();
-    assert_eq!((t.ty, t.ec), (8, EXPAND_STEP_CHANNELS));
+    assert_eq!((t.ty, t.ec, t.x_chunk), (8, EXPAND_STEP_CHANNELS, 16));
     // An 11x11 window's expansion would be recomputed more than EXPAND_MAX_RECOMPUTE times on every tile (5x on
     // 8x8 tiles); a 7x7 one passes on 8x8 tiles (3.1x).
     assert!(expand_tile(1, (14, 14), (11, 11), (1, 1), (1, 1), 64, 64, Some(16)).is_none());
