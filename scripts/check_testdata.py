@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs every bundled testdata case (models, ops, torch) through the wgslc CLI on whatever adapter the machine has
 (a real GPU through the `device` tool; the Rust tests cover lavapipe), fused and with --no-fuse (and with
---inverted-residual fused where meta.json has "inverted_residual": "fused"), and compares
+--inverted-residual unfused where meta.json has "inverted_residual": "unfused"), and compares
 with the stored onnxruntime outputs at the tests' tolerances (meta.json may override them).
 
     python3 scripts/check_testdata.py --wgslc .bin/wgslc [--suites models,ops,torch] [--only CASE,...]
@@ -64,8 +64,8 @@ def main():
     for case in cases:
         variants = [[], ["--no-fuse"]]
         meta_path = os.path.join(case, "meta.json")
-        if os.path.exists(meta_path) and json.load(open(meta_path)).get("inverted_residual") == "fused":
-            variants.append(["--inverted-residual", "fused"])
+        if os.path.exists(meta_path) and json.load(open(meta_path)).get("inverted_residual") == "unfused":
+            variants.append(["--inverted-residual", "unfused"])
         for flags in variants:
             runs += 1
             with tempfile.TemporaryDirectory() as tmp:
@@ -77,7 +77,7 @@ def main():
                     failures += 1
                     print(f"FAIL {os.path.relpath(case, root)} {' '.join(flags)}: {err}", flush=True)
     print(f"{runs - failures} passed, {failures} failed ({len(cases)} cases: fused, --no-fuse, and "
-          f"--inverted-residual fused where meta.json asks)")
+          f"--inverted-residual unfused where meta.json asks)")
     sys.exit(1 if failures else 0)
 
 

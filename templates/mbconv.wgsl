@@ -34,6 +34,16 @@ var<workgroup> dv: array<f32, {{ t.ec * t.ty * t.tx }}>;
 {{ ind }}        xt[j] = v;
 {{ ind }}    }
 {%- endmacro %}
+{%- macro expand_fma(u, c, cw) %}
+{%- if we_step == 4 %}
+                let q{{ u }} = {{ we_var }}[(w{{ u }} + {{ cw }}) / 4u];
+{%- for (i, f) in [(0, "x"), (1, "y"), (2, "z"), (3, "w")] %}
+                v{{ u }} = fma(xt[({{ c }} + {{ i }}u) * {{ t.hy * t.hx }}u + r{{ u }}], q{{ u }}.{{ f }}, v{{ u }});
+{%- endfor %}
+{%- else %}
+                v{{ u }} = fma(xt[{{ c }} * {{ t.hy * t.hx }}u + r{{ u }}], {{ we_var }}[w{{ u }} + {{ cw }}], v{{ u }});
+{%- endif %}
+{%- endmacro %}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -70,9 +80,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var v{{ u }} = 0.0;
 {%- endfor %}
 {%- if t.x_chunk == cin %}
-            for (var c = 0u; c < {{ cin }}u; c = c + 1u) {
+            for (var c = 0u; c < {{ cin }}u; c = c + {{ we_step }}u) {
 {%- for u in us %}
-                v{{ u }} = fma(xt[c * {{ t.hy * t.hx }}u + r{{ u }}], {{ we_var }}[w{{ u }} + c], v{{ u }});
+{%- call expand_fma(u, "c", "c") %}{% endcall %}
 {%- endfor %}
             }
 {%- else %}
@@ -80,10 +90,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 workgroupBarrier();
 {%- call stage_x("cb", "            ") %}{% endcall %}
                 workgroupBarrier();
-                for (var c = 0u; c < {{ t.x_chunk }}u; c = c + 1u) {
-                    let cw = min(cb + c, {{ cin - 1 }}u);
+                for (var c = 0u; c < {{ t.x_chunk }}u; c = c + {{ we_step }}u) {
+                    let cw = min(cb + c, {{ cin - we_step }}u);
 {%- for u in us %}
-                    v{{ u }} = fma(xt[c * {{ t.hy * t.hx }}u + r{{ u }}], {{ we_var }}[w{{ u }} + cw], v{{ u }});
+{%- call expand_fma(u, "c", "cw") %}{% endcall %}
 {%- endfor %}
                 }
             }
@@ -141,6 +151,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if let Some(p) = project %}
         workgroupBarrier();
         // The projection: this thread's channels at its position, summed over the step's expanded channels.
+{%- if p.vec4 %}
+        // Four expanded channels at a time: the projection weights are read as vec4 (E = {{ e }} is a multiple of 4).
+        for (var el = 0u; el < {{ t.ec }}u; el = el + 4u) {
+{%- for i in [0, 1, 2, 3] %}
+            let d{{ i }} = dv[(el + {{ i }}u) * {{ t.ty * t.tx }}u + pos];
+{%- endfor %}
+            let ce = min(e0 + el, {{ e - 4 }}u);
+{%- for q in p.qs %}
+            {
+                let w = {{ p.wp_var }}[(min(lane + {{ q * t.lanes }}u, {{ p.cout - 1 }}u) * {{ e }}u + ce) / 4u];
+                acc{{ q }} = fma(d3, w.w, fma(d2, w.z, fma(d1, w.y, fma(d0, w.x, acc{{ q }}))));
+            }
+{%- endfor %}
+        }
+{%- else %}
         for (var el = 0u; el < {{ t.ec }}u; el = el + 1u) {
             let d = dv[el * {{ t.ty * t.tx }}u + pos];
             let ce = min(e0 + el, {{ e - 1 }}u);
@@ -148,6 +173,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             acc{{ q }} = fma(d, {{ p.wp_var }}[min(lane + {{ q * t.lanes }}u, {{ p.cout - 1 }}u) * {{ e }}u + ce], acc{{ q }});
 {%- endfor %}
         }
+{%- endif %}
 {%- endif %}
     }
 {%- if let Some(p) = project %}

@@ -33,8 +33,8 @@ def rand(*shape, lo=-1.0, hi=1.0):
     return RNG.uniform(lo, hi, size=shape).astype(np.float32)
 
 
-# meta.json of the cases that need one: symbolic dims to bind, and "inverted_residual": "fused" for cases the
-# tests also run with `--inverted-residual fused`.
+# meta.json of the cases that need one: symbolic dims to bind, and "inverted_residual": "unfused" for cases the
+# tests also run with `--inverted-residual unfused`.
 CASE_META = {"symbolic_dims_bound": {"dims": {"batch": 3}}}
 
 
@@ -586,7 +586,7 @@ def ops():
 
     # MobileNetV2's inverted-residual block: 1x1 expansion → ReLU6 → depthwise → ReLU6 → 1x1 projection (+ the
     # block's input). Up to 64 projected channels the whole block is one kernel; wider, the expansion is computed
-    # in the depthwise kernel and the projection is a product of its own.
+    # in the depthwise kernel and the projection is a product of its own. The tests also run them unfused.
     def inverted_residual(name, xs, e, cout, k=3, stride=1, dilation=1, residual=False, relu6=True, bias=True):
         cin = xs[1]
         act = (lambda i, o: helper.make_node("Clip", [i, "lo", "hi"], [o])) if relu6 else (
@@ -604,13 +604,15 @@ def ops():
         if bias:
             inits += [init("be", rand(e)), init("bd", rand(e)), init("bp", rand(cout))]
         cases[name] = (model(nodes, [vi("x", F, xs)], [vi("y", F, None)], inits), [rand(*xs, lo=-2, hi=2)])
-        CASE_META[name] = {"inverted_residual": "fused"}
+        CASE_META[name] = {"inverted_residual": "unfused"}
 
     inverted_residual("inverted_residual_block", [1, 16, 14, 14], 96, 16, residual=True)
     inverted_residual("inverted_residual_block_stride2", [2, 12, 15, 13], 72, 40, stride=2)
     inverted_residual("inverted_residual_block_dilated", [1, 8, 12, 12], 48, 8, dilation=2, residual=True,
                       relu6=False, bias=False)
     inverted_residual("expand_depthwise_wide_projection", [1, 24, 16, 16], 144, 80, k=5)
+    # Channel counts that are not multiples of 4: the kernel reads its weights one float at a time.
+    inverted_residual("inverted_residual_block_odd_channels", [1, 6, 9, 9], 30, 10)
     return cases
 
 

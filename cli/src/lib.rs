@@ -51,8 +51,9 @@ pub struct CompileOptions {
     pub memory_budget: Option<f64>,
     /// `--attention fused|unfused`: whether Q·Kᵀ → softmax → ·V becomes one kernel (the default).
     pub attention: wgslc_passes::AttentionMode,
-    /// `--inverted-residual fused`: MobileNet's expansion → depthwise (→ projection) chains as one kernel each.
-    pub inverted_residual: bool,
+    /// `--inverted-residual fused|unfused`: whether MobileNet's expansion → depthwise (→ projection) chains become
+    /// one kernel each (the default).
+    pub inverted_residual: wgslc_passes::InvertedResidualMode,
 }
 
 /// What a compile produced.

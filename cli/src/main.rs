@@ -46,11 +46,10 @@ enum Cmd {
         /// kernels, for comparison.
         #[arg(long = "attention", value_name = "fused|unfused", default_value = "fused")]
         attention: String,
-        /// Whether MobileNet-style inverted-residual blocks are fused: a 1x1 expansion computed inside the depthwise
-        /// convolution that reads it, and the whole expansion → depthwise → projection as one kernel where the
-        /// projection has at most 64 channels. Fewer dispatches, more GPU time on the adapters measured so far
-        /// (docs/performance.md), so off by default.
-        #[arg(long = "inverted-residual", value_name = "fused|unfused", default_value = "unfused")]
+        /// Whether MobileNet-style inverted-residual blocks are fused (the default): a 1x1 expansion computed inside
+        /// the depthwise convolution that reads it, and the whole expansion → depthwise → projection as one kernel
+        /// where the projection has at most 64 channels. `unfused` keeps a kernel per convolution, for comparison.
+        #[arg(long = "inverted-residual", value_name = "fused|unfused", default_value = "fused")]
         inverted_residual: String,
         /// Print the IR after a pass (import, infer, lower, dce, legalize) to stdout and stop.
         #[arg(long = "dump-after", value_name = "PASS")]
@@ -140,8 +139,8 @@ fn real_main() -> Result<()> {
                 other => bail!("--attention takes fused or unfused, not '{other}'"),
             };
             let inverted_residual = match inverted_residual.as_str() {
-                "fused" => true,
-                "unfused" => false,
+                "fused" => wgslc_passes::InvertedResidualMode::Fused,
+                "unfused" => wgslc_passes::InvertedResidualMode::Unfused,
                 other => bail!("--inverted-residual takes fused or unfused, not '{other}'"),
             };
             if memory_budget.is_some_and(|b| !b.is_finite() || b < 1.0) {

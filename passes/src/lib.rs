@@ -26,8 +26,8 @@ pub use memory::{
 pub use schedule::{
     expand_tile, group_io, in_place_candidates, input_view, is_pointwise, mm_batch_refinement, read_spec,
     refined_strides, scalar_op_data_slot, schedule, store_permutation, takes_epilogue, AttentionMode, AttentionTail,
-    Boundary, ExpandTile, FoldedConv, FuseOptions, KernelGroup, Schedule, DEPTHWISE_MAX_CHANNELS, EXPAND_MAX_RECOMPUTE,
-    EXPAND_STEP_CHANNELS, PROJECT_MAX_CHANNELS, PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
+    Boundary, ExpandTile, FoldedConv, FuseOptions, InvertedResidualMode, KernelGroup, Schedule, DEPTHWISE_MAX_CHANNELS,
+    EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, PROJECT_MAX_CHANNELS, PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
 };
 
 use wgslc_ir::{Graph, GraphError};

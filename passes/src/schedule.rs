@@ -21,7 +21,7 @@
 //!   `conv_sum`: one implicit-GEMM product over both K ranges (`fuse_conv_sums`).
 //! - A depthwise Conv (with scalar pointwise nodes after it) read only by a pointwise Conv of at most
 //!   [`DEPTHWISE_MAX_CHANNELS`] output channels is computed in that Conv's operand loads (`fuse_depthwise`).
-//! - With `FuseOptions::inverted_residual`, a pointwise Conv read only by a depthwise Conv is computed in that
+//! - Unless `FuseOptions::inverted_residual` says otherwise, a pointwise Conv read only by a depthwise Conv is computed in that
 //!   Conv's kernel over each output tile's window (`fuse_expand`), and then a projection of at most
 //!   [`PROJECT_MAX_CHANNELS`] takes the pair into its kernel too: a whole inverted-residual block, one kernel.
 //! - A Transpose (permuting StridedCopy) that is the only reader of an elementwise, MatMul/Gemm/Conv or attention
@@ -184,10 +184,9 @@ pub struct FuseOptions {
     pub max_storage_buffers: usize,
     /// When Q·Kᵀ → softmax → ·V becomes one attention kernel.
     pub attention: AttentionMode,
-    /// `--inverted-residual fused`: fold a 1x1 expansion into the depthwise convolution that reads it, and a whole
-    /// expansion → depthwise → projection block into one kernel (`fuse_expand`). Off by default: fewer dispatches,
-    /// more GPU time on every adapter measured (docs/performance.md).
-    pub inverted_residual: bool,
+    /// Whether a 1x1 expansion is computed inside the depthwise convolution that reads it, and a whole expansion →
+    /// depthwise → projection block in one kernel (`fuse_expand`).
+    pub inverted_residual: InvertedResidualMode,
 }
 
 impl Default for FuseOptions {
@@ -197,7 +196,7 @@ impl Default for FuseOptions {
             clusters: true,
             max_storage_buffers: 8,
             attention: AttentionMode::Fused,
-            inverted_residual: false,
+            inverted_residual: InvertedResidualMode::Fused,
         }
     }
 }
@@ -208,6 +207,19 @@ impl Default for FuseOptions {
 /// spread about ±3 %), with 24 fewer dispatches and no scores in memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttentionMode {
+    #[default]
+    Fused,
+    Unfused,
+}
+
+/// Whether MobileNet-style inverted-residual blocks are fused (the default: `fuse_expand`) or kept as one kernel
+/// per convolution (with only the depthwise → projection fold). Measured on MobileNetV2 (H100, final binary of
+/// the fifth session, six interleaved runs): 28 dispatches and 0.82–0.89 ms fused, 48 and 0.79–0.82 ms unfused,
+/// with 0.854 against 0.839 ms of GPU kernel time: the fused kernels cost about what the ones they replace do,
+/// and the 20 dispatches saved are what a browser's 24–36 µs per dispatch pays for. On lavapipe (a CPU) unfused
+/// is 2.5x faster: there the expansion recomputed at tile borders costs its full price.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InvertedResidualMode {
     #[default]
     Fused,
     Unfused,
@@ -548,7 +560,7 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
 
     // 2d. A pointwise convolution read only by a depthwise one is computed in that one's kernel (`fuse_expand`);
     // a depthwise convolution read only by a pointwise one is computed in that one's kernel too.
-    if opts.fuse && opts.inverted_residual {
+    if opts.fuse && opts.inverted_residual == InvertedResidualMode::Fused {
         fuse_expand(g, &mut sched, &mut group_of, &readers, &mut reasons, opts.max_storage_buffers);
     }
     if opts.fuse {
@@ -971,7 +983,13 @@ pub fn expand_tile(
         // Per expanded channel of a step: its window, and with a projection its depthwise outputs.
         let per_channel = hy * hx + project.map_or(0, |_| ty * tx);
         let room = WORKGROUP_FLOATS.checked_sub(x_chunk * hy * hx)?;
-        let ec = (room / per_channel).min(e).min(if project.is_some() { e } else { EXPAND_STEP_CHANNELS });
+        let mut ec = (room / per_channel).min(e).min(if project.is_some() { e } else { EXPAND_STEP_CHANNELS });
+        // With a projection, steps of equal size (no short last step), a multiple of 4 channels: the projection
+        // reads its weights four expanded channels at a time.
+        if project.is_some() && ec < e && ec >= 4 {
+            let even = e.div_ceil(e.div_ceil(ec));
+            ec = (even.div_ceil(4) * 4).min(ec - ec % 4);
+        }
         let lanes = 256 / (ty * tx);
         let per_lane = project.map_or(0, |m| m.div_ceil(lanes));
         let tile = ExpandTile { ty, tx, hy, hx, ec, lanes, per_lane, x_chunk };

@@ -372,15 +372,16 @@ fn inverted_residual(e: usize, m: usize) -> Graph {
 }
 
 #[test]
-fn inverted_residual_blocks_fuse_only_when_asked_and_the_projection_is_narrow() {
-    let fused = FuseOptions { inverted_residual: true, ..Default::default() };
+fn inverted_residual_blocks_fuse_while_the_projection_is_narrow() {
+    let fused = FuseOptions::default();
     let names = |g: &Graph, k: &KernelGroup| k.nodes().iter().map(|&n| g.node(n).name.clone()).collect::<Vec<_>>();
-    // By default the expansion stays a product of its own; the depthwise Conv folds into the 16-channel projection.
+    // Unfused, the expansion stays a product of its own; the depthwise Conv folds into the 16-channel projection.
     let g = inverted_residual(96, 16);
-    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    let unfused = FuseOptions { inverted_residual: InvertedResidualMode::Unfused, ..Default::default() };
+    let sched = schedule(&g, &unfused).unwrap();
     assert_eq!(sched.kernels.len(), 2);
     assert!(sched.kernels.iter().all(|k| k.expand.is_none()));
-    // Asked for, the whole block is one kernel: expansion, depthwise, projection and the residual Add.
+    // By default the whole block is one kernel: expansion, depthwise, projection and the residual Add.
     let sched = schedule(&g, &fused).unwrap();
     assert_eq!(sched.kernels.len(), 1);
     let k = &sched.kernels[0];

@@ -28,7 +28,7 @@ pub struct Case {
     pub inputs: Vec<HostTensor>,
     pub expected: Vec<HostTensor>,
     pub opts: wgslc::CompileOptions,
-    /// Options of a third run besides the default and `--no-fuse` (meta.json `"inverted_residual": "fused"`).
+    /// Options of a third run besides the default and `--no-fuse` (meta.json `"inverted_residual": "unfused"`).
     pub also: Option<wgslc::CompileOptions>,
     pub rtol: f64,
     pub atol: f64,
@@ -53,8 +53,9 @@ pub fn load_case(dir: &Path) -> Case {
                 opts.dims.insert(k.clone(), v.as_u64().expect("dim value") as usize);
             }
         }
-        if meta.get("inverted_residual").and_then(|v| v.as_str()) == Some("fused") {
-            also = Some(wgslc::CompileOptions { inverted_residual: true, ..opts.clone() });
+        if meta.get("inverted_residual").and_then(|v| v.as_str()) == Some("unfused") {
+            let inverted_residual = wgslc_passes::InvertedResidualMode::Unfused;
+            also = Some(wgslc::CompileOptions { inverted_residual, ..opts.clone() });
         }
         rtol = meta.get("rtol").and_then(|v| v.as_f64()).unwrap_or(rtol);
         atol = meta.get("atol").and_then(|v| v.as_f64()).unwrap_or(atol);
@@ -156,7 +157,7 @@ pub fn run_suite(suite: &str) {
         };
         let r = run(&case.opts, "")
             .and_then(|()| run(&unfused, "--no-fuse: "))
-            .and_then(|()| case.also.as_ref().map_or(Ok(()), |o| run(o, "--inverted-residual fused: ")));
+            .and_then(|()| case.also.as_ref().map_or(Ok(()), |o| run(o, "--inverted-residual unfused: ")));
         match r {
             Ok(()) => eprintln!("ok   {suite}/{}", case.name),
             Err(e) => {

@@ -378,6 +378,9 @@ struct MbconvTpl {
     project: Option<Projection>,
     /// The expansion values each thread computes at once.
     us: Vec<usize>,
+    /// Input channels per expansion weight load: 4 where the weights are read as vec4 (`cin` and the staged
+    /// slice are multiples of 4), else 1.
+    we_step: usize,
 }
 
 /// The projection of a whole inverted-residual block: `qs` numbers each thread's accumulators.
@@ -386,6 +389,8 @@ struct Projection {
     wp_var: String,
     bp_var: String,
     qs: Vec<usize>,
+    /// The projection weights are read as vec4, four expanded channels at a time.
+    vec4: bool,
 }
 
 /// An RMSNormalization folded into a product: rows of A are normalized by 1 / sqrt(Σ a² / k + eps).
@@ -2344,7 +2349,8 @@ impl Emitter<'_> {
             Some(p) => {
                 let (wp_var, bp_var) = weights(g.node(p), "wp", "bp", &mut reads);
                 let cout = cout.expect("projection");
-                Some(Projection { cout, wp_var, bp_var, qs: (0..t.per_lane).collect() })
+                let vec4 = e % 4 == 0 && t.ec % 4 == 0;
+                Some(Projection { cout, wp_var, bp_var, qs: (0..t.per_lane).collect(), vec4 })
             }
             None => None,
         };
@@ -2365,7 +2371,17 @@ impl Emitter<'_> {
         if tiles > max || chunks > max || xs[0] > max {
             return Err(self.err(anchor, format!("{tiles} tiles need more than {max} workgroups per dimension")));
         }
-        let h = self.group_header(group, "mbconv.wgsl", &bindings);
+        let mut h = self.group_header(group, "mbconv.wgsl", &bindings);
+        let we_step = if xs[1] % 4 == 0 && t.x_chunk % 4 == 0 { 4 } else { 1 };
+        // Weights read four floats at a time are bound as vec4 arrays (their offsets are 256-byte aligned and
+        // their lengths multiples of 16 bytes).
+        for b in &mut h.bindings {
+            let vec4 =
+                (we_step == 4 && b.var == we_var) || projection.as_ref().is_some_and(|p| p.vec4 && b.var == p.wp_var);
+            if vec4 {
+                b.ty = "vec4<f32>";
+            }
+        }
         let tpl = MbconvTpl {
             h,
             helpers,
@@ -2386,6 +2402,7 @@ impl Emitter<'_> {
             post_d,
             project: projection,
             us: (0..4).collect(),
+            we_step,
         };
         let name = self.group_name(group);
         self.kernel(anchor, name, "conv", tpl.render(), &bindings, [tiles as u32, chunks as u32, xs[0] as u32])

@@ -39,13 +39,9 @@ fn kernels(g: Graph) -> String {
     kernels_with(g, true)
 }
 
-fn kernels_with(g: Graph, fuse: bool) -> String {
-    kernels_opts(g, &FuseOptions { fuse, ..Default::default() })
-}
-
-fn kernels_opts(mut g: Graph, opts: &FuseOptions) -> String {
+fn kernels_with(mut g: Graph, fuse: bool) -> String {
     run_pipeline(&mut g, None).unwrap();
-    let sched = schedule(&g, opts).unwrap();
+    let sched = schedule(&g, &FuseOptions { fuse, ..Default::default() }).unwrap();
     let plan = plan_memory(&g, &sched).unwrap();
     let ks = emit(&g, &sched, &plan, &Limits::default()).unwrap();
     let mut all = String::new();
@@ -165,7 +161,7 @@ fn depthwise_folds_into_the_pointwise_conv() {
     insta::assert_snapshot!(k);
 }
 
-/// MobileNetV2's inverted-residual block with `--inverted-residual fused`: expansion → ReLU6 → depthwise 3x3 →
+/// MobileNetV2's inverted-residual block: expansion → ReLU6 → depthwise 3x3 →
 /// ReLU6 → projection → residual Add in one kernel, the expansion over each tile's window in workgroup memory.
 #[test]
 fn inverted_residual_block_is_one_kernel() {
@@ -181,7 +177,7 @@ fn inverted_residual_block_is_one_kernel() {
     let p = node(&mut g, Op::Conv { window: win(1, 1, 0), group: 1 }, &[d, wp, bp]);
     let y = node(&mut g, Op::Binary(BinaryOp::Add), &[p, x]);
     g.outputs.push(y);
-    let k = kernels_opts(g, &FuseOptions { inverted_residual: true, ..Default::default() });
+    let k = kernels(g);
     assert_eq!(k.matches("// ---- ").count(), 1, "one kernel:\n{k}");
     insta::assert_snapshot!(k);
 }
