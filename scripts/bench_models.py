@@ -135,8 +135,10 @@ def main():
         # what the arena's read-write input bindings cost.
         # fused_split: two sets of arenas whatever they cost (--memory-budget 2), so inputs are read-only.
         # attention_unfused: Q·Kᵀ → softmax → ·V as three kernels instead of the attention kernel.
+        # inverted_residual_unfused: MobileNet's expansion → depthwise → projection as a kernel per convolution.
         for mode, extra in [("fused", []), ("fused_split", ["--memory-budget", "2"]), ("fused_no_reuse", ["--no-reuse"]),
-                            ("attention_unfused", ["--attention", "unfused"]), ("no_fuse", ["--no-fuse"])]:
+                            ("attention_unfused", ["--attention", "unfused"]),
+                            ("inverted_residual_unfused", ["--inverted-residual", "unfused"]), ("no_fuse", ["--no-fuse"])]:
             art = os.path.join(d, f"art_{mode}")
             t = time.perf_counter()
             r = subprocess.run([a.wgslc, "compile", path, "-o", art] + extra, capture_output=True, text=True)
