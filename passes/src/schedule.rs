@@ -780,47 +780,54 @@ fn fuse_conv_sums(
     max_bindings: usize,
 ) {
     let ungrouped_conv = |n: NodeId| matches!(g.node(n).op, Op::Conv { group: 1, .. });
+    merge_into_later(sched, group_of, |sched, group_of, ci| {
+        let c = &sched.kernels[ci];
+        let c2 = c.anchor.filter(|&a| ungrouped_conv(a))?;
+        if c.conv_sum.is_some() || c.attention.is_some() || !c.prologue.is_empty() {
+            return None;
+        }
+        let add = *c.elementwise.first()?;
+        let an = g.node(add);
+        let out2 = g.node(c2).outputs[0];
+        if an.op != Op::Binary(wgslc_ir::BinaryOp::Add) || an.inputs.len() != 2 {
+            return None;
+        }
+        let other = match (an.inputs[0]?, an.inputs[1]?) {
+            (a, b) if a == out2 && b != out2 => b,
+            (a, b) if b == out2 && a != out2 => a,
+            _ => return None,
+        };
+        let c1 = g.value(other).producer?;
+        let gi = *group_of.get(&c1)?;
+        let lone = &sched.kernels[gi];
+        if gi >= ci || lone.nodes() != [c1] || !ungrouped_conv(c1) {
+            return None;
+        }
+        let only_add = readers.get(&other).is_some_and(|rs| rs.iter().all(|&(n, _)| n == add));
+        let (x1, x2) = (g.node(c1).inputs[0]?, g.node(c2).inputs[0]?);
+        if !only_add || is_output(g, other, readers) || g.ty(other) != g.ty(out2) || g.ty(x1).rank() != g.ty(x2).rank()
+        {
+            return None;
+        }
+        let mut merged = c.clone();
+        merged.conv_sum = Some((c1, add));
+        (bindings(g, &sched.folded, &merged) <= max_bindings).then_some((gi, merged))
+    });
+}
+
+/// Runs `merge` on each group in order; where it returns `(i, merged)`, that group becomes `merged` and group `i`
+/// (earlier in the order, now part of it) is removed.
+fn merge_into_later(
+    sched: &mut Schedule,
+    group_of: &mut HashMap<NodeId, usize>,
+    mut merge: impl FnMut(&Schedule, &HashMap<NodeId, usize>, usize) -> Option<(usize, KernelGroup)>,
+) {
     let mut ci = 0;
     while ci < sched.kernels.len() {
-        let merged = (|| {
-            let c = &sched.kernels[ci];
-            let c2 = c.anchor.filter(|&a| ungrouped_conv(a))?;
-            if c.conv_sum.is_some() || c.attention.is_some() || !c.prologue.is_empty() {
-                return None;
-            }
-            let add = *c.elementwise.first()?;
-            let an = g.node(add);
-            let out2 = g.node(c2).outputs[0];
-            if an.op != Op::Binary(wgslc_ir::BinaryOp::Add) || an.inputs.len() != 2 {
-                return None;
-            }
-            let other = match (an.inputs[0]?, an.inputs[1]?) {
-                (a, b) if a == out2 && b != out2 => b,
-                (a, b) if b == out2 && a != out2 => a,
-                _ => return None,
-            };
-            let c1 = g.value(other).producer?;
-            let gi = *group_of.get(&c1)?;
-            let lone = &sched.kernels[gi];
-            if gi >= ci || lone.nodes() != [c1] || !ungrouped_conv(c1) {
-                return None;
-            }
-            let only_add = readers.get(&other).is_some_and(|rs| rs.iter().all(|&(n, _)| n == add));
-            let (x1, x2) = (g.node(c1).inputs[0]?, g.node(c2).inputs[0]?);
-            if !only_add
-                || is_output(g, other, readers)
-                || g.ty(other) != g.ty(out2)
-                || g.ty(x1).rank() != g.ty(x2).rank()
-            {
-                return None;
-            }
-            let mut merged = c.clone();
-            merged.conv_sum = Some((c1, add));
-            (bindings(g, &sched.folded, &merged) <= max_bindings).then_some((gi, merged))
-        })();
-        if let Some((gi, merged)) = merged {
+        if let Some((i, merged)) = merge(sched, group_of, ci) {
+            debug_assert!(i < ci, "a group merges into a later one");
             sched.kernels[ci] = merged;
-            sched.kernels.remove(gi);
+            sched.kernels.remove(i);
             ci -= 1;
             reindex(sched, group_of);
         }
@@ -859,68 +866,58 @@ fn fuse_depthwise(
     reasons: &mut HashMap<(NodeId, NodeId), String>,
     max_bindings: usize,
 ) {
-    let mut ci = 0;
-    while ci < sched.kernels.len() {
-        let mut merged = || {
-            let c = &sched.kernels[ci];
-            let pw = c.anchor.filter(|&a| is_pointwise_conv(g, a))?;
-            if c.conv_sum.is_some() || c.depthwise.is_some() || !c.prologue.is_empty() || c.rms_prologue.is_some() {
-                return None;
-            }
-            let x = g.node(pw).inputs[0]?;
-            let (di, dw) = lone_conv_chain(g, sched, group_of, readers, x, pw)?;
-            if di >= ci || !is_depthwise_conv(g, dw) {
-                return None;
-            }
-            let Op::Conv { window: dwin, .. } = &g.node(dw).op else { return None };
-            let khw: usize = dwin.kernel.iter().product();
-            let os = &g.ty(g.node(pw).outputs[0]).shape;
-            let m = os[1];
-            let q = g.value(x).producer?;
-            let d = &sched.kernels[di];
-            if let Some(ex) = &d.expand {
-                let e = g.ty(x).shape[1];
-                let w = dwin;
-                let tile = expand_tile(
-                    os[0],
-                    (os[2], os[3]),
-                    (w.kernel[0], w.kernel[1]),
-                    (w.strides[0], w.strides[1]),
-                    (w.dilations[0], w.dilations[1]),
-                    g.ty(g.node(ex.conv).inputs[0]?).shape[1],
-                    e,
-                    Some(m),
-                );
-                if m > PROJECT_MAX_CHANNELS || tile.is_none() {
-                    let why = format!(
-                        "expansion → depthwise Conv → projection: {m} output channels are more than one workgroup \
-                         sums over all {e} expanded channels (at most {PROJECT_MAX_CHANNELS})"
-                    );
-                    reasons.insert((q, pw), why);
-                    return None;
-                }
-            } else if m > DEPTHWISE_MAX_CHANNELS || khw * (m.div_ceil(16) - 1) > m {
+    merge_into_later(sched, group_of, |sched, group_of, ci| {
+        let c = &sched.kernels[ci];
+        let pw = c.anchor.filter(|&a| is_pointwise_conv(g, a))?;
+        if c.conv_sum.is_some() || c.depthwise.is_some() || !c.prologue.is_empty() || c.rms_prologue.is_some() {
+            return None;
+        }
+        let x = g.node(pw).inputs[0]?;
+        let (di, dw) = lone_conv_chain(g, sched, group_of, readers, x, pw)?;
+        if di >= ci || !is_depthwise_conv(g, dw) {
+            return None;
+        }
+        let Op::Conv { window: dwin, .. } = &g.node(dw).op else { return None };
+        let khw: usize = dwin.kernel.iter().product();
+        let os = &g.ty(g.node(pw).outputs[0]).shape;
+        let m = os[1];
+        let q = g.value(x).producer?;
+        let d = &sched.kernels[di];
+        if let Some(ex) = &d.expand {
+            let e = g.ty(x).shape[1];
+            let w = dwin;
+            let tile = expand_tile(
+                os[0],
+                (os[2], os[3]),
+                (w.kernel[0], w.kernel[1]),
+                (w.strides[0], w.strides[1]),
+                (w.dilations[0], w.dilations[1]),
+                g.ty(g.node(ex.conv).inputs[0]?).shape[1],
+                e,
+                Some(m),
+            );
+            if m > PROJECT_MAX_CHANNELS || tile.is_none() {
                 let why = format!(
-                    "depthwise Conv → pointwise Conv: recomputing the {khw}-tap window for each of up to {} tiles of \
-                     {m} output channels costs more than materializing",
-                    m.div_ceil(16)
+                    "expansion → depthwise Conv → projection: {m} output channels are more than one workgroup \
+                         sums over all {e} expanded channels (at most {PROJECT_MAX_CHANNELS})"
                 );
                 reasons.insert((q, pw), why);
                 return None;
             }
-            let mut merged = c.clone();
-            merged.depthwise = Some(FoldedConv { conv: dw, then: d.elementwise.clone() });
-            merged.expand = d.expand.clone();
-            (bindings(g, &sched.folded, &merged) <= max_bindings).then_some((di, merged))
-        };
-        if let Some((di, merged)) = merged() {
-            sched.kernels[ci] = merged;
-            sched.kernels.remove(di);
-            ci -= 1;
-            reindex(sched, group_of);
+        } else if m > DEPTHWISE_MAX_CHANNELS || khw * (m.div_ceil(16) - 1) > m {
+            let why = format!(
+                "depthwise Conv → pointwise Conv: recomputing the {khw}-tap window for each of up to {} tiles of \
+                     {m} output channels costs more than materializing",
+                m.div_ceil(16)
+            );
+            reasons.insert((q, pw), why);
+            return None;
         }
-        ci += 1;
-    }
+        let mut merged = c.clone();
+        merged.depthwise = Some(FoldedConv { conv: dw, then: d.elementwise.clone() });
+        merged.expand = d.expand.clone();
+        (bindings(g, &sched.folded, &merged) <= max_bindings).then_some((di, merged))
+    });
 }
 
 /// How a kernel with a folded expansion (`KernelGroup::expand`) tiles its work: each workgroup of 256 threads
@@ -1079,49 +1076,39 @@ fn fuse_expand(
     reasons: &mut HashMap<(NodeId, NodeId), String>,
     max_bindings: usize,
 ) {
-    let mut ci = 0;
-    while ci < sched.kernels.len() {
-        let mut merged = || {
-            let c = &sched.kernels[ci];
-            let dw = c.anchor.filter(|&a| is_depthwise_conv(g, a))?;
-            if c.expand.is_some() || c.depthwise.is_some() || c.conv_sum.is_some() || !c.prologue.is_empty() {
-                return None;
-            }
-            let x = g.node(dw).inputs[0]?;
-            let (di, ex) = lone_conv_chain(g, sched, group_of, readers, x, dw)?;
-            let ex_in = g.node(ex).inputs[0]?;
-            let f32 = g.ty(x).dtype == DType::F32 && g.ty(ex_in).dtype == DType::F32;
-            if di >= ci || !is_pointwise_conv(g, ex) || g.ty(ex_in).rank() != 4 || !f32 {
-                return None;
-            }
-            let Op::Conv { window: w, .. } = &g.node(dw).op else { return None };
-            let (os, e) = (&g.ty(g.node(dw).outputs[0]).shape, g.ty(x).shape[1]);
-            let kernel = (w.kernel[0], w.kernel[1]);
-            let strides = (w.strides[0], w.strides[1]);
-            let cin = g.ty(ex_in).shape[1];
-            let dil = (w.dilations[0], w.dilations[1]);
-            if expand_tile(os[0], (os[2], os[3]), kernel, strides, dil, cin, e, None).is_none() {
-                let why = format!(
-                    "Conv → depthwise Conv: no tile of the {}x{} output both fits the expansion's window in \
-                     workgroup memory and recomputes it at most {EXPAND_MAX_RECOMPUTE}x",
-                    os[2], os[3]
-                );
-                reasons.insert((g.value(x).producer?, dw), why);
-                return None;
-            }
-            let d = &sched.kernels[di];
-            let mut merged = c.clone();
-            merged.expand = Some(FoldedConv { conv: ex, then: d.elementwise.clone() });
-            (bindings(g, &sched.folded, &merged) <= max_bindings).then_some((di, merged))
-        };
-        if let Some((di, merged)) = merged() {
-            sched.kernels[ci] = merged;
-            sched.kernels.remove(di);
-            ci -= 1;
-            reindex(sched, group_of);
+    merge_into_later(sched, group_of, |sched, group_of, ci| {
+        let c = &sched.kernels[ci];
+        let dw = c.anchor.filter(|&a| is_depthwise_conv(g, a))?;
+        if c.expand.is_some() || c.depthwise.is_some() || c.conv_sum.is_some() || !c.prologue.is_empty() {
+            return None;
         }
-        ci += 1;
-    }
+        let x = g.node(dw).inputs[0]?;
+        let (di, ex) = lone_conv_chain(g, sched, group_of, readers, x, dw)?;
+        let ex_in = g.node(ex).inputs[0]?;
+        let f32 = g.ty(x).dtype == DType::F32 && g.ty(ex_in).dtype == DType::F32;
+        if di >= ci || !is_pointwise_conv(g, ex) || g.ty(ex_in).rank() != 4 || !f32 {
+            return None;
+        }
+        let Op::Conv { window: w, .. } = &g.node(dw).op else { return None };
+        let (os, e) = (&g.ty(g.node(dw).outputs[0]).shape, g.ty(x).shape[1]);
+        let kernel = (w.kernel[0], w.kernel[1]);
+        let strides = (w.strides[0], w.strides[1]);
+        let cin = g.ty(ex_in).shape[1];
+        let dil = (w.dilations[0], w.dilations[1]);
+        if expand_tile(os[0], (os[2], os[3]), kernel, strides, dil, cin, e, None).is_none() {
+            let why = format!(
+                "Conv → depthwise Conv: no tile of the {}x{} output both fits the expansion's window in \
+                     workgroup memory and recomputes it at most {EXPAND_MAX_RECOMPUTE}x",
+                os[2], os[3]
+            );
+            reasons.insert((g.value(x).producer?, dw), why);
+            return None;
+        }
+        let d = &sched.kernels[di];
+        let mut merged = c.clone();
+        merged.expand = Some(FoldedConv { conv: ex, then: d.elementwise.clone() });
+        (bindings(g, &sched.folded, &merged) <= max_bindings).then_some((di, merged))
+    });
 }
 
 /// The most an expansion folded into a depthwise kernel may be recomputed at tile borders (`fuse_expand`): 2x2

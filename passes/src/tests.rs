@@ -284,18 +284,22 @@ fn a_matmul_chain_alternates_arenas_and_binds_inputs_read_only() {
     }
 }
 
-/// x → depthwise Conv (k×k) → Relu → 1x1 Conv with `m` output channels.
-fn depthwise_then_pointwise(k: usize, m: usize) -> Graph {
-    let mut g = Graph::new();
-    let x = f32_input(&mut g, "x", &[1, 8, 10, 10]);
-    let window = |k: usize| wgslc_ir::Window {
+/// A k×k window, unit strides, "same" padding.
+fn window(k: usize) -> wgslc_ir::Window {
+    wgslc_ir::Window {
         kernel: vec![k, k],
         strides: vec![1, 1],
         pads: vec![k / 2; 4],
         dilations: vec![1, 1],
         auto_pad: wgslc_ir::AutoPad::NotSet,
         ceil_mode: false,
-    };
+    }
+}
+
+/// x → depthwise Conv (k×k) → Relu → 1x1 Conv with `m` output channels.
+fn depthwise_then_pointwise(k: usize, m: usize) -> Graph {
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1, 8, 10, 10]);
     let wd = g.add_const("wd", Tensor::f32(vec![8, 1, k, k], vec![0.5; 8 * k * k]));
     let d = g.add_value("d", None);
     g.add_node("dw", Op::Conv { window: window(k), group: 8 }, vec![Some(x), Some(wd)], vec![d]).unwrap();
@@ -337,14 +341,6 @@ fn depthwise_folds_into_the_pointwise_conv_while_recomputation_is_cheap() {
 fn inverted_residual(e: usize, m: usize) -> Graph {
     let mut g = Graph::new();
     let x = f32_input(&mut g, "x", &[1, 16, 14, 14]);
-    let window = |k: usize| wgslc_ir::Window {
-        kernel: vec![k, k],
-        strides: vec![1, 1],
-        pads: vec![k / 2; 4],
-        dilations: vec![1, 1],
-        auto_pad: wgslc_ir::AutoPad::NotSet,
-        ceil_mode: false,
-    };
     let relu6 = |g: &mut Graph, name: &str, v: ValueId| {
         let r = g.add_value(name, None);
         g.add_node(name, Op::Unary(wgslc_ir::UnaryOp::Clip(0.0, 6.0)), vec![Some(v)], vec![r]).unwrap();
