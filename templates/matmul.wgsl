@@ -223,11 +223,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             v = v + {{ s.bias_var }}[m];
 {%- endif %}{% endif %}
             let o = batch * {{ mn }}u + m * {{ n }}u + n;
-{%- if fu.defined %}
-            out[{{ fu.at("o") }}] = fused(v, o);
-{%- else %}
-            out[{{ fu.at("o") }}] = v;
-{%- endif %}
+            {{ fu.store("o", "v") }}
         }
     }
 {%- endfor %}{% endfor %}

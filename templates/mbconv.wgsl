@@ -140,11 +140,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let ox = u32(ox0) + lx;
             if (ce < {{ e }}u && oy < {{ g.oh }}u && ox < {{ g.ow }}u) {
                 let o = (b * {{ e }}u + ce) * {{ ohw }}u + oy * {{ g.ow }}u + ox;
-{%- if fu.defined %}
-                out[{{ fu.at("o") }}] = fused(s, o);
-{%- else %}
-                out[{{ fu.at("o") }}] = s;
-{%- endif %}
+                {{ fu.store("o", "s") }}
             }
 {%- endif %}
         }
@@ -186,11 +182,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (co < {{ p.cout }}u) {
                 let v = acc{{ q }}{% if !p.bp_var.is_empty() %} + {{ p.bp_var }}[co]{% endif %};
                 let o = (b * {{ p.cout }}u + co) * {{ ohw }}u + oy * {{ g.ow }}u + ox;
-{%- if fu.defined %}
-                out[{{ fu.at("o") }}] = fused(v, o);
-{%- else %}
-                out[{{ fu.at("o") }}] = v;
-{%- endif %}
+                {{ fu.store("o", "v") }}
             }
         }
 {%- endfor %}

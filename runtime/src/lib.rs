@@ -130,7 +130,6 @@ impl Gpu {
         }
     }
 
-    /// Runs `f` inside validation and out-of-memory error scopes and reports what they caught.
     /// Maps `bufs` for reading and waits until every one is mapped (or the device is lost).
     fn map_read(&self, bufs: &[&wgpu::Buffer]) -> Result<(), RuntimeError> {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -149,6 +148,7 @@ impl Gpu {
         Ok(())
     }
 
+    /// Runs `f` inside validation and out-of-memory error scopes and reports what they caught.
     fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T, RuntimeError> {
         let _guard = self.scope_lock.lock().unwrap_or_else(|p| p.into_inner());
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);

@@ -122,6 +122,12 @@ impl Fused {
             format!("store_at({o})")
         }
     }
+
+    /// The statement that stores value `v` as result element `o`: through the fused body when there is one.
+    fn store(&self, o: &str, v: &str) -> String {
+        let value = if self.defined { format!("fused({v}, {o})") } else { v.to_string() };
+        format!("out[{}] = {value};", self.at(o))
+    }
 }
 
 #[derive(Template)]
