@@ -25,7 +25,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let a_base = {{ a_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
     let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
     let v_base = {{ v_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.v_stride }}u{% endfor %};
-    let neg_inf = bitcast<f32>(0xff800000u);
+    let neg_inf = bitcast<f32>(non_finite_bits.y);
 {%- for i in row_lanes %}
     let m{{ i }} = row0 + r + {{ i * 16 }}u;
     var mx{{ i }} = neg_inf;
@@ -112,7 +112,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         {
             let new_mx = max(mx{{ i }}, q_tile[r * 16u + {{ i * 256 }}u]);
             // While every score of the row so far is -inf, shift by 0 so exp gives 0 rather than NaN.
-            let shift = select(new_mx, 0.0, new_mx < -3.40282347e38);
+            let shift = select(new_mx, 0.0, new_mx == neg_inf);
             let scale = exp(mx{{ i }} - shift);
             l{{ i }} = l{{ i }} * scale;
 {%- for j in quads %}

@@ -14,7 +14,7 @@ fn erf_(x: f32) -> f32 {
 fn pow_(a: f32, b: f32) -> f32 {
     if (b == 0.0) { return 1.0; }
     if (a >= 0.0) { return pow(a, b); }
-    if (b != floor(b)) { return bitcast<f32>(0x7fc00000u); }
+    if (b != floor(b)) { return bitcast<f32>(non_finite_bits.z); }
     let r = pow(-a, b);
     return select(r, -r, abs(b) % 2.0 == 1.0);
 }

@@ -3,7 +3,7 @@
 {%- include "fused.wgsl" %}
 // Tiled matrix product: a {{ t.tile }}x{{ t.tile }} output tile per workgroup of 256 threads in {{ t.slices }} slice(s) of
 // {{ t.tg }}x{{ t.tg }}, {{ t.lanes.len() }}x{{ t.lanes.len() }} outputs per thread held in registers (unrolled, so no array is spilled to local
-// memory), K in steps of 16 through workgroup memory. {% if t.slices > 1 %}Each slice takes its own {{ t.kc }} of K and the
+// memory), K in steps of {{ t.ks }} through workgroup memory. {% if t.slices > 1 %}Each slice takes its own {{ t.kc }} of K and the
 // slices' partial tiles are summed at the end, so a product with few output tiles still keeps 256 threads busy
 // per tile. {% endif %}A and B are read through strides, so transposes cost nothing.{% if im2col.is_some() %} This one is a
 // convolution computed as a product (implicit GEMM): A is the weight [M, C·kh·kw], B the input's im2col matrix
@@ -11,7 +11,7 @@
 // with the same output is summed in: its weight and input continue A and B along K.{% endif %}{% if dw.is_some() %} B is a
 // depthwise convolution's output, computed as it is loaded and never stored.{% endif %}
 
-// One element of the slice's A tile for k-step k0: element e of the tile ({{ t.tile }} rows x 16 k).
+// One element of the slice's A tile for k-step k0: element e of the tile ({{ t.tile }} rows x {{ t.ks }} k).
 {%- if a_mmajor %}
 // A's rows are contiguous in memory (a transposed operand): neighbouring threads take neighbouring rows.
 {%- endif %}
@@ -20,8 +20,8 @@ fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
     let am = e % {{ t.tile }}u;
     let ak = e / {{ t.tile }}u;
 {%- else %}
-    let am = e / 16u;
-    let ak = e % 16u;
+    let am = e / {{ t.ks }}u;
+    let ak = e % {{ t.ks }}u;
 {%- endif %}
     let ka = k_begin + k0 + ak;
     var av = 0.0;
@@ -50,15 +50,15 @@ fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
             bv = {{ var }}[{{ base }} + ({{ kb }} / {{ cv.khw }}u) * {{ cv.hw }}u + u32(iy * {{ cv.g.w }} + ix)];
         }
 {%- endmacro -%}
-// One element of the slice's B tile for k-step k0: element e of the tile (16 k x {{ t.tile }} columns).
+// One element of the slice's B tile for k-step k0: element e of the tile ({{ t.ks }} k x {{ t.tile }} columns).
 {%- if b_kmajor %}
 // B's columns are contiguous in memory (a transposed operand, as Gemm's transB): neighbouring threads take
 // neighbouring k of one column.
 {%- endif %}
 fn load_b(b_base: u32, col0: u32, k_begin: u32, k0: u32, e: u32, batch: u32) -> f32 {
 {%- if b_kmajor %}
-    let bk = e % 16u;
-    let bn = e / 16u;
+    let bk = e % {{ t.ks }}u;
+    let bn = e / {{ t.ks }}u;
 {%- else %}
     let bk = e / {{ t.tile }}u;
     let bn = e % {{ t.tile }}u;
@@ -120,9 +120,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let st = tid % {{ t.tg * t.tg }}u;
     let ly = st / {{ t.tg }}u;
     let lx = st % {{ t.tg }}u;
-    // The slice's A tile ({{ t.tile }} rows x 16 k, k-major) and B tile (16 k x {{ t.tile }} columns) in workgroup memory.
-    let a_at = slice * {{ t.tile * 32 }}u;
-    let b_at = a_at + {{ t.tile * 16 }}u;
+    // The slice's A tile ({{ t.tile }} rows x {{ t.ks }} k, k-major) and B tile ({{ t.ks }} k x {{ t.tile }} columns) in workgroup memory.
+    let a_at = slice * {{ t.tile * t.ks * 2 }}u;
+    let b_at = a_at + {{ t.tile * t.ks }}u;
     let k_begin = slice * {{ t.kc }}u;
 {%- for r in t.lanes %}{% for c in t.lanes %}
     var acc{{ r.i }}{{ c.i }} = 0.0;
@@ -135,20 +135,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
 {%- if rms.is_some() %}
     // The folded RMSNormalization: this thread's share of each A row's sum of squares (element e of a k-step's
-    // tile lies in row e / 16).
+    // tile lies in row e / {{ t.ks }}).
 {%- for l in t.load_lanes %}
     var ssq{{ l }} = 0.0;
 {%- endfor %}
 {%- endif %}
-    for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + 16u) {
+    for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + {{ t.ks }}u) {
 {%- for l in t.load_lanes %}
 {%- if a_mmajor %}
         smem[a_at + st + {{ l * t.tg * t.tg }}u] = pa{{ l }};
 {%- else %}
-        smem[a_at + ((st + {{ l * t.tg * t.tg }}u) % 16u) * {{ t.tile }}u + (st + {{ l * t.tg * t.tg }}u) / 16u] = pa{{ l }};
+        smem[a_at + ((st + {{ l * t.tg * t.tg }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l * t.tg * t.tg }}u) / {{ t.ks }}u] = pa{{ l }};
 {%- endif %}
 {%- if b_kmajor %}
-        smem[b_at + ((st + {{ l * t.tg * t.tg }}u) % 16u) * {{ t.tile }}u + (st + {{ l * t.tg * t.tg }}u) / 16u] = pb{{ l }};
+        smem[b_at + ((st + {{ l * t.tg * t.tg }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l * t.tg * t.tg }}u) / {{ t.ks }}u] = pb{{ l }};
 {%- else %}
         smem[b_at + st + {{ l * t.tg * t.tg }}u] = pb{{ l }};
 {%- endif %}
@@ -157,13 +157,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
 {%- endfor %}
         workgroupBarrier();
-        if (k0 + 16u < {{ t.kc }}u) {
+        if (k0 + {{ t.ks }}u < {{ t.kc }}u) {
 {%- for l in t.load_lanes %}
-            pa{{ l }} = load_a(a_base, row0, k_begin, k0 + 16u, st + {{ l * t.tg * t.tg }}u);
-            pb{{ l }} = load_b(b_base, col0, k_begin, k0 + 16u, st + {{ l * t.tg * t.tg }}u, batch);
+            pa{{ l }} = load_a(a_base, row0, k_begin, k0 + {{ t.ks }}u, st + {{ l * t.tg * t.tg }}u);
+            pb{{ l }} = load_b(b_base, col0, k_begin, k0 + {{ t.ks }}u, st + {{ l * t.tg * t.tg }}u, batch);
 {%- endfor %}
         }
-        for (var kk = 0u; kk < 16u; kk = kk + 1u) {
+        for (var kk = 0u; kk < {{ t.ks }}u; kk = kk + 1u) {
 {%- for r in t.lanes %}
             let ar{{ r.i }} = smem[a_at + kk * {{ t.tile }}u + ly + {{ r.off }}u];
             let br{{ r.i }} = smem[b_at + kk * {{ t.tile }}u + lx + {{ r.off }}u];
@@ -175,21 +175,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
     }
 {%- if let Some(r) = rms %}
-    // Each row's sum of squares over all of K (every slice, 16 partials each), then its inverse RMS.
+    // Each row's sum of squares over all of K (every slice, {{ t.ks }} partials each), then its inverse RMS.
 {%- for l in t.load_lanes %}
-    smem[slice * {{ t.tile * 16 }}u + st + {{ l * t.tg * t.tg }}u] = ssq{{ l }};
+    smem[slice * {{ t.tile * t.ks }}u + st + {{ l * t.tg * t.tg }}u] = ssq{{ l }};
 {%- endfor %}
     workgroupBarrier();
     if (tid < {{ t.tile }}u) {
         var total = 0.0;
-        for (var s = 0u; s < {{ t.slices * 16 }}u; s = s + 1u) {
-            total = total + smem[(s / 16u) * {{ t.tile * 16 }}u + tid * 16u + s % 16u];
+        for (var s = 0u; s < {{ t.slices * t.ks }}u; s = s + 1u) {
+            total = total + smem[(s / {{ t.ks }}u) * {{ t.tile * t.ks }}u + tid * {{ t.ks }}u + s % {{ t.ks }}u];
         }
-        smem[{{ t.slices * t.tile * 16 }}u + tid] = 1.0 / sqrt(total / {{ r.k }}.0 + {{ r.eps }});
+        smem[{{ t.slices * t.tile * t.ks }}u + tid] = 1.0 / sqrt(total / {{ r.k }}.0 + {{ r.eps }});
     }
     workgroupBarrier();
 {%- for q in t.lanes %}
-    let rinv{{ q.i }} = smem[{{ t.slices * t.tile * 16 }}u + ly + {{ q.off }}u];
+    let rinv{{ q.i }} = smem[{{ t.slices * t.tile * t.ks }}u + ly + {{ q.off }}u];
 {%- endfor %}
     workgroupBarrier();
 {%- endif %}

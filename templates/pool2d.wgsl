@@ -6,7 +6,8 @@
     let plane = i / {{ ohw }}u;
     let x_base = plane * {{ hw }}u;
 {%- if is_max %}
-    var acc = bitcast<f32>(0xff800000u);
+    // onnxruntime's identity: the lowest finite f32, also the result of a window that lies entirely in padding.
+    var acc = -3.4028234663852886e38f;
 {%- else if lp > 0 %}
     var acc = 0.0;
 {%- else %}

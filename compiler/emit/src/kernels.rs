@@ -293,6 +293,8 @@ struct Tiling {
     /// Slices of 256 / tg² threads, each taking `kc` of K.
     slices: usize,
     kc: usize,
+    /// K per step through workgroup memory.
+    ks: usize,
     smem_len: usize,
     /// Tile elements each thread loads per k-step (A and B each), as indices for unrolled loops.
     load_lanes: Vec<usize>,
@@ -305,6 +307,10 @@ struct Tiling {
 /// 1.31, GPT-2 5.28 / 5.30 / 5.03 / 5.05, BERT 5.22 / 5.23 / 5.05 / 5.01.
 const KSPLIT16_BELOW: usize = 128;
 
+/// The most elements of A (and of B) one thread loads per k-step: beyond it SwiftShader's compiler blows up
+/// (`tiling`).
+const MAX_LOADS_PER_STEP: usize = 4;
+
 /// The shape of work for an M×N product over K, `batches` times: 64x64 tiles (4x4 outputs per thread) when they
 /// give at least 256 workgroups; else, with K to spare, 32x32 (4x4 per thread) or, below `KSPLIT16_BELOW` such
 /// tiles, 16x16 tiles (2x2 per thread), computed by four slices of 64 threads that each take a quarter of K (short
@@ -312,6 +318,11 @@ const KSPLIT16_BELOW: usize = 128;
 /// the largest smaller tile that gives 256 workgroups. Tiles are no wider than the product's narrower side rounded
 /// up to 16 or 32: a matrix-vector product (one row, an LM head of 32000×768) took 0.300 ms in 64x64 tiles and
 /// 0.213 ms in 16x16 ones on an H100 (medians of five).
+///
+/// K goes through workgroup memory 16 at a time, except in 32x32 tiles of four slices, which step by 8 so that each
+/// thread loads at most 4 elements of A and 4 of B per step (as in every other tiling): with 8 each, SwiftShader's
+/// shader compiler (Chrome's WebGPU without a GPU) ran for minutes and grew to gigabytes until Chrome's GPU process
+/// died, while the same kernel with 4 compiled in under 3 s (`MAX_LOADS_PER_STEP`).
 fn tiling(m: usize, nn: usize, k: usize, batches: usize) -> Tiling {
     let wgs = |t: usize| nn.div_ceil(t) * m.div_ceil(t) * batches;
     // No wider tile than the product's narrow side needs: a 64-wide tile over one row multiplies 63 rows of zeros.
@@ -330,13 +341,15 @@ fn tiling(m: usize, nn: usize, k: usize, batches: usize) -> Tiling {
         ([32usize, 16].into_iter().filter(|&t| t <= cap).find(|&t| wgs(t) >= 256).unwrap_or(16), 1)
     };
     let tg = if slices == 4 { 8 } else { 16 };
+    let ks = if tile * 16 / (tg * tg) > MAX_LOADS_PER_STEP { 8 } else { 16 };
     Tiling {
         tile,
         tg,
         slices,
-        kc: k.div_ceil(slices).div_ceil(16) * 16,
-        smem_len: (slices * 32 * tile).max((slices - 1) * tile * tile),
-        load_lanes: (0..tile * 16 / (tg * tg)).collect(),
+        kc: k.div_ceil(slices).div_ceil(ks) * ks,
+        ks,
+        smem_len: (slices * 2 * ks * tile).max((slices - 1) * tile * tile).max(slices * ks * tile + tile),
+        load_lanes: (0..tile * ks / (tg * tg)).collect(),
         lanes: (0..tile / tg).map(|i| Lane { i, off: i * tg }).collect(),
     }
 }
@@ -639,16 +652,40 @@ struct PadTpl {
 
 // ---- literals -------------------------------------------------------------------------------------------
 
-/// A WGSL f32 expression for any value (non-finite values have no literal form).
+/// The module-scope variable whose bits give the non-finite f32 values at run time: `.x` +∞, `.y` −∞, `.z` NaN.
+/// WGSL has no literal for them, and `bitcast<f32>(0xff800000u)` is a const-expression, which Tint (Chrome, Edge)
+/// evaluates at shader creation and refuses ("value -inf cannot be represented as 'f32'") while naga accepts it.
+/// A load from a private variable is not a const-expression, so the bitcast happens at run time everywhere.
+/// [`with_non_finite`] declares the variable in every module that names it.
+pub(crate) const NON_FINITE: &str = "non_finite_bits";
+const NON_FINITE_DECL: &str = "\n// The bits of +inf, -inf and NaN, read at run time: WGSL has no literal for them, and a bitcast of a constant\n// is a const-expression, which Tint refuses to evaluate to a non-finite value.\nvar<private> non_finite_bits: vec3<u32> = vec3<u32>(0x7f800000u, 0xff800000u, 0x7fc00000u);\n";
+
+/// `src` with the declaration of [`NON_FINITE`] appended when the module names it.
+fn with_non_finite(mut src: String) -> String {
+    if src.contains(NON_FINITE) {
+        src.push_str(NON_FINITE_DECL);
+    }
+    src
+}
+
+/// A WGSL f32 expression for any value. Finite values are literals that denote exactly the value: Rust's shortest
+/// round-trip form of an f32 (`3.4028235e38` for `f32::MAX`) can lie outside f32's range as a decimal, which the
+/// WGSL spec makes a shader-creation error (Tint enforces it), so such values are written in full (as f64).
+/// Non-finite values are read through [`NON_FINITE`].
 pub(crate) fn f32_lit(x: f32) -> String {
     if x.is_nan() {
-        "bitcast<f32>(0x7fc00000u)".into()
+        format!("bitcast<f32>({NON_FINITE}.z)")
     } else if x == f32::INFINITY {
-        "bitcast<f32>(0x7f800000u)".into()
+        format!("bitcast<f32>({NON_FINITE}.x)")
     } else if x == f32::NEG_INFINITY {
-        "bitcast<f32>(0xff800000u)".into()
+        format!("bitcast<f32>({NON_FINITE}.y)")
     } else {
-        let s = format!("{x:?}");
+        let short = format!("{x:?}");
+        let s = if short.parse::<f64>().is_ok_and(|d| d.abs() <= f32::MAX as f64) {
+            short
+        } else {
+            format!("{:?}", x as f64)
+        };
         if s.contains(['.', 'e', 'E']) {
             format!("{s}f")
         } else {
@@ -744,7 +781,7 @@ impl Emitter<'_> {
             name,
             kind,
             nodes: vec![n],
-            wgsl: wgsl.map_err(|e| self.err(n, format!("template error: {e}")))?,
+            wgsl: with_non_finite(wgsl.map_err(|e| self.err(n, format!("template error: {e}")))?),
             bindings: bindings.iter().map(|&(v, w, _)| (v, w)).collect(),
             workgroups,
         })
@@ -2473,4 +2510,35 @@ fn bit_width(d: wgslc_ir::DType) -> u32 {
 fn is_signed(d: wgslc_ir::DType) -> bool {
     use wgslc_ir::DType;
     matches!(d, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every finite literal denotes a decimal inside f32's range (a WGSL rule naga does not enforce and Tint does)
+    /// that converts back to the value; non-finite values are loads, declared once, that naga accepts.
+    #[test]
+    fn f32_literals_are_exact_and_in_range() {
+        let values = [0.0, -0.0, 1.0, 0.1, -2.5e-3, 16777216.0, 1.0e38, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45];
+        for x in values {
+            let s = f32_lit(x);
+            let d: f64 = s.trim_end_matches('f').parse().unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert!(d.abs() <= f32::MAX as f64, "{s} lies outside f32's range");
+            assert_eq!((d as f32).to_bits(), x.to_bits(), "{s} does not denote {x:?}");
+        }
+        assert_eq!(f32_lit(f32::MIN), "-3.4028234663852886e38f");
+        let body: Vec<String> = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN].iter().map(|&x| f32_lit(x)).collect();
+        assert!(body.iter().all(|e| e.contains(NON_FINITE)), "{body:?}");
+        let src = with_non_finite(format!(
+            "@group(0) @binding(0) var<storage, read_write> o: array<f32>;\n@compute @workgroup_size(1)\nfn main() {{\n    o[0] = {};\n    o[1] = {};\n    o[2] = {};\n}}\n",
+            body[0], body[1], body[2]
+        ));
+        assert_eq!(src.matches("var<private> non_finite_bits").count(), 1);
+        let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty())
+            .validate(&module)
+            .expect("valid");
+        assert_eq!(with_non_finite("fn f() {}".into()), "fn f() {}", "declared only where named");
+    }
 }
