@@ -73,8 +73,13 @@ pub fn load_case(dir: &Path) -> Case {
 }
 
 pub fn cases(suite: &str) -> Vec<Case> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(testdata().join(suite))
-        .unwrap_or_else(|e| panic!("testdata/{suite}: {e}"))
+    cases_in(&testdata().join(suite))
+}
+
+/// Every case directory (one holding model.onnx) directly under `root`, sorted by name.
+pub fn cases_in(root: &Path) -> Vec<Case> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.join("model.onnx").exists())
         .collect();

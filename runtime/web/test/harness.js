@@ -1,0 +1,86 @@
+// Runs every case listed in /cases.json through wgslc.js and posts each one's outputs (or error) to /result, then
+// /done. The server (cli/tests/browser.rs) compares the outputs with the references; nothing is judged here.
+import { loadSession } from "/wgslc.js";
+
+const post = (path, body) => fetch(path, { method: "POST", body: JSON.stringify(body) });
+const log = (line) => {
+  console.log(line);
+  document.getElementById("log").textContent += `${line}\n`;
+};
+
+// Inputs are stored as raw little-endian bytes of the reference's dtype; int64 goes in as BigInt64Array, as a page
+// holding token ids would pass it.
+const INPUT_TYPES = { float32: Float32Array, int64: BigInt64Array, int32: Int32Array, bool: Uint8Array };
+
+function base64(bytes) {
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
+function kind(data) {
+  if (data instanceof Float32Array) return "float32";
+  if (data instanceof BigInt64Array) return "int64";
+  if (data instanceof Int32Array) return "int32";
+  if (data instanceof Uint8Array) return "bool";
+  return data?.constructor?.name ?? typeof data;
+}
+
+async function main() {
+  const adapter = await navigator.gpu?.requestAdapter();
+  if (!adapter) {
+    await post("/fatal", { error: `Chromium has no WebGPU adapter (navigator.gpu ${navigator.gpu ? "returned none" : "is missing"})` });
+    return;
+  }
+  await post("/adapter", { info: { vendor: adapter.info?.vendor, architecture: adapter.info?.architecture, description: adapter.info?.description } });
+  const cases = await (await fetch("/cases.json")).json();
+  for (const c of cases) {
+    log(`${c.id}: loading`);
+    const r = { id: c.id };
+    if (c.malformed) {
+      // A malformed artifact must be refused with an Error; the server checks its wording.
+      try {
+        (await loadSession(`/malformed/${c.malformed}/`)).destroy();
+        r.error = "loaded without an error";
+      } catch (e) {
+        r.refused = String(e?.message ?? e);
+      }
+      log(`${c.id}: ${r.refused ?? r.error}`);
+      await post("/result", r);
+      continue;
+    }
+    try {
+      const t0 = performance.now();
+      const session = await loadSession(`/cases/${c.id}/`);
+      r.load_ms = performance.now() - t0;
+      r.slowest_pipeline_ms = Math.max(0, ...session.loadStats.pipelines.map((p) => p.ms));
+      const inputs = {};
+      for (const inp of c.inputs) {
+        const bytes = await (await fetch(`/cases/${c.id}/${inp.file}`)).arrayBuffer();
+        inputs[inp.name] = { data: new INPUT_TYPES[inp.dtype](bytes), shape: inp.shape };
+      }
+      const t1 = performance.now();
+      const out = await session.run(inputs);
+      r.run_ms = performance.now() - t1;
+      r.outputs = session.outputs.map((o) => {
+        const t = out[o.name];
+        return { name: o.name, kind: kind(t.data), shape: t.shape, b64: base64(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)) };
+      });
+      if (c.profile) {
+        // The profiled run encodes differently (a pass per dispatch); its outputs must be the same.
+        const p = await session.run(inputs, { profile: true });
+        const same = session.outputs.every((o) => base64(new Uint8Array(p[o.name].data.buffer)) === base64(new Uint8Array(out[o.name].data.buffer)));
+        const prof = session.lastProfile;
+        r.profile = { timestamps: prof.timestamps, kernels: prof.kernels.length, dispatches: session.plan.dispatches.length, valid: prof.kernels.every((k) => k.ms >= 0 && Number.isFinite(k.ms)), same };
+      }
+      session.destroy();
+    } catch (e) {
+      r.error = String(e?.message ?? e);
+    }
+    log(`${c.id}: ${r.error ?? "ran"}`);
+    await post("/result", r);
+  }
+  await post("/done", {});
+}
+
+main().catch((e) => post("/fatal", { error: `harness: ${e?.stack ?? e}` }));

@@ -1,0 +1,102 @@
+// TypeScript declarations for wgslc.js: runs a wgslc artifact on WebGPU in a browser.
+
+/// <reference types="@webgpu/types" />
+
+/** The plan.json format identifier and the schema version this module reads. */
+export const FORMAT: "wgslc-plan";
+export const VERSION: 2;
+
+/** A graph input or output: its name, the dtype the model declares ("float32", "int64", "bool", …) and its shape. */
+export interface TensorInfo {
+  name: string;
+  dtype: string;
+  shape: number[];
+}
+
+/**
+ * An input value: a typed array of the input's element count (Float32Array for float inputs; Int32Array,
+ * BigInt64Array or any other integer array for integer inputs, range-checked into i32; Uint8Array or boolean[]
+ * for bool), a plain array of numbers, or `{ data, shape }` to have the shape checked too.
+ */
+export type InputData =
+  | Float32Array
+  | Float64Array
+  | Int8Array
+  | Uint8Array
+  | Uint8ClampedArray
+  | Int16Array
+  | Uint16Array
+  | Int32Array
+  | Uint32Array
+  | BigInt64Array
+  | BigUint64Array
+  | number[]
+  | boolean[];
+export type Input = InputData | { data: InputData; shape?: number[] };
+
+/**
+ * An output: Float32Array for float32 (and float16) outputs, Float64Array for float64, BigInt64Array for int64,
+ * Int32Array for int32, the matching typed array for other integer types, Uint8Array of 0/1 for bool.
+ */
+export interface Output {
+  data: Float32Array | Float64Array | Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array | BigInt64Array | BigUint64Array;
+  shape: number[];
+}
+
+/** Per-kernel GPU times of one run, in dispatch order. */
+export interface Profile {
+  /** true: timestamp queries around each dispatch; false: each dispatch submitted and awaited on its own. */
+  timestamps: boolean;
+  kernels: { name: string; ms: number }[];
+}
+
+/** Where loadSession's time went; each pipeline's ms is from its request until it was ready (compiled in parallel). */
+export interface LoadStats {
+  totalMs: number;
+  weightsMs: number;
+  pipelines: { name: string; ms: number }[];
+}
+
+export interface LoadOptions {
+  /** Run on this device instead of requesting one; it must meet the plan's limits. */
+  device?: GPUDevice;
+  /** Adapter preference when the session requests its own device (default "high-performance"). */
+  powerPreference?: GPUPowerPreference;
+  /** The fetch used for weights.safetensors (default globalThis.fetch). */
+  fetch?: typeof fetch;
+}
+
+export interface RunOptions {
+  /** Time each kernel (timestamp-query where the device has it); see Session.lastProfile. */
+  profile?: boolean;
+}
+
+export declare class Session {
+  /** Graph inputs in model order. */
+  readonly inputs: TensorInfo[];
+  /** Graph outputs in model order. */
+  readonly outputs: TensorInfo[];
+  readonly device: GPUDevice;
+  /** The adapter's info when the session requested its own device, else null. */
+  readonly adapterInfo: GPUAdapterInfo | null;
+  /** plan.json as read. */
+  readonly plan: unknown;
+  readonly loadStats: LoadStats;
+  /** The profile of the last run with { profile: true }, or null. */
+  lastProfile: Profile | null;
+  /** Runs the plan once: one compute pass, one submit. Runs on one session are serialized. */
+  run(inputs: Record<string, Input>, options?: RunOptions): Promise<Record<string, Output>>;
+  /**
+   * Replays without reading outputs back, each replay waited for; resolves to the wall time per replay and the CPU
+   * time per replay spent encoding and submitting, in milliseconds. For benchmarks.
+   */
+  timeReplay(iterations: number): Promise<{ ms: number; encodeMs: number }>;
+  /** Frees the session's buffers (and its device, when the session requested it). */
+  destroy(): void;
+}
+
+/** Loads the artifact directory at `url`: plan.json, kernels/*.wgsl and weights.safetensors (streamed). */
+export declare function loadSession(url: string | URL, options?: LoadOptions): Promise<Session>;
+
+/** Parses and checks plan.json's text; throws an Error naming what is wrong. */
+export declare function parsePlan(text: string): unknown;

@@ -1,0 +1,743 @@
+// wgslc.js: loads a wgslc artifact over HTTP and replays it on WebGPU (navigator.gpu), as the Rust runtime does.
+//
+// No dependencies and no build step: import it as an ES module. The artifact (plan.json, kernels/*.wgsl,
+// weights.safetensors) is its only contract with the compiler; it reads plan.json schema version 2.
+//
+// Everything is built once in loadSession (buffers, weights, shader modules, pipelines, bind groups, read-back
+// buffers); Session.run writes the inputs, encodes one compute pass with every dispatch, submits once and reads the
+// outputs back. Runs on one session are serialized (they share the plan's buffers). Error messages use the Rust
+// runtime's wording, so one search finds both.
+
+export const FORMAT = "wgslc-plan";
+export const VERSION = 2;
+
+// Storage types (every one 4 bytes) and the safetensors dtype each is written as.
+const SAFETENSORS_DTYPE = { f32: "F32", i32: "I32", u32: "U32" };
+
+/** Loads the artifact directory at `url` (a URL ending in a directory, with or without the trailing slash). */
+export async function loadSession(url, options = {}) {
+  const t0 = performance.now();
+  const base = new URL(String(url).endsWith("/") ? String(url) : `${url}/`, globalThis.location?.href);
+  const plan = parsePlan(await fetchText(new URL("plan.json", base)));
+  const sources = await Promise.all(plan.kernels.map((k) => fetchKernel(base, k)));
+
+  let device = options.device;
+  let adapterInfo = null;
+  const ownsDevice = !device;
+  if (!device) {
+    ({ device, adapterInfo } = await requestDevice(plan, options));
+  } else {
+    checkLimits(plan, device.limits);
+  }
+  const lost = { reason: null };
+  device.lost.then((info) => {
+    lost.reason = `${info.reason}: ${info.message}`;
+  });
+
+  const created = [];
+  try {
+    // Shader modules first: a compilation error names its kernel, line and column before any GPU memory is taken.
+    const modules = new Map();
+    for (const [i, k] of plan.kernels.entries()) {
+      if (modules.has(k.wgsl)) continue;
+      const module = device.createShaderModule({ label: k.name, code: sources[i] });
+      modules.set(k.wgsl, module);
+    }
+    await Promise.all(
+      plan.kernels.map(async (k) => {
+        const info = await modules.get(k.wgsl).getCompilationInfo();
+        const errors = info.messages.filter((m) => m.type === "error");
+        if (errors.length) {
+          const text = errors.map((m) => `${k.wgsl}:${m.lineNum}:${m.linePos}: ${m.message}`).join("; ");
+          throw new Error(`GPU error: kernel '${k.name}': shader compilation failed: ${text}`);
+        }
+      }),
+    );
+
+    // Pipelines compile in parallel while the weights stream in. Each one's time is from the request to its
+    // completion, so it includes waiting for the compiler's threads: an upper bound on its own compile time.
+    const tPipelines = performance.now();
+    const pipelineMs = [];
+    const pipelinesDone = Promise.all(
+      plan.kernels.map((k, i) =>
+        device
+          .createComputePipelineAsync({
+            label: k.name,
+            layout: "auto",
+            compute: { module: modules.get(k.wgsl), entryPoint: k.entry_point },
+          })
+          .then((p) => {
+            pipelineMs[i] = { name: k.name, ms: performance.now() - tPipelines };
+            return p;
+          })
+          .catch((e) => {
+            throw new Error(`GPU error: kernel '${k.name}': ${e.message}`);
+          }),
+      ),
+    );
+    pipelinesDone.catch(() => {}); // awaited below; an early weight error must not leave it unhandled
+
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+    const buffers = await scoped(device, "creating buffers", () =>
+      plan.buffers.map((b) => {
+        const buf = device.createBuffer({ label: b.name, size: b.size, usage, mappedAtCreation: b.kind === "weight" });
+        created.push(buf);
+        return buf;
+      }),
+    );
+    await streamWeights(base, plan, buffers, options.fetch ?? globalThis.fetch.bind(globalThis));
+    for (const [i, b] of plan.buffers.entries()) if (b.kind === "weight") buffers[i].unmap();
+    const weightsMs = performance.now() - tPipelines;
+
+    const pipelines = await pipelinesDone;
+    const bindGroups = await scoped(device, "creating bind groups", () =>
+      plan.kernels.map((k, i) =>
+        device.createBindGroup({
+          label: k.name,
+          layout: pipelines[i].getBindGroupLayout(0),
+          entries: k.bindings.map((b) => ({
+            binding: b.binding,
+            resource: { buffer: buffers[b.buffer], offset: b.offset, size: b.size },
+          })),
+        }),
+      ),
+    );
+    const readback = await scoped(device, "creating read-back buffers", () =>
+      plan.outputs.map((o) => {
+        const buf = device.createBuffer({
+          label: o.name,
+          size: plan.buffers[o.buffer].size,
+          usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+        });
+        created.push(buf);
+        return buf;
+      }),
+    );
+    if (lost.reason) throw new Error(`GPU error: device lost: ${lost.reason}`);
+    const loadStats = { totalMs: performance.now() - t0, weightsMs, pipelines: pipelineMs };
+    return new Session({ device, ownsDevice, adapterInfo, plan, buffers, pipelines, bindGroups, readback, lost, loadStats });
+  } catch (e) {
+    for (const b of created) b.destroy();
+    if (ownsDevice) device.destroy();
+    throw e;
+  }
+}
+
+/** A loaded artifact, ready to run. */
+export class Session {
+  #s;
+  #queue = Promise.resolve();
+  #timing = null;
+
+  constructor(state) {
+    this.#s = state;
+    /** Graph inputs in model order: [{ name, dtype, shape }]. */
+    this.inputs = state.plan.inputs.map(publicSpec);
+    /** Graph outputs in model order: [{ name, dtype, shape }]. */
+    this.outputs = state.plan.outputs.map(publicSpec);
+    /** The GPUDevice the session runs on. */
+    this.device = state.device;
+    /** The adapter's GPUAdapterInfo when the session requested its own device, else null. */
+    this.adapterInfo = state.adapterInfo;
+    /** The plan as read from plan.json. */
+    this.plan = state.plan;
+    /** Where the load's time went: { totalMs, weightsMs, pipelines: [{ name, ms }] } (ms until each was ready). */
+    this.loadStats = state.loadStats;
+    /** The profile of the last run({ profile: true }), or null. */
+    this.lastProfile = null;
+  }
+
+  /**
+   * Runs the plan once. `inputs` maps each input's name to a typed array (or an array of numbers, or
+   * { data, shape } to have the shape checked too). Resolves to { [outputName]: { data, shape } }.
+   * With { profile: true }, per-kernel GPU times are in `session.lastProfile` (and the result's `profile`).
+   */
+  run(inputs, options = {}) {
+    const r = this.#queue.then(() => this.#run(inputs, options));
+    this.#queue = r.catch(() => {});
+    return r;
+  }
+
+  async #run(inputs, options) {
+    const { device, plan, buffers, readback } = this.#s;
+    if (!this.#s.pipelines) throw new Error("GPU error: the session was destroyed");
+    this.#checkLost();
+    const given = Object.keys(inputs ?? {});
+    for (const name of given) {
+      if (!plan.inputs.some((s) => s.name === name)) {
+        const names = plan.inputs.map((s) => s.name).join(", ");
+        throw new Error(`input '${name}': the model has no such input (inputs: ${names})`);
+      }
+    }
+    const data = plan.inputs.map((spec) => {
+      if (!(spec.name in inputs)) {
+        throw new Error(`artifact: the model takes ${plan.inputs.length} inputs, ${given.length} were given (missing '${spec.name}')`);
+      }
+      return inputBytes(spec, inputs[spec.name]);
+    });
+    for (const [i, spec] of plan.inputs.entries()) device.queue.writeBuffer(buffers[spec.buffer], 0, data[i]);
+
+    let profile = null;
+    await scoped(device, "replay", () => {
+      const enc = device.createCommandEncoder({ label: "wgslc replay" });
+      if (options.profile) profile = this.#encodeProfiled(enc);
+      else this.#encode(enc);
+      for (const [i, o] of plan.outputs.entries()) {
+        enc.copyBufferToBuffer(buffers[o.buffer], 0, readback[i], 0, readback[i].size);
+      }
+      device.queue.submit([enc.finish()]);
+    });
+    if (options.profile && !profile) profile = await this.#profileBySubmit();
+    await Promise.all(readback.map((b) => b.mapAsync(GPUMapMode.READ))).catch((e) => {
+      this.#checkLost();
+      throw new Error(`GPU error: read-back failed: ${e.message}`);
+    });
+    const out = {};
+    for (const [i, spec] of plan.outputs.entries()) {
+      out[spec.name] = { data: outputData(spec, readback[i].getMappedRange()), shape: [...spec.shape] };
+      readback[i].unmap();
+    }
+    if (profile && profile.read) profile = await profile.read();
+    if (profile) {
+      this.lastProfile = profile;
+      if (!("profile" in out)) Object.defineProperty(out, "profile", { value: profile, enumerable: false });
+    }
+    return out;
+  }
+
+  #encode(enc) {
+    const { plan, pipelines, bindGroups } = this.#s;
+    const pass = enc.beginComputePass({ label: "wgslc" });
+    for (const d of plan.dispatches) {
+      const w = plan.kernels[d].workgroups;
+      pass.setPipeline(pipelines[d]);
+      pass.setBindGroup(0, bindGroups[d]);
+      pass.dispatchWorkgroups(w[0], w[1], w[2]);
+    }
+    pass.end();
+  }
+
+  // With timestamp-query: each dispatch in a pass of its own with timestamps at its start and end (WebGPU has no
+  // timestamps between the dispatches of one pass), all in the one submit. Returns null without the feature.
+  #encodeProfiled(enc) {
+    const { device, plan, pipelines, bindGroups } = this.#s;
+    if (!device.features.has("timestamp-query")) return null;
+    const n = plan.dispatches.length;
+    if (!this.#timing || this.#timing.n !== n) {
+      const perSet = 4096 / 2;
+      const sets = [];
+      for (let at = 0; at < n; at += perSet) {
+        const count = 2 * Math.min(perSet, n - at);
+        const querySet = device.createQuerySet({ type: "timestamp", count });
+        const resolve = device.createBuffer({ size: count * 8, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
+        const read = device.createBuffer({ size: count * 8, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+        sets.push({ at, count, querySet, resolve, read });
+      }
+      this.#timing = { n, sets };
+    }
+    const { sets } = this.#timing;
+    for (const [i, d] of plan.dispatches.entries()) {
+      const set = sets[Math.floor(i / 2048)];
+      const q = 2 * (i - set.at);
+      const pass = enc.beginComputePass({
+        timestampWrites: { querySet: set.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 },
+      });
+      const w = plan.kernels[d].workgroups;
+      pass.setPipeline(pipelines[d]);
+      pass.setBindGroup(0, bindGroups[d]);
+      pass.dispatchWorkgroups(w[0], w[1], w[2]);
+      pass.end();
+    }
+    for (const s of sets) {
+      enc.resolveQuerySet(s.querySet, 0, s.count, s.resolve, 0);
+      enc.copyBufferToBuffer(s.resolve, 0, s.read, 0, s.count * 8);
+    }
+    // Read after the submit: a buffer whose mapping is pending may not be used in it.
+    const read = async () => {
+      const kernels = [];
+      for (const s of sets) {
+        await s.read.mapAsync(GPUMapMode.READ);
+        const t = new BigUint64Array(s.read.getMappedRange().slice(0));
+        s.read.unmap();
+        for (let j = 0; j < s.count / 2; j++) {
+          const d = plan.dispatches[s.at + j];
+          kernels.push({ name: plan.kernels[d].name, ms: Number(t[2 * j + 1] - t[2 * j]) / 1e6 });
+        }
+      }
+      return { timestamps: true, kernels };
+    };
+    return { read };
+  }
+
+  // Without timestamp-query: each dispatch submitted on its own and waited for (per-submit overhead included).
+  async #profileBySubmit() {
+    const { device, plan, pipelines, bindGroups } = this.#s;
+    const kernels = [];
+    for (const d of plan.dispatches) {
+      const start = performance.now();
+      const enc = device.createCommandEncoder();
+      const pass = enc.beginComputePass();
+      const w = plan.kernels[d].workgroups;
+      pass.setPipeline(pipelines[d]);
+      pass.setBindGroup(0, bindGroups[d]);
+      pass.dispatchWorkgroups(w[0], w[1], w[2]);
+      pass.end();
+      device.queue.submit([enc.finish()]);
+      await device.queue.onSubmittedWorkDone();
+      kernels.push({ name: plan.kernels[d].name, ms: performance.now() - start });
+    }
+    return { timestamps: false, kernels };
+  }
+
+  /**
+   * Replays the plan `iterations` times without reading outputs back (inputs stay as last written), each replay
+   * waited for, and resolves to { ms, encodeMs }: wall time per replay, and the CPU time per replay spent encoding
+   * its pass and submitting (the JavaScript side of the per-dispatch overhead). For benchmarks.
+   */
+  async timeReplay(iterations) {
+    const { device } = this.#s;
+    let encodeMs = 0;
+    const start = performance.now();
+    for (let i = 0; i < iterations; i++) {
+      const t = performance.now();
+      const enc = device.createCommandEncoder();
+      this.#encode(enc);
+      device.queue.submit([enc.finish()]);
+      encodeMs += performance.now() - t;
+      await device.queue.onSubmittedWorkDone();
+    }
+    this.#checkLost();
+    const n = Math.max(iterations, 1);
+    return { ms: (performance.now() - start) / n, encodeMs: encodeMs / n };
+  }
+
+  #checkLost() {
+    if (this.#s.lost.reason) throw new Error(`GPU error: device lost: ${this.#s.lost.reason}`);
+  }
+
+  /** Frees the session's GPU buffers (and the device, when the session created it). */
+  destroy() {
+    const s = this.#s;
+    if (!s.pipelines) return;
+    for (const b of [...s.buffers, ...s.readback]) b.destroy();
+    for (const t of this.#timing?.sets ?? []) {
+      t.querySet.destroy();
+      t.resolve.destroy();
+      t.read.destroy();
+    }
+    if (s.ownsDevice) s.device.destroy();
+    s.pipelines = s.bindGroups = null;
+  }
+}
+
+// ---- plan.json --------------------------------------------------------------------------------------------
+
+/** Parses and checks plan.json's text, as wgslc_artifact::Plan::parse does (format and version first). */
+export function parsePlan(text) {
+  let plan;
+  try {
+    plan = JSON.parse(text);
+  } catch (e) {
+    throw new Error(`plan.json is not a valid plan: ${e.message}`);
+  }
+  const bad = (m) => {
+    throw new Error(`plan.json: ${m}`);
+  };
+  if (plan === null || typeof plan !== "object") throw new Error("plan.json is not a valid plan: not an object");
+  if (typeof plan.format === "string" && plan.format !== FORMAT) bad(`format is '${plan.format}', expected '${FORMAT}'`);
+  if (Number.isInteger(plan.version) && plan.version !== VERSION) {
+    bad(`schema version ${plan.version} is not supported (this runtime reads ${VERSION}); recompile the model`);
+  }
+  for (const f of ["inputs", "outputs", "buffers", "weights", "kernels", "dispatches"]) {
+    if (!Array.isArray(plan[f])) throw new Error(`plan.json is not a valid plan: missing field \`${f}\``);
+  }
+  // Unknown fields are refused, as the Rust runtime's serde types refuse them: a newer compiler's plan must not be
+  // half-understood.
+  const known = (what, obj, fields) => {
+    const extra = Object.keys(obj ?? {}).find((f) => !fields.includes(f));
+    if (extra !== undefined) throw new Error(`plan.json is not a valid plan: unknown field \`${extra}\` in ${what}`);
+  };
+  known("the plan", plan, ["format", "version", "inputs", "outputs", "buffers", "weights", "kernels", "dispatches"]);
+  for (const t of [...plan.inputs, ...plan.outputs]) known(`'${t.name}'`, t, ["name", "dtype", "shape", "storage", "buffer"]);
+  for (const b of plan.buffers) known(`buffer '${b.name}'`, b, ["name", "size", "kind"]);
+  for (const w of plan.weights) known(`weight '${w.name}'`, w, ["name", "shape", "storage", "buffer", "offset"]);
+  for (const k of plan.kernels) {
+    known(`kernel '${k.name}'`, k, ["name", "wgsl", "entry_point", "bindings", "workgroups"]);
+    for (const b of k.bindings ?? []) known(`kernel '${k.name}'`, b, ["binding", "buffer", "offset", "size", "access"]);
+  }
+  if (plan.format !== FORMAT) bad(`format is '${plan.format}', expected '${FORMAT}'`);
+  if (plan.version !== VERSION) bad(`schema version ${plan.version} is not supported (this runtime reads ${VERSION})`);
+  const size = (shape) => shape.reduce((a, d) => a * d, 4);
+  for (const b of plan.buffers) {
+    if (!(b.size > 0) || b.size % 4 !== 0) bad(`buffer '${b.name}' has size ${b.size}, not a positive multiple of 4`);
+  }
+  for (const [what, specs, kind] of [["input", plan.inputs, "input"], ["output", plan.outputs, "output"]]) {
+    for (const t of specs) {
+      const b = plan.buffers[t.buffer];
+      if (!b) bad(`${what} '${t.name}' names buffer ${t.buffer} of ${plan.buffers.length}`);
+      if (b.kind !== kind || size(t.shape) > b.size) bad(`${what} '${t.name}' does not fit its buffer '${b.name}'`);
+    }
+  }
+  for (const w of plan.weights) {
+    const b = plan.buffers[w.buffer];
+    const fits = b && b.kind === "weight" && w.offset + size(w.shape) <= b.size;
+    if (!fits || w.offset % 256 !== 0) bad(`weight '${w.name}' is outside its weight buffer or misaligned`);
+  }
+  for (const k of plan.kernels) {
+    if (typeof k.wgsl !== "string" || k.wgsl.startsWith("/") || k.wgsl.split("/").some((c) => c === ".." || c === "." || c === "")) {
+      bad(`kernel '${k.name}' has a path outside the artifact: '${k.wgsl}'`);
+    }
+    if (k.workgroups.some((w) => w > 65535)) bad(`kernel '${k.name}' dispatches ${fmt(k.workgroups)} workgroups`);
+    for (const [i, b] of k.bindings.entries()) {
+      const buf = plan.buffers[b.buffer];
+      if (!buf) bad(`kernel '${k.name}' binds buffer ${b.buffer} of ${plan.buffers.length}`);
+      if (b.binding !== i) bad(`kernel '${k.name}': bindings must be numbered 0..n in order`);
+      if (b.offset % 256 !== 0 || !(b.size > 0) || b.size % 4 !== 0 || b.offset + b.size > buf.size) {
+        bad(`kernel '${k.name}' binding ${b.binding} (${b.offset}+${b.size}) is outside buffer '${buf.name}' (${buf.size} bytes) or misaligned`);
+      }
+      if (b.access === "read_write" && (buf.kind === "weight" || buf.kind === "input")) {
+        bad(`kernel '${k.name}' writes ${buf.kind === "weight" ? "Weight" : "Input"} buffer '${buf.name}'`);
+      }
+    }
+    for (const [i, w] of k.bindings.entries()) {
+      if (w.access !== "read_write") continue;
+      if (k.bindings.some((r) => r.access === "read" && r.buffer === w.buffer)) {
+        bad(`kernel '${k.name}' binds buffer ${w.buffer} both read-only and read-write`);
+      }
+      const overlaps = (r) => r.offset < w.offset + w.size && w.offset < r.offset + r.size;
+      if (k.bindings.slice(i + 1).some((r) => r.buffer === w.buffer && r.access === "read_write" && overlaps(r))) {
+        bad(`kernel '${k.name}' binds overlapping writable ranges of buffer ${w.buffer}`);
+      }
+    }
+  }
+  const d = plan.dispatches.find((d) => !(d >= 0 && d < plan.kernels.length));
+  if (d !== undefined) bad(`dispatch names kernel ${d} of ${plan.kernels.length}`);
+  return plan;
+}
+
+// ---- device -------------------------------------------------------------------------------------------------
+
+// What the plan needs of the device, by WebGPU limit name.
+function neededLimits(plan) {
+  const max = (xs) => xs.reduce((a, x) => Math.max(a, x), 0);
+  return {
+    maxBufferSize: max(plan.buffers.map((b) => b.size)),
+    maxStorageBufferBindingSize: max(plan.kernels.flatMap((k) => k.bindings.map((b) => b.size))),
+    maxStorageBuffersPerShaderStage: max(plan.kernels.map((k) => k.bindings.length)),
+    maxComputeWorkgroupsPerDimension: max(plan.kernels.flatMap((k) => k.workgroups)),
+  };
+}
+
+function checkLimits(plan, limits) {
+  for (const b of plan.buffers) {
+    if (b.size > limits.maxBufferSize) {
+      throw new Error(`the device cannot run this artifact: buffer '${b.name}' is ${b.size} bytes, the device allows ${limits.maxBufferSize} (maxBufferSize)`);
+    }
+  }
+  for (const k of plan.kernels) {
+    if (k.bindings.length > limits.maxStorageBuffersPerShaderStage) {
+      throw new Error(`the device cannot run this artifact: kernel '${k.name}' binds ${k.bindings.length} storage buffers (maxStorageBuffersPerShaderStage is ${limits.maxStorageBuffersPerShaderStage})`);
+    }
+    const b = k.bindings.find((b) => b.size > limits.maxStorageBufferBindingSize);
+    if (b) {
+      throw new Error(`the device cannot run this artifact: kernel '${k.name}' binds ${b.size} bytes at binding ${b.binding} (maxStorageBufferBindingSize is ${limits.maxStorageBufferBindingSize})`);
+    }
+    if (k.workgroups.some((w) => w > limits.maxComputeWorkgroupsPerDimension)) {
+      throw new Error(`the device cannot run this artifact: kernel '${k.name}' dispatches ${fmt(k.workgroups)} workgroups (maxComputeWorkgroupsPerDimension is ${limits.maxComputeWorkgroupsPerDimension})`);
+    }
+  }
+}
+
+async function requestDevice(plan, options) {
+  if (!globalThis.navigator?.gpu) {
+    throw new Error("no GPU adapter found: navigator.gpu is missing (WebGPU is off in this browser or context)");
+  }
+  const adapter = await navigator.gpu.requestAdapter({ powerPreference: options.powerPreference ?? "high-performance" });
+  if (!adapter) throw new Error("no GPU adapter found: navigator.gpu.requestAdapter() returned null");
+  checkLimits(plan, adapter.limits);
+  const requiredLimits = {};
+  for (const [name, need] of Object.entries(neededLimits(plan))) {
+    // Ask only for what exceeds WebGPU's defaults (checkLimits made sure the adapter has it).
+    if (need > defaultLimit(name)) requiredLimits[name] = need;
+  }
+  const requiredFeatures = adapter.features.has("timestamp-query") ? ["timestamp-query"] : [];
+  let device;
+  try {
+    device = await adapter.requestDevice({ label: "wgslc", requiredLimits, requiredFeatures });
+  } catch (e) {
+    throw new Error(`the GPU refused the device: ${e.message}`);
+  }
+  return { device, adapterInfo: adapter.info ?? null };
+}
+
+function defaultLimit(name) {
+  return {
+    maxBufferSize: 268435456,
+    maxStorageBufferBindingSize: 134217728,
+    maxStorageBuffersPerShaderStage: 8,
+    maxComputeWorkgroupsPerDimension: 65535,
+  }[name];
+}
+
+// Runs `f` inside validation and out-of-memory error scopes; rejects with what they caught.
+async function scoped(device, what, f) {
+  device.pushErrorScope("out-of-memory");
+  device.pushErrorScope("validation");
+  let r;
+  try {
+    r = f();
+  } finally {
+    const v = await device.popErrorScope();
+    const o = await device.popErrorScope();
+    if (v || o) throw new Error(`GPU error: ${what}: ${(v ?? o).message}`);
+  }
+  return r;
+}
+
+// ---- files --------------------------------------------------------------------------------------------------
+
+async function fetchOk(url, fetchFn = globalThis.fetch.bind(globalThis)) {
+  let res;
+  try {
+    res = await fetchFn(url);
+  } catch (e) {
+    throw new Error(`cannot read '${url}': ${e.message}`);
+  }
+  if (!res.ok) throw new Error(`cannot read '${url}': HTTP ${res.status} ${res.statusText}`.trimEnd());
+  return res;
+}
+
+async function fetchText(url) {
+  return (await fetchOk(url)).text();
+}
+
+async function fetchKernel(base, k) {
+  let res;
+  try {
+    res = await fetch(new URL(k.wgsl, base));
+  } catch (e) {
+    throw new Error(`artifact: kernel '${k.name}': cannot read '${k.wgsl}': ${e.message}`);
+  }
+  if (!res.ok) throw new Error(`artifact: kernel '${k.name}': cannot read '${k.wgsl}': HTTP ${res.status}`);
+  return res.text();
+}
+
+// Streams weights.safetensors into the weight buffers, which are mapped at creation: each chunk of the body is
+// copied straight into the mapped ranges it covers, so JavaScript never holds a second whole copy of the weights.
+// Every tensor the plan names is checked against the file's header (dtype, shape, byte length) before any copy.
+async function streamWeights(base, plan, buffers, fetchFn) {
+  const bad = (m) => new Error(`artifact: ${m}`);
+  const url = new URL("weights.safetensors", base);
+  let res;
+  try {
+    res = await fetchOk(url, fetchFn);
+  } catch (e) {
+    throw bad(`cannot open weights.safetensors: ${e.message}`);
+  }
+  const reader = byteReader(res);
+
+  const head = await reader.read(8);
+  if (head.length < 8) throw bad("weights.safetensors: the file is shorter than its header");
+  const headerLen = Number(new DataView(head.buffer, head.byteOffset, 8).getBigUint64(0, true));
+  if (headerLen > 100_000_000) throw bad(`weights.safetensors: a header of ${headerLen} bytes is not plausible`);
+  const headerBytes = await reader.read(headerLen);
+  if (headerBytes.length < headerLen) throw bad("weights.safetensors: the header is truncated");
+  let header;
+  try {
+    header = JSON.parse(new TextDecoder().decode(headerBytes));
+  } catch (e) {
+    throw bad(`weights.safetensors: the header is not JSON: ${e.message}`);
+  }
+
+  const copies = plan.weights.map((w) => {
+    const t = Object.hasOwn(header, w.name) && w.name !== "__metadata__" ? header[w.name] : null;
+    if (!t) throw bad(`weight '${w.name}': tensor not found in weights.safetensors`);
+    const dtype = SAFETENSORS_DTYPE[w.storage];
+    const [begin, end] = t.data_offsets ?? [];
+    const n = w.shape.reduce((a, d) => a * d, 1);
+    if (t.dtype !== dtype || fmt(t.shape ?? []) !== fmt(w.shape)) {
+      throw bad(`weight '${w.name}' is ${t.dtype} ${fmt(t.shape ?? [])} in weights.safetensors, the plan expects ${dtype} ${fmt(w.shape)}`);
+    }
+    if (!(Number.isSafeInteger(begin) && end - begin === 4 * n)) {
+      throw bad(`weights.safetensors: tensor '${w.name}' has data offsets ${fmt([begin, end])} for ${n} elements`);
+    }
+    return { begin, end, target: null, w };
+  });
+  copies.sort((a, b) => a.begin - b.begin);
+  const mapped = new Map();
+  for (const c of copies) {
+    if (!mapped.has(c.w.buffer)) mapped.set(c.w.buffer, new Uint8Array(buffers[c.w.buffer].getMappedRange()));
+    c.target = mapped.get(c.w.buffer);
+  }
+
+  // pos: bytes of the data section consumed so far; next: the first copy not yet complete.
+  let pos = 0;
+  let next = 0;
+  while (next < copies.length) {
+    const chunk = await reader.next();
+    if (!chunk) break;
+    const chunkEnd = pos + chunk.length;
+    for (let i = next; i < copies.length && copies[i].begin < chunkEnd; i++) {
+      const c = copies[i];
+      const from = Math.max(c.begin, pos);
+      const to = Math.min(c.end, chunkEnd);
+      if (from < to) c.target.set(chunk.subarray(from - pos, to - pos), c.w.offset + (from - c.begin));
+    }
+    pos = chunkEnd;
+    while (next < copies.length && copies[next].end <= pos) next++;
+  }
+  reader.cancel();
+  if (next < copies.length) {
+    throw bad(`weights.safetensors: the file ends at ${pos} data bytes, tensor '${copies[next].w.name}' needs ${copies[next].end}`);
+  }
+}
+
+// Reads a response body as a stream: read(n) for the first bytes, then next() chunk by chunk.
+function byteReader(res) {
+  const stream = res.body?.getReader();
+  let whole = stream ? null : res.arrayBuffer().then((b) => new Uint8Array(b));
+  let pending = new Uint8Array(0);
+  let streamDone = false;
+  const pull = async () => {
+    if (whole) {
+      const w = await whole;
+      whole = null;
+      streamDone = true;
+      return w;
+    }
+    if (!stream || streamDone) return null;
+    const { done, value } = await stream.read();
+    if (done) {
+      streamDone = true;
+      return null;
+    }
+    return value;
+  };
+  return {
+    async read(n) {
+      const parts = [pending];
+      let have = pending.length;
+      while (have < n) {
+        const c = await pull();
+        if (!c) break;
+        parts.push(c);
+        have += c.length;
+      }
+      const all = parts.length === 1 ? parts[0] : concat(parts, have);
+      pending = all.subarray(Math.min(n, all.length));
+      return all.subarray(0, Math.min(n, all.length));
+    },
+    async next() {
+      if (pending.length) {
+        const p = pending;
+        pending = new Uint8Array(0);
+        return p;
+      }
+      return pull();
+    },
+    cancel() {
+      if (stream && !streamDone) stream.cancel().catch(() => {});
+    },
+  };
+}
+
+function concat(parts, n) {
+  const out = new Uint8Array(n);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+// ---- tensors ------------------------------------------------------------------------------------------------
+
+function publicSpec(s) {
+  return { name: s.name, dtype: s.dtype, shape: [...s.shape] };
+}
+
+function fmt(xs) {
+  return `[${xs.join(", ")}]`;
+}
+
+const TYPED_NAMES = [
+  [Float32Array, "float32"], [Float64Array, "float64"], [Int8Array, "int8"], [Uint8Array, "uint8"],
+  [Uint8ClampedArray, "uint8"], [Int16Array, "int16"], [Uint16Array, "uint16"], [Int32Array, "int32"],
+  [Uint32Array, "uint32"], [BigInt64Array, "int64"], [BigUint64Array, "uint64"],
+];
+
+function kindOf(data) {
+  if (Array.isArray(data)) return data.every((x) => typeof x === "boolean") ? "bool" : "array";
+  for (const [T, name] of TYPED_NAMES) if (data instanceof T) return name;
+  return typeof data;
+}
+
+// One input's storage bytes: shape (when given) and element count checked, integers range-checked into i32.
+function inputBytes(spec, value) {
+  const err = (reason) => new Error(`input '${spec.name}': ${reason}`);
+  let data = value;
+  if (value && !ArrayBuffer.isView(value) && !Array.isArray(value) && "data" in value) {
+    data = value.data;
+    if (value.shape && fmt(value.shape) !== fmt(spec.shape)) {
+      throw err(`expected shape ${fmt(spec.shape)}, got ${fmt(value.shape)}`);
+    }
+  }
+  const kind = kindOf(data);
+  const n = spec.shape.reduce((a, d) => a * d, 1);
+  if (data == null || (!ArrayBuffer.isView(data) && !Array.isArray(data))) {
+    throw err(`expected a typed array of ${spec.dtype} data, got ${kind}`);
+  }
+  if (data.length !== n) throw err(`expected ${n} elements, got ${data.length}`);
+  const mismatch = () => err(`expected ${spec.dtype} data, got ${kind}`);
+  switch (spec.storage) {
+    case "f32":
+      if (kind === "float32") return data;
+      if (kind === "float64" || kind === "array") return Float32Array.from(data, Number);
+      throw mismatch();
+    case "i32": {
+      if (kind === "int32") return data;
+      if (kind === "float32" || kind === "float64" || kind === "bool") throw mismatch();
+      const out = new Int32Array(n);
+      for (let i = 0; i < n; i++) {
+        const x = data[i];
+        const v = typeof x === "bigint" ? x : Number(x);
+        if (typeof v === "number" && !Number.isInteger(v)) throw err(`value ${x} is not an integer`);
+        if (v < -2147483648 || v > 2147483647) {
+          throw err(`value ${x} does not fit in i32 (int64 inputs are narrowed on the GPU)`);
+        }
+        out[i] = Number(v);
+      }
+      return out;
+    }
+    case "u32": {
+      if (!(kind === "bool" || kind === "uint8" || kind === "array")) throw mismatch();
+      const out = new Uint32Array(n);
+      for (let i = 0; i < n; i++) out[i] = data[i] ? 1 : 0;
+      return out;
+    }
+    default:
+      throw err(`unknown storage type '${spec.storage}'`);
+  }
+}
+
+// One output as the typed array of its declared dtype (int64 as BigInt64Array, bool as Uint8Array of 0/1).
+function outputData(spec, bytes) {
+  const n = spec.shape.reduce((a, d) => a * d, 1);
+  switch (spec.storage) {
+    case "f32": {
+      const f = new Float32Array(bytes, 0, n);
+      return spec.dtype === "float64" ? Float64Array.from(f) : f.slice();
+    }
+    case "i32": {
+      const v = new Int32Array(bytes, 0, n);
+      const T = { int64: BigInt64Array, uint64: BigUint64Array, int8: Int8Array, uint8: Uint8Array, int16: Int16Array, uint16: Uint16Array, uint32: Uint32Array }[spec.dtype];
+      if (T === BigInt64Array || T === BigUint64Array) return T.from(v, (x) => BigInt(x));
+      return T ? T.from(v) : v.slice();
+    }
+    case "u32":
+      return Uint8Array.from(new Uint32Array(bytes, 0, n), (x) => (x ? 1 : 0));
+    default:
+      throw new Error(`output '${spec.name}': unknown storage type '${spec.storage}'`);
+  }
+}
