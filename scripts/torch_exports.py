@@ -2,10 +2,12 @@
 """Exports small PyTorch models with both ONNX exporters, computes onnxruntime references, and (optionally)
 checks wgslc against them.
 
-    python3 scripts/torch_exports.py OUT_DIR [--wgslc PATH]
+    python3 scripts/torch_exports.py OUT_DIR [--wgslc PATH] [--models NAME,...]
 
-For each model (an MLP, a CNN and a GPT-2-style decoder without KV cache) and each exporter (TorchScript at
-opset 17, dynamo at opset 20) it writes OUT_DIR/<model>_<exporter>/ in testdata's case layout: model.onnx,
+For each model (by default an MLP, a CNN, nanoGPT and a GPT-2-style decoder without KV cache; with --models also
+torchvision's squeezenet1_1, mobilenet_v2, shufflenet_v2_x0_5, mnasnet0_5 and resnet18, and a BERT-style encoder,
+all with random weights, since nothing is downloaded) and each exporter (TorchScript at opset 17, dynamo at
+opset 20) it writes OUT_DIR/<model>_<exporter>/ in testdata's case layout: model.onnx,
 input_<i>.npy, output_<i>.npy (onnxruntime's outputs). With --wgslc it also compiles and runs each case with
 that binary and prints a table (max abs error, rtol 1e-4 / atol 1e-5 verdict). Needs torch, transformers, onnx,
 onnxscript and onnxruntime; the GPU machine has them.
@@ -111,21 +113,60 @@ def gpt2():
     return Wrap(m)
 
 
-def models():
-    torch.manual_seed(0)
-    cnn = CNN()
-    # Non-trivial BatchNorm statistics, then inference mode.
+def bert():
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=512, max_position_embeddings=64)
+    m = BertModel(cfg)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    return Wrap(m)
+
+
+def randomize_batchnorm(model):
+    """Non-trivial BatchNorm statistics, so folding them into convolutions is tested."""
     with torch.no_grad():
-        for mod in cnn.modules():
+        for mod in model.modules():
             if isinstance(mod, torch.nn.BatchNorm2d):
                 mod.running_mean.uniform_(-0.5, 0.5)
                 mod.running_var.uniform_(0.5, 2.0)
                 mod.weight.uniform_(0.5, 1.5)
                 mod.bias.uniform_(-0.5, 0.5)
-    yield "mlp", MLP(), (torch.randn(4, 32),)
-    yield "cnn", cnn, (torch.randn(2, 3, 32, 32),)
-    yield "nanogpt", NanoGPT(), (torch.randint(0, 512, (1, 16)),)
-    yield "gpt2", gpt2(), (torch.randint(0, 512, (1, 16)),)
+    return model
+
+
+TORCHVISION = ["squeezenet1_1", "mobilenet_v2", "shufflenet_v2_x0_5", "mnasnet0_5", "resnet18"]
+DEFAULT = ["mlp", "cnn", "nanogpt", "gpt2"]
+
+
+def models(names):
+    torch.manual_seed(0)
+    for name in names:
+        if name == "mlp":
+            yield name, MLP(), (torch.randn(4, 32),)
+        elif name == "cnn":
+            yield name, randomize_batchnorm(CNN()), (torch.randn(2, 3, 32, 32),)
+        elif name == "nanogpt":
+            yield name, NanoGPT(), (torch.randint(0, 512, (1, 16)),)
+        elif name == "gpt2":
+            yield name, gpt2(), (torch.randint(0, 512, (1, 16)),)
+        elif name == "bert":
+            mask = torch.ones(1, 16, dtype=torch.long)
+            mask[0, 12:] = 0
+            yield name, bert(), (torch.randint(0, 1000, (1, 16)), mask)
+        elif name in TORCHVISION:
+            import torchvision
+            model = randomize_batchnorm(getattr(torchvision.models, name)(weights=None))
+            yield name, model, (torch.randn(1, 3, 224, 224),)
+        else:
+            raise SystemExit(f"unknown model '{name}' (known: {', '.join(DEFAULT + ['bert'] + TORCHVISION)})")
 
 
 def export(model, args, path, dynamo):
@@ -141,9 +182,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--wgslc")
+    ap.add_argument("--models", default=",".join(DEFAULT), help="comma-separated model names")
     a = ap.parse_args()
     rows = []
-    for name, model, args in models():
+    for name, model, args in models(a.models.split(",")):
         for exporter, dynamo in [("torchscript17", False), ("dynamo20", True)]:
             d = os.path.join(a.out, f"{name}_{exporter}")
             shutil.rmtree(d, ignore_errors=True)
