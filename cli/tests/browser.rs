@@ -172,6 +172,10 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
                 failures.push(format!("{}: profiled run: {p}", run.id));
                 continue;
             }
+            if let Err(e) = same_input_errors(run, &root.path().join("cases").join(&run.id), r) {
+                failures.push(format!("{}: {e}", run.id));
+                continue;
+            }
         }
         let ms = r["slowest_pipeline_ms"].as_f64().unwrap_or(0.0);
         if ms > slowest.0 {
@@ -188,6 +192,28 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
     let total = runs.len() + malformed.len();
     eprintln!("chromium: {} passed, {} failed", total - failures.len(), failures.len());
     assert!(failures.is_empty(), "{} of {total} runs failed in Chromium:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The page's errors for a wrong shape and a wrong dtype of the first input are the Rust runtime's, word for word.
+fn same_input_errors(run: &Run, dir: &Path, r: &serde_json::Value) -> Result<(), String> {
+    let session = wgslc::runtime::Session::load_with(dir, common::gpu()).map_err(|e| e.to_string())?;
+    let mut wrong_shape = run.case.inputs.clone();
+    wrong_shape[0].shape.push(1);
+    let mut wrong_dtype = run.case.inputs.clone();
+    let n = wrong_dtype[0].data.len();
+    wrong_dtype[0].data = if matches!(wrong_dtype[0].data, TensorData::F32(_)) {
+        TensorData::I32(vec![0; n])
+    } else {
+        TensorData::F32(vec![0.0; n])
+    };
+    for (what, inputs) in [("bad_shape", wrong_shape), ("bad_dtype", wrong_dtype)] {
+        let rust = session.run(&inputs).err().map(|e| e.to_string()).unwrap_or_else(|| "accepted".into());
+        let js = r[what].as_str().unwrap_or("(nothing posted)");
+        if js != rust {
+            return Err(format!("{what}: wgslc.js says '{js}', the Rust runtime '{rust}'"));
+        }
+    }
+    Ok(())
 }
 
 /// Kills the browser when the test ends, also when it panics.

@@ -67,6 +67,12 @@ async function main() {
         return { name: o.name, kind: kind(t.data), shape: t.shape, b64: base64(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)) };
       });
       if (c.profile) {
+        // Bad inputs must be refused as the Rust runtime refuses them (the server compares the messages).
+        const first = session.inputs[0];
+        const wrong = { ...inputs, [first.name]: { data: inputs[first.name].data, shape: [...first.shape, 1] } };
+        r.bad_shape = await session.run(wrong).then(() => "accepted", (e) => e.message);
+        const other = first.dtype === "float32" ? new Int32Array(inputs[first.name].data.length) : new Float32Array(inputs[first.name].data.length);
+        r.bad_dtype = await session.run({ ...inputs, [first.name]: { data: other, shape: first.shape } }).then(() => "accepted", (e) => e.message);
         // The profiled run encodes differently (a pass per dispatch); its outputs must be the same.
         const p = await session.run(inputs, { profile: true });
         const same = session.outputs.every((o) => base64(new Uint8Array(p[o.name].data.buffer)) === base64(new Uint8Array(out[o.name].data.buffer)));
