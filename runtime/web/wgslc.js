@@ -18,7 +18,7 @@ const SAFETENSORS_DTYPE = { f32: "F32", i32: "I32", u32: "U32" };
 export async function loadSession(url, options = {}) {
   const t0 = performance.now();
   const base = new URL(String(url).endsWith("/") ? String(url) : `${url}/`, globalThis.location?.href);
-  const plan = parsePlan(await fetchText(new URL("plan.json", base)));
+  const plan = parsePlan(await (await fetchOk(new URL("plan.json", base))).text());
   const sources = await Promise.all(plan.kernels.map((k) => fetchKernel(base, k)));
 
   let device = options.device;
@@ -496,30 +496,25 @@ async function scoped(device, what, f) {
 
 // ---- files --------------------------------------------------------------------------------------------------
 
-async function fetchOk(url, fetchFn = globalThis.fetch.bind(globalThis)) {
+// Fetches `url`; a network error or an HTTP error status becomes "cannot read 'NAME': reason", NAME being the file
+// as the plan names it (or the URL).
+async function fetchOk(url, name = String(url), fetchFn = globalThis.fetch.bind(globalThis)) {
   let res;
   try {
     res = await fetchFn(url);
   } catch (e) {
-    throw new Error(`cannot read '${url}': ${e.message}`);
+    throw new Error(`cannot read '${name}': ${e.message}`);
   }
-  if (!res.ok) throw new Error(`cannot read '${url}': HTTP ${res.status} ${res.statusText}`.trimEnd());
+  if (!res.ok) throw new Error(`cannot read '${name}': HTTP ${res.status} ${res.statusText}`.trimEnd());
   return res;
 }
 
-async function fetchText(url) {
-  return (await fetchOk(url)).text();
-}
-
 async function fetchKernel(base, k) {
-  let res;
   try {
-    res = await fetch(new URL(k.wgsl, base));
+    return await (await fetchOk(new URL(k.wgsl, base), k.wgsl)).text();
   } catch (e) {
-    throw new Error(`artifact: kernel '${k.name}': cannot read '${k.wgsl}': ${e.message}`);
+    throw new Error(`artifact: kernel '${k.name}': ${e.message}`);
   }
-  if (!res.ok) throw new Error(`artifact: kernel '${k.name}': cannot read '${k.wgsl}': HTTP ${res.status}`);
-  return res.text();
 }
 
 // Streams weights.safetensors into the weight buffers, which are mapped at creation: each chunk of the body is
@@ -530,7 +525,7 @@ async function streamWeights(base, plan, buffers, fetchFn) {
   const url = new URL("weights.safetensors", base);
   let res;
   try {
-    res = await fetchOk(url, fetchFn);
+    res = await fetchOk(url, "weights.safetensors", fetchFn);
   } catch (e) {
     throw bad(`cannot open weights.safetensors: ${e.message}`);
   }
