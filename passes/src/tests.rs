@@ -321,7 +321,7 @@ fn depthwise_folds_into_the_pointwise_conv_while_recomputation_is_cheap() {
         let sched = schedule(&g, &FuseOptions::default()).unwrap();
         assert_eq!(sched.kernels.len(), kernels, "{k}x{k} depthwise into {m} channels");
         if kernels == 1 {
-            let d = sched.kernels[0].depthwise.as_ref().expect("depthwise folded");
+            let d = sched.kernels[0].depthwise().expect("depthwise folded");
             assert_eq!(g.node(d.conv).name, "dw");
         } else {
             let reasons: Vec<&str> = sched.boundaries.iter().map(|b| b.reason.as_str()).collect();
@@ -333,7 +333,7 @@ fn depthwise_folds_into_the_pointwise_conv_while_recomputation_is_cheap() {
     let r = g.node_ids().find(|&n| g.node(n).name == "relu").map(|n| g.node(n).outputs[0]).unwrap();
     g.outputs.push(r);
     let sched = schedule(&g, &FuseOptions::default()).unwrap();
-    assert!(sched.kernels.iter().all(|k| k.depthwise.is_none()));
+    assert!(sched.kernels.iter().all(|k| k.depthwise().is_none()));
 }
 
 /// MobileNetV2's inverted-residual block: x [1, 16, 14, 14] → 1x1 expansion to `e` → ReLU6 → depthwise 3x3 →
@@ -376,14 +376,14 @@ fn inverted_residual_blocks_fuse_while_the_projection_is_narrow() {
     let unfused = FuseOptions { inverted_residual: InvertedResidualMode::Unfused, ..Default::default() };
     let sched = schedule(&g, &unfused).unwrap();
     assert_eq!(sched.kernels.len(), 2);
-    assert!(sched.kernels.iter().all(|k| k.expand.is_none()));
+    assert!(sched.kernels.iter().all(|k| k.expand().is_none()));
     // By default the whole block is one kernel: expansion, depthwise, projection and the residual Add.
     let sched = schedule(&g, &fused).unwrap();
     assert_eq!(sched.kernels.len(), 1);
     let k = &sched.kernels[0];
     assert_eq!(names(&g, k), ["expand", "relu6_e", "dw", "relu6_d", "project", "add"]);
-    assert_eq!(g.node(k.expand.as_ref().unwrap().conv).name, "expand");
-    assert_eq!(g.node(k.depthwise.as_ref().unwrap().conv).name, "dw");
+    assert_eq!(g.node(k.expand().unwrap().conv).name, "expand");
+    assert_eq!(g.node(k.depthwise().unwrap().conv).name, "dw");
     // A projection wider than 64 channels keeps its own product; the expansion still folds into the depthwise Conv.
     let g = inverted_residual(96, 80);
     let sched = schedule(&g, &fused).unwrap();
@@ -396,7 +396,7 @@ fn inverted_residual_blocks_fuse_while_the_projection_is_narrow() {
     let e = g.node_ids().find(|&n| g.node(n).name == "relu6_e").map(|n| g.node(n).outputs[0]).unwrap();
     g.outputs.push(e);
     let sched = schedule(&g, &fused).unwrap();
-    assert!(sched.kernels.iter().all(|k| k.expand.is_none()));
+    assert!(sched.kernels.iter().all(|k| k.expand().is_none()));
 }
 
 #[test]

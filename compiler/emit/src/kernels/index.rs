@@ -1,0 +1,223 @@
+//! Data-dependent indexing: GatherElements, ScatterND/ScatterElements, Pad.
+
+use super::*;
+
+#[derive(Template)]
+#[template(path = "gather_elements.wgsl", escape = "none")]
+pub(super) struct GatherElementsTpl {
+    pub(super) h: Header,
+    pub(super) groups_x: u32,
+    pub(super) numel: usize,
+    pub(super) axis: usize,
+    pub(super) coords: Vec<Coord>,
+    pub(super) terms: Vec<Term>,
+    pub(super) axis_len: usize,
+    pub(super) axis_stride: usize,
+}
+
+pub(super) struct ScatterDim {
+    pub(super) extent: usize,
+    pub(super) stride: usize,
+}
+
+pub(super) struct UpdCoord {
+    pub(super) coord: usize,
+    pub(super) stride: usize,
+    pub(super) extent: usize,
+}
+
+#[derive(Template)]
+#[template(path = "scatter.wgsl", escape = "none")]
+pub(super) struct ScatterTpl {
+    pub(super) h: Header,
+    pub(super) groups_x: u32,
+    pub(super) numel: usize,
+    pub(super) kind: &'static str,
+    pub(super) reduction: &'static str,
+    pub(super) nd: bool,
+    pub(super) combine: String,
+    pub(super) combine_w: String,
+    // ScatterND
+    pub(super) tuples: usize,
+    pub(super) depth: usize,
+    pub(super) slice: usize,
+    pub(super) dims: Vec<ScatterDim>,
+    // ScatterElements
+    pub(super) axis: usize,
+    pub(super) axis_len: usize,
+    pub(super) updates_len: usize,
+    pub(super) out_coords: Vec<Coord>,
+    pub(super) upd_coords: Vec<UpdCoord>,
+}
+
+pub(super) struct PadDim {
+    pub(super) out_stride: usize,
+    pub(super) out_extent: usize,
+    pub(super) begin: i64,
+    pub(super) extent: usize,
+    pub(super) stride: usize,
+}
+
+#[derive(Template)]
+#[template(path = "pad.wgsl", escape = "none")]
+pub(super) struct PadTpl {
+    pub(super) h: Header,
+    pub(super) groups_x: u32,
+    pub(super) numel: usize,
+    pub(super) mode: &'static str,
+    pub(super) dims: Vec<PadDim>,
+    pub(super) value: String,
+}
+
+impl Emitter<'_> {
+    pub(super) fn gather_elements(&self, n: NodeId, axis: usize) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (data, ind, out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let (ds, os) = (g.ty(data).shape.clone(), g.ty(out).shape.clone());
+        let dcs = contiguous_strides(&ds);
+        let ocs = contiguous_strides(&os);
+        let coords = os.iter().zip(&ocs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect();
+        let terms = (0..os.len())
+            .filter(|&d| d != axis && os[d] > 1)
+            .map(|d| Term { coord: d, stride: dcs[d] as i64 })
+            .collect();
+        let numel = g.ty(out).numel();
+        let b = [(data, false, "data"), (ind, false, "indices"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let tpl = GatherElementsTpl {
+            h: self.header(n, "gather_elements.wgsl", &b),
+            groups_x,
+            numel,
+            axis,
+            coords,
+            terms,
+            axis_len: ds[axis],
+            axis_stride: dcs[axis],
+        };
+        self.kernel(n, node.name.clone(), "gather_elements", tpl.render(), &b, wg)
+    }
+
+    pub(super) fn scatter(
+        &self,
+        n: NodeId,
+        axis: Option<usize>,
+        reduction: wgslc_ir::ScatterReduction,
+    ) -> Result<EmittedKernel, EmitError> {
+        use wgslc_ir::ScatterReduction as R;
+        let g = self.g;
+        let node = g.node(n);
+        let (data, ind, upd, out) =
+            (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.inputs[2].unwrap(), node.outputs[0]);
+        let (ds, is, us) = (g.ty(data).shape.clone(), g.ty(ind).shape.clone(), g.ty(upd).shape.clone());
+        let dcs = contiguous_strides(&ds);
+        let combine = |w: &str| match reduction {
+            R::None => w.to_string(),
+            R::Add => format!("v + {w}"),
+            R::Mul => format!("v * {w}"),
+            R::Max => format!("max(v, {w})"),
+            R::Min => format!("min(v, {w})"),
+        };
+        let numel = g.ty(out).numel();
+        let b = [(data, false, "data"), (ind, false, "indices"), (upd, false, "updates"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let reduction_name = match reduction {
+            R::None => "none",
+            R::Add => "add",
+            R::Mul => "mul",
+            R::Max => "max",
+            R::Min => "min",
+        };
+        let tpl = match axis {
+            None => {
+                let depth = *is.last().unwrap();
+                let slice: usize = ds[depth..].iter().product();
+                ScatterTpl {
+                    h: self.header(n, "scatter.wgsl", &b),
+                    groups_x,
+                    numel,
+                    kind: "ScatterND",
+                    reduction: reduction_name,
+                    nd: true,
+                    combine: combine("u"),
+                    combine_w: String::new(),
+                    tuples: is[..is.len() - 1].iter().product(),
+                    depth,
+                    slice,
+                    dims: (0..depth).map(|d| ScatterDim { extent: ds[d], stride: dcs[d] }).collect(),
+                    axis: 0,
+                    axis_len: 0,
+                    updates_len: 0,
+                    out_coords: vec![],
+                    upd_coords: vec![],
+                }
+            }
+            Some(axis) => {
+                let ucs = contiguous_strides(&us);
+                ScatterTpl {
+                    h: self.header(n, "scatter.wgsl", &b),
+                    groups_x,
+                    numel,
+                    kind: "ScatterElements",
+                    reduction: reduction_name,
+                    nd: false,
+                    combine: String::new(),
+                    combine_w: combine("w"),
+                    tuples: 0,
+                    depth: 0,
+                    slice: 0,
+                    dims: vec![],
+                    axis,
+                    axis_len: ds[axis],
+                    updates_len: us.iter().product(),
+                    out_coords: ds.iter().zip(&dcs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect(),
+                    upd_coords: (0..us.len())
+                        .filter(|&d| d != axis)
+                        .map(|d| UpdCoord { coord: d, stride: ucs[d], extent: us[d].max(1) })
+                        .collect(),
+                }
+            }
+        };
+        self.kernel(n, node.name.clone(), "scatter", tpl.render(), &b, wg)
+    }
+
+    pub(super) fn pad(
+        &self,
+        n: NodeId,
+        mode: wgslc_ir::PadMode,
+        pads: &[i64],
+        value: f32,
+    ) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let (xs, os) = (g.ty(x).shape.clone(), g.ty(out).shape.clone());
+        let (xcs, ocs) = (contiguous_strides(&xs), contiguous_strides(&os));
+        let r = xs.len();
+        let dims = (0..r)
+            .map(|d| PadDim {
+                out_stride: ocs[d],
+                out_extent: os[d].max(1),
+                begin: pads[d],
+                extent: xs[d],
+                stride: xcs[d],
+            })
+            .collect();
+        let value = match storage(g, x) {
+            Storage::F32 => f32_lit(value),
+            Storage::I32 => i32_lit(value as i64),
+            Storage::U32 => format!("{}u", (value != 0.0) as u32),
+        };
+        let numel = g.ty(out).numel();
+        let b = [(x, false, "x"), (out, true, "out")];
+        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let mode = match mode {
+            wgslc_ir::PadMode::Constant => "constant",
+            wgslc_ir::PadMode::Reflect => "reflect",
+            wgslc_ir::PadMode::Edge => "edge",
+            wgslc_ir::PadMode::Wrap => "wrap",
+        };
+        let tpl = PadTpl { h: self.header(n, "pad.wgsl", &b), groups_x, numel, mode, dims, value };
+        self.kernel(n, node.name.clone(), "pad", tpl.render(), &b, wg)
+    }
+}

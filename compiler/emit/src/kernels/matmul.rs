@@ -1,0 +1,312 @@
+//! Products: MatMul and Gemm (and convolutions through them) in tiles through workgroup memory, with operand
+//! prologues, a folded RMSNormalization and the epilogue.
+
+use super::*;
+
+/// One of the four rows (or columns) a matmul thread owns: its index and its offset in the 64-wide tile.
+pub(super) struct Lane {
+    pub(super) i: usize,
+    pub(super) off: usize,
+}
+
+pub(super) struct BatchDim {
+    pub(super) div: usize,
+    pub(super) extent: usize,
+    pub(super) a_stride: i64,
+    pub(super) b_stride: i64,
+}
+
+/// A product's geometry, shared by the matmul and attention kernels.
+pub(super) struct MmGeom {
+    /// The MatMul or Gemm node and its output.
+    pub(super) n: NodeId,
+    pub(super) mm_out: ValueId,
+    pub(super) va: wgslc_passes::view::View,
+    pub(super) vb: wgslc_passes::view::View,
+    /// Scalar prologue expressions applied to the loaded `av` / `bv` ("" for none).
+    pub(super) pro: [String; 2],
+    pub(super) m: usize,
+    pub(super) k: usize,
+    pub(super) nn: usize,
+    pub(super) a_sm: i64,
+    pub(super) a_sk: i64,
+    pub(super) b_sk: i64,
+    pub(super) b_sn: i64,
+    pub(super) alpha: f32,
+    pub(super) beta: f32,
+    pub(super) batch: Vec<BatchDim>,
+    pub(super) batches: usize,
+}
+
+#[derive(Template)]
+#[template(path = "matmul.wgsl", escape = "none")]
+pub(super) struct MatmulTpl {
+    pub(super) h: Header,
+    pub(super) helpers: Helpers,
+    pub(super) fu: Fused,
+    pub(super) a_off: i64,
+    pub(super) b_off: i64,
+    pub(super) b_var: String,
+    pub(super) bias_var: String,
+    pub(super) a_pro: String,
+    pub(super) b_pro: String,
+    pub(super) t: Tiling,
+    /// Set when the product is a convolution whose B operand is the input's im2col matrix.
+    pub(super) im2col: Option<Im2col>,
+    /// Set when a second convolution is summed in (`KernelGroup::conv_sum`).
+    pub(super) seg2: Option<Seg2>,
+    /// Set when B is a depthwise convolution's output computed as it is loaded (`KernelGroup::depthwise`).
+    pub(super) dw: Option<DwLoad>,
+    /// Set when the product normalizes its A rows (`KernelGroup::rms_prologue`).
+    pub(super) rms: Option<RmsFold>,
+    /// A's rows (B's columns) are contiguous in memory: tiles are loaded with neighbouring threads on neighbouring
+    /// rows (k), so the reads coalesce.
+    pub(super) a_mmajor: bool,
+    pub(super) b_kmajor: bool,
+    pub(super) batch: Vec<BatchDim>,
+    pub(super) m: usize,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) mn: usize,
+    pub(super) a_sm: usize,
+    pub(super) a_sk: usize,
+    pub(super) b_sk: usize,
+    pub(super) b_sn: usize,
+    pub(super) alpha: String,
+    pub(super) beta: String,
+    pub(super) has_bias: bool,
+    pub(super) bias_sm: usize,
+    pub(super) bias_sn: usize,
+}
+
+/// A product's tiling ([`wgslc_passes::ProductTiling`]) as the matmul template reads it.
+pub(super) struct Tiling {
+    pub(super) tile: usize,
+    pub(super) tg: usize,
+    pub(super) slices: usize,
+    pub(super) kc: usize,
+    pub(super) ks: usize,
+    pub(super) smem_len: usize,
+    /// Tile elements each thread loads per k-step (A and B each), as indices for unrolled loops.
+    pub(super) load_lanes: Vec<usize>,
+    pub(super) lanes: Vec<Lane>,
+}
+
+impl From<wgslc_passes::ProductTiling> for Tiling {
+    fn from(t: wgslc_passes::ProductTiling) -> Tiling {
+        Tiling {
+            tile: t.tile,
+            tg: t.tg,
+            slices: t.slices,
+            kc: t.kc,
+            ks: t.ks,
+            smem_len: t.smem_len(),
+            load_lanes: (0..t.tile * t.ks / (t.tg * t.tg)).collect(),
+            lanes: (0..t.tile / t.tg).map(|i| Lane { i, off: i * t.tg }).collect(),
+        }
+    }
+}
+
+/// An RMSNormalization folded into a product: rows of A are normalized by 1 / sqrt(Σ a² / k + eps).
+pub(super) struct RmsFold {
+    pub(super) k: usize,
+    pub(super) eps: String,
+}
+
+impl Emitter<'_> {
+    /// The product tiling the scheduler chose for `group`.
+    pub(super) fn product_tiling(&self, group: &KernelGroup, n: NodeId) -> Result<Tiling, EmitError> {
+        let t = group.recipe.product.ok_or_else(|| self.err(n, "a product without its tiling (a scheduler bug)"))?;
+        Ok(t.into())
+    }
+
+    /// The geometry of a MatMul or Gemm group's product: operand views (through scalar prologues), sizes,
+    /// strides and batch dimensions.
+    /// The product's geometry, read over the batch coordinates `fine` where the recipe refines them.
+    pub(super) fn mm_geometry(
+        &self,
+        group: &KernelGroup,
+        fine: Option<&[usize]>,
+        helpers: &mut Helpers,
+    ) -> Result<MmGeom, EmitError> {
+        let g = self.g;
+        let n = group.anchor.expect("anchor");
+        let node = g.node(n);
+        let (a, b, mm_out) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
+        let (at, bt) = (g.ty(a).clone(), g.ty(b).clone());
+        // A GQA-style operand reads over finer batch coordinates (see `mm_batch_refinement`).
+        let fine = fine.map(<[usize]>::to_vec);
+        // Operand views: through a scalar prologue node when there is one (its data input is what is loaded).
+        let mut pro = [String::new(), String::new()];
+        let mut views = Vec::new();
+        for (slot, pro_expr) in pro.iter_mut().enumerate() {
+            let view = match group.prologue().find(|&(s, _)| s == slot) {
+                Some((_, p)) => {
+                    let ds = wgslc_passes::scalar_op_data_slot(g, p).expect("scalar prologue");
+                    let pn = g.node(p);
+                    let ot = g.ty(pn.outputs[0]).clone();
+                    *pro_expr = self.scalar_expr(p, if slot == 0 { "av" } else { "bv" }, helpers)?;
+                    match &fine {
+                        // Read over the product's finer batch coordinates, as the operand itself is.
+                        Some(fine) => {
+                            let shape = &ot.shape;
+                            let extents: Vec<usize> = fine.iter().chain(&shape[shape.len() - 2..]).copied().collect();
+                            let strides = wgslc_passes::refined_strides(shape, fine);
+                            let data = pn.inputs[ds].expect("data input");
+                            wgslc_passes::view::compose(g, data, 0, &strides, &extents, &self.sched.folded)
+                        }
+                        None => input_view(g, &self.sched.folded, p, ds),
+                    }
+                }
+                // Normalized in the product: A is the RMSNormalization's input.
+                None if slot == 0 && group.rms_norm().is_some() => {
+                    input_view(g, &self.sched.folded, group.rms_norm().unwrap(), 0)
+                }
+                None => input_view(g, &self.sched.folded, n, slot),
+            };
+            views.push(view);
+        }
+        let (va, vb) = (views[0].clone(), views[1].clone());
+        let (sa, sb) = (&va.strides, &vb.strides);
+        let (m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch_shape, a_batch, b_batch);
+        match node.op {
+            Op::Gemm { alpha: al, beta: be, trans_a, trans_b } => {
+                (m, k) = if trans_a { (at.shape[1], at.shape[0]) } else { (at.shape[0], at.shape[1]) };
+                nn = if trans_b { bt.shape[0] } else { bt.shape[1] };
+                (a_sm, a_sk) = if trans_a { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+                (b_sk, b_sn) = if trans_b { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
+                (alpha, beta) = (al, be);
+                (batch_shape, a_batch, b_batch) = (vec![], vec![], vec![]);
+            }
+            _ => {
+                let (ra, rb) = (at.rank(), bt.rank());
+                (m, k) = if ra == 1 { (1, at.shape[0]) } else { (at.shape[ra - 2], at.shape[ra - 1]) };
+                nn = if rb == 1 { 1 } else { bt.shape[rb - 1] };
+                // Matrix strides are the views' last two (finer batch coordinates may come before them).
+                let (la, lb) = (sa.len(), sb.len());
+                (a_sm, a_sk) = if ra == 1 { (0, sa[0]) } else { (sa[la - 2], sa[la - 1]) };
+                (b_sk, b_sn) = if rb == 1 { (sb[0], 0) } else { (sb[lb - 2], sb[lb - 1]) };
+                (alpha, beta) = (1.0, 0.0);
+                match fine {
+                    Some(fine) => (a_batch, b_batch, batch_shape) = (fine.clone(), fine.clone(), fine),
+                    None => {
+                        a_batch = at.shape[..ra.saturating_sub(2)].to_vec();
+                        b_batch = bt.shape[..rb.saturating_sub(2)].to_vec();
+                        batch_shape = wgslc_ir::broadcast_shapes(&a_batch, &b_batch).expect("inferred");
+                    }
+                }
+            }
+        }
+        // Batch strides come from the views, right-aligned; broadcast dimensions read stride 0.
+        let batch_stride = |shape: &[usize], strides: &[i64], d: usize| -> i64 {
+            let off = batch_shape.len() - shape.len();
+            if d < off || shape[d - off] == 1 {
+                0
+            } else {
+                strides[d - off]
+            }
+        };
+        let cs = contiguous_strides(&batch_shape);
+        let batch: Vec<BatchDim> = (0..batch_shape.len())
+            .filter(|&d| batch_shape[d] > 1)
+            .map(|d| BatchDim {
+                div: cs[d],
+                extent: batch_shape[d],
+                a_stride: batch_stride(&a_batch, sa, d),
+                b_stride: batch_stride(&b_batch, sb, d),
+            })
+            .collect();
+        if [a_sm, a_sk, b_sk, b_sn, va.offset, vb.offset]
+            .iter()
+            .chain(batch.iter().flat_map(|d| [&d.a_stride, &d.b_stride]))
+            .any(|&s| s < 0)
+        {
+            return Err(self.err(n, "operand views with negative strides are not supported"));
+        }
+        let batches: usize = batch_shape.iter().product();
+        Ok(MmGeom { n, mm_out, va, vb, pro, m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch, batches })
+    }
+
+    pub(super) fn matmul(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let mut helpers = Helpers::default();
+        let MmGeom { n, mm_out, va, vb, pro, m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch, batches } =
+            self.mm_geometry(group, group.recipe.batch.as_deref(), &mut helpers)?;
+        let node = g.node(n);
+        if batches > self.limits.max_workgroups_per_dimension as usize {
+            return Err(self.err(n, format!("{batches} batched products exceed the workgroup limit")));
+        }
+        let bias = node.inputs.get(2).copied().flatten().filter(|_| beta != 0.0);
+        let (bias_sm, bias_sn) = match bias {
+            Some(c) => {
+                let s = broadcast_strides(&g.ty(c).shape, &[m, nn]);
+                (s[0] as usize, s[1] as usize)
+            }
+            None => (0, 0),
+        };
+        let out = g.node(group.last()).outputs[0];
+        // One binding per stored tensor: operands, bias and epilogue inputs that are one tensor (Q and Kᵀ read out
+        // of one QKV product) share a binding, since writable bindings may not alias and the output's arena makes
+        // every binding in it writable.
+        let mut reads: Vec<(ValueId, String)> = vec![(va.root, "a".into())];
+        let b_var = bind_once(&mut reads, vb.root, "b");
+        let bias_var = bias.map(|c| bind_once(&mut reads, c, "bias")).unwrap_or_default();
+        // An RMSNormalization folded in: its weights scale B's rows as they are loaded.
+        let mut b_pro = pro[1].clone();
+        let rms = match group.rms_norm() {
+            Some(p) => {
+                let pn = g.node(p);
+                let Op::LayerNorm { epsilon, .. } = pn.op else { unreachable!() };
+                let scale = bind_once(&mut reads, pn.inputs[1].expect("scale"), "rms_scale");
+                b_pro = format!("bv * {scale}[kb]");
+                Some(RmsFold { k, eps: f32_lit(epsilon) })
+            }
+            None => None,
+        };
+        let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
+        let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
+        bindings.push((out, true, "out"));
+        let t = self.product_tiling(group, n)?;
+        let gx = nn.div_ceil(t.tile);
+        let gy = m.div_ceil(t.tile);
+        let max = self.limits.max_workgroups_per_dimension as usize;
+        if gx > max || gy > max {
+            return Err(self.err(n, format!("a {m}x{nn} product needs more than {max} workgroups per dimension")));
+        }
+        let h = self.group_header(group, "matmul.wgsl", &bindings);
+        let tpl = MatmulTpl {
+            h,
+            helpers,
+            fu,
+            a_off: va.offset,
+            b_off: vb.offset,
+            b_var,
+            bias_var,
+            a_pro: pro[0].clone(),
+            b_pro,
+            t,
+            im2col: None,
+            seg2: None,
+            dw: None,
+            a_mmajor: a_sm == 1 && a_sk != 1 && m > 1 && rms.is_none(),
+            b_kmajor: b_sk == 1 && b_sn != 1 && k > 1,
+            rms,
+            batch,
+            m,
+            n: nn,
+            k,
+            mn: m * nn,
+            a_sm: a_sm as usize,
+            a_sk: a_sk as usize,
+            b_sk: b_sk as usize,
+            b_sn: b_sn as usize,
+            alpha: f32_lit(alpha),
+            beta: f32_lit(beta),
+            has_bias: bias.is_some(),
+            bias_sm,
+            bias_sn,
+        };
+        let name = self.group_name(group);
+        self.kernel(n, name, "matmul", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])
+    }
+}

@@ -1,0 +1,442 @@
+//! From scheduled kernel groups to WGSL source: each kernel kind builds a resolved view struct (every extent,
+//! stride and literal decided here) and renders its askama template from `templates/`.
+
+use crate::{EmitError, Limits};
+use askama::Template;
+use wgslc_ir::{
+    broadcast_strides, contiguous_strides, BinaryOp, Graph, NodeId, Op, PoolKind, ReduceOp, TensorType, UnaryOp,
+    ValueId,
+};
+use wgslc_passes::{
+    binding_access, input_view, storage_of, Fold, FoldedConv, KernelGroup, MemoryPlan, Schedule, Storage,
+};
+
+mod attention;
+mod conv;
+mod elementwise;
+mod expr;
+mod index;
+mod matmul;
+mod reduce;
+
+use conv::*;
+use matmul::*;
+
+/// One kernel ready to be validated and written: its source and what it binds.
+#[derive(Clone, Debug)]
+pub struct EmittedKernel {
+    /// The source node's name (with a part suffix for multi-dispatch ops such as Concat).
+    pub name: String,
+    /// A short file-name stem: the op kind.
+    pub kind: &'static str,
+    /// The source nodes.
+    pub nodes: Vec<NodeId>,
+    pub wgsl: String,
+    /// Bindings in binding-number order: the value bound and whether the kernel writes it.
+    pub bindings: Vec<(ValueId, bool)>,
+    pub workgroups: [u32; 3],
+}
+
+struct BindingDecl {
+    binding: usize,
+    access: &'static str,
+    var: String,
+    ty: &'static str,
+}
+
+struct Header {
+    name: String,
+    comment: String,
+    template: &'static str,
+    bindings: Vec<BindingDecl>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Helpers {
+    log1p: bool,
+    erf: bool,
+    pow: bool,
+    tanh: bool,
+}
+
+struct Coord {
+    stride: usize,
+    extent: usize,
+}
+
+struct Term {
+    coord: usize,
+    stride: i64,
+}
+
+/// An index expression: `offset + Σ c{coord} * stride`.
+struct Index {
+    offset: String,
+    terms: Vec<Term>,
+}
+
+struct Stmt {
+    name: String,
+    expr: String,
+}
+
+/// A coordinate of the fused function: `name = (i / stride) % extent`.
+struct NamedCoord {
+    name: String,
+    stride: usize,
+    extent: usize,
+}
+
+/// `coord * stride` (or `(coord % modulo) * stride`) in a fused load.
+struct NamedTerm {
+    coord: String,
+    stride: i64,
+    modulo: usize,
+}
+
+struct FusedLoad {
+    name: String,
+    var: String,
+    offset: String,
+    terms: Vec<NamedTerm>,
+}
+
+/// The generated `fused(acc, i)` function: loads, statements and the result of a group's elementwise nodes.
+#[derive(Default)]
+struct Fused {
+    defined: bool,
+    ty: &'static str,
+    coords: Vec<NamedCoord>,
+    loads: Vec<FusedLoad>,
+    stmts: Vec<Stmt>,
+    result: String,
+    /// Where result element `o` is stored when the group writes through a permuting copy (`store_copy`):
+    /// `Σ ((o / stride) % extent) · out_stride`; empty for a plain store at `o`.
+    store: Vec<StoreTerm>,
+}
+
+struct StoreTerm {
+    stride: usize,
+    extent: usize,
+    out_stride: usize,
+}
+
+impl Fused {
+    /// The output index of result element `o` (a WGSL u32 expression).
+    fn at(&self, o: &str) -> String {
+        if self.store.is_empty() {
+            o.to_string()
+        } else {
+            format!("store_at({o})")
+        }
+    }
+
+    /// The statement that stores value `v` as result element `o`: through the fused body when there is one.
+    fn store(&self, o: &str, v: &str) -> String {
+        let value = if self.defined { format!("fused({v}, {o})") } else { v.to_string() };
+        format!("out[{}] = {value};", self.at(o))
+    }
+}
+
+/// The module-scope variable whose bits give the non-finite f32 values at run time: `.x` +∞, `.y` −∞, `.z` NaN.
+/// WGSL has no literal for them, and `bitcast<f32>(0xff800000u)` is a const-expression, which Tint (Chrome, Edge)
+/// evaluates at shader creation and refuses ("value -inf cannot be represented as 'f32'") while naga accepts it.
+/// A load from a private variable is not a const-expression, so the bitcast happens at run time everywhere.
+/// [`with_non_finite`] declares the variable in every module that names it.
+pub(crate) const NON_FINITE: &str = "non_finite_bits";
+
+const NON_FINITE_DECL: &str = "\n// The bits of +inf, -inf and NaN, read at run time: WGSL has no literal for them, and a bitcast of a constant\n// is a const-expression, which Tint refuses to evaluate to a non-finite value.\nvar<private> non_finite_bits: vec3<u32> = vec3<u32>(0x7f800000u, 0xff800000u, 0x7fc00000u);\n";
+
+/// `src` with the declaration of [`NON_FINITE`] appended when the module names it.
+fn with_non_finite(mut src: String) -> String {
+    if src.contains(NON_FINITE) {
+        src.push_str(NON_FINITE_DECL);
+    }
+    src
+}
+
+/// A WGSL f32 expression for any value. Finite values are literals that denote exactly the value: Rust's shortest
+/// round-trip form of an f32 (`3.4028235e38` for `f32::MAX`) can lie outside f32's range as a decimal, which the
+/// WGSL spec makes a shader-creation error (Tint enforces it), so such values are written in full (as f64).
+/// Non-finite values are read through [`NON_FINITE`].
+pub(crate) fn f32_lit(x: f32) -> String {
+    if x.is_nan() {
+        format!("bitcast<f32>({NON_FINITE}.z)")
+    } else if x == f32::INFINITY {
+        format!("bitcast<f32>({NON_FINITE}.x)")
+    } else if x == f32::NEG_INFINITY {
+        format!("bitcast<f32>({NON_FINITE}.y)")
+    } else {
+        let short = format!("{x:?}");
+        let s = if short.parse::<f64>().is_ok_and(|d| d.abs() <= f32::MAX as f64) {
+            short
+        } else {
+            format!("{:?}", x as f64)
+        };
+        if s.contains(['.', 'e', 'E']) {
+            format!("{s}f")
+        } else {
+            format!("{s}.0f")
+        }
+    }
+}
+
+fn i32_lit(x: i64) -> String {
+    let x = x.clamp(i32::MIN as i64, i32::MAX as i64);
+    if x == i32::MIN as i64 {
+        "(-2147483647i - 1i)".into()
+    } else {
+        format!("{x}i")
+    }
+}
+
+/// The WGSL variable bound to stored tensor `v`: the one already in `reads`, or `name`, added. One binding per
+/// tensor, since writable bindings may not alias (and the output's arena makes every binding in it writable).
+fn bind_once(reads: &mut Vec<(ValueId, String)>, v: ValueId, name: &str) -> String {
+    if let Some((_, var)) = reads.iter().find(|(r, _)| *r == v) {
+        return var.clone();
+    }
+    reads.push((v, name.to_string()));
+    name.to_string()
+}
+
+pub(crate) struct Emitter<'g> {
+    pub g: &'g Graph,
+    pub limits: &'g Limits,
+    pub sched: &'g Schedule,
+    pub plan: &'g MemoryPlan,
+}
+
+fn storage(g: &Graph, v: ValueId) -> Storage {
+    storage_of(g.ty(v).dtype).expect("legalized graph")
+}
+
+impl Emitter<'_> {
+    fn err(&self, n: NodeId, reason: impl Into<String>) -> EmitError {
+        let node = self.g.node(n);
+        EmitError::Node { node: node.name.clone(), op: node.op.name().into(), reason: reason.into() }
+    }
+
+    /// Workgroup counts for `groups` workgroups, folded into y past the per-dimension limit; also returns the x
+    /// count the shader uses to linearize.
+    fn grid(&self, n: NodeId, groups: usize) -> Result<([u32; 3], u32), EmitError> {
+        let max = self.limits.max_workgroups_per_dimension as usize;
+        if groups <= max {
+            return Ok(([groups as u32, 1, 1], groups.max(1) as u32));
+        }
+        let y = groups.div_ceil(max);
+        if y > max {
+            return Err(self.err(n, format!("needs {groups} workgroups, more than {max}x{max}")));
+        }
+        Ok(([max as u32, y as u32, 1], max as u32))
+    }
+
+    fn header(&self, n: NodeId, template: &'static str, bindings: &[(ValueId, bool, &str)]) -> Header {
+        let node = self.g.node(n);
+        let ins: Vec<String> = node.inputs.iter().flatten().map(|&v| self.g.ty(v).to_string()).collect();
+        let pairs: Vec<(ValueId, bool)> = bindings.iter().map(|&(v, w, _)| (v, w)).collect();
+        let access = binding_access(self.plan, &pairs);
+        Header {
+            name: node.name.clone(),
+            comment: format!("{}({}) -> {}", node.op.name(), ins.join(", "), self.g.ty(node.outputs[0])),
+            template,
+            bindings: bindings
+                .iter()
+                .enumerate()
+                .map(|(i, &(v, _, var))| BindingDecl {
+                    binding: i,
+                    access: if access[i] { "read_write" } else { "read" },
+                    var: var.to_string(),
+                    ty: storage(self.g, v).wgsl(),
+                })
+                .collect(),
+        }
+    }
+
+    fn kernel(
+        &self,
+        n: NodeId,
+        name: String,
+        kind: &'static str,
+        wgsl: Result<String, askama::Error>,
+        bindings: &[(ValueId, bool, &str)],
+        workgroups: [u32; 3],
+    ) -> Result<EmittedKernel, EmitError> {
+        Ok(EmittedKernel {
+            name,
+            kind,
+            nodes: vec![n],
+            wgsl: with_non_finite(wgsl.map_err(|e| self.err(n, format!("template error: {e}")))?),
+            bindings: bindings.iter().map(|&(v, w, _)| (v, w)).collect(),
+            workgroups,
+        })
+    }
+
+    /// Emits the kernels of one group: a fused elementwise kernel, an anchor with its epilogue, or an anchor alone.
+    pub fn emit_group(&self, group: &KernelGroup) -> Result<Vec<EmittedKernel>, EmitError> {
+        let last = group.last();
+        if self.g.node(last).outputs.iter().all(|&o| self.g.ty(o).numel() == 0) {
+            return Ok(vec![]);
+        }
+        let mut ks = match group.anchor {
+            _ if group.attention().is_some() => vec![self.attention(group)?],
+            None => vec![self.elementwise_group(group)?],
+            Some(a) => match &self.g.node(a).op {
+                Op::MatMul | Op::Gemm { .. } => vec![self.matmul(group)?],
+                Op::Conv { .. } => vec![self.conv(group)?],
+                Op::Softmax { axis, legacy, log } => vec![self.softmax(group, *axis as usize, *legacy, *log)?],
+                Op::Gather { axis } => vec![self.gather(group, *axis as usize)?],
+                _ if group.elementwise.is_empty() => self.emit_node(a)?,
+                op => return Err(self.err(a, format!("{} takes no epilogue", op.name()))),
+            },
+        };
+        for k in &mut ks {
+            k.nodes = group.nodes();
+        }
+        Ok(ks)
+    }
+
+    /// Emits the kernels of one node (Concat gives one per input; everything else one).
+    pub fn emit_node(&self, n: NodeId) -> Result<Vec<EmittedKernel>, EmitError> {
+        let node = self.g.node(n);
+        let out = node.outputs[0];
+        if self.g.ty(out).numel() == 0 {
+            return Ok(vec![]);
+        }
+        match &node.op {
+            Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Where
+            | Op::Cast(_)
+            | Op::StridedCopy { .. }
+            | Op::TileCopy
+            | Op::Trilu { .. }
+            | Op::RotateHalf => Ok(vec![self.elementwise_group(&KernelGroup::single(n, true))?]),
+            Op::Concat { axis } => self.concat(n, *axis as usize),
+            Op::Gather { axis } => Ok(vec![self.gather(&KernelGroup::single(n, false), *axis as usize)?]),
+            Op::MatMul | Op::Gemm { .. } => Ok(vec![self.matmul(&KernelGroup::single(n, false))?]),
+            Op::Reduce { op, axes, .. } => {
+                let axes: Vec<usize> = axes.as_ref().expect("resolved").iter().map(|&a| a as usize).collect();
+                Ok(vec![self.reduce(n, *op, &axes)?])
+            }
+            Op::GlobalPool(kind) => {
+                let r = self.g.ty(node.inputs[0].unwrap()).rank();
+                let op = if *kind == PoolKind::Max { ReduceOp::Max } else { ReduceOp::Mean };
+                Ok(vec![self.reduce(n, op, &(2..r).collect::<Vec<_>>())?])
+            }
+            Op::Softmax { axis, legacy, log } => {
+                Ok(vec![self.softmax(&KernelGroup::single(n, false), *axis as usize, *legacy, *log)?])
+            }
+            Op::LayerNorm { axis, epsilon, rms } => Ok(vec![self.layernorm(n, *axis as usize, *epsilon, *rms)?]),
+            Op::ArgReduce { max, axis, select_last, .. } => {
+                Ok(vec![self.argreduce(n, *max, *axis as usize, *select_last)?])
+            }
+            Op::GatherElements { axis } => Ok(vec![self.gather_elements(n, *axis as usize)?]),
+            Op::CumSum { axis, exclusive, reverse, prod } => {
+                Ok(vec![self.cumsum(n, axis.expect("resolved") as usize, *exclusive, *reverse, *prod)?])
+            }
+            Op::TopK { axis, largest, k } => Ok(vec![self.topk(n, *axis as usize, *largest, k.expect("resolved"))?]),
+            Op::Scatter { axis, reduction } => Ok(vec![self.scatter(n, axis.map(|a| a as usize), *reduction)?]),
+            Op::Pad { mode, pads, value } => Ok(vec![self.pad(n, *mode, pads.as_ref().expect("resolved"), *value)?]),
+            Op::Conv { .. } => Ok(vec![self.conv(&KernelGroup::single(n, false))?]),
+            Op::Pool { .. } => Ok(vec![self.pool(n)?]),
+            // Rewritten before emission: BatchNormalization by lowering, Alias nodes are views, import-level ops
+            // by shape inference. Groups never hold them; `verify` checks it.
+            op @ (Op::Alias | Op::BatchNorm { .. } | wgslc_ir::import_level!()) => {
+                Err(self.err(n, format!("no kernel for {} (a pass should have rewritten it)", op.name())))
+            }
+        }
+    }
+
+    /// Where the group stores its result's elements: through its `store_copy`'s permutation, or in place.
+    fn store_terms(&self, group: &KernelGroup) -> Result<Vec<StoreTerm>, EmitError> {
+        Ok(match &group.recipe.store {
+            Some(terms) => {
+                terms.iter().map(|&(stride, extent, out_stride)| StoreTerm { stride, extent, out_stride }).collect()
+            }
+            None => vec![],
+        })
+    }
+
+    /// A header whose comment describes the whole group.
+    fn group_header(&self, group: &KernelGroup, template: &'static str, bindings: &[(ValueId, bool, &str)]) -> Header {
+        let mut h = self.header(group.last(), template, bindings);
+        h.name = self.group_name(group);
+        h.comment = self.group_comment(group);
+        h
+    }
+
+    /// The kernel's name: its nodes' names joined by "+".
+    fn group_name(&self, group: &KernelGroup) -> String {
+        group.nodes().iter().map(|&n| self.g.node(n).name.as_str()).collect::<Vec<_>>().join("+")
+    }
+
+    /// "Op(types) -> type" for one node, or the fused ops joined by " + ".
+    fn group_comment(&self, group: &KernelGroup) -> String {
+        let nodes = group.nodes();
+        if nodes.len() == 1 {
+            return self.header(nodes[0], "", &[]).comment;
+        }
+        let ops: Vec<&str> = nodes.iter().map(|&n| self.g.node(n).op.name()).collect();
+        format!("fused {} -> {}", ops.join(" + "), self.g.ty(self.g.node(group.last()).outputs[0]))
+    }
+}
+
+/// Wraps an i32 expression to the width of a narrower integer dtype, so arithmetic on uint8, int8, uint16 and
+/// int16 values wraps as it would in that type (i32 arithmetic wraps at 32 bits by itself).
+fn narrow(e: String, d: wgslc_ir::DType) -> String {
+    use wgslc_ir::DType;
+    match d {
+        DType::U8 => format!("({e} & 255i)"),
+        DType::U16 => format!("({e} & 65535i)"),
+        DType::I8 => format!("(({e} << 24u) >> 24u)"),
+        DType::I16 => format!("(({e} << 16u) >> 16u)"),
+        _ => e,
+    }
+}
+
+fn bit_width(d: wgslc_ir::DType) -> u32 {
+    use wgslc_ir::DType;
+    match d {
+        DType::U8 | DType::I8 => 8,
+        DType::U16 | DType::I16 => 16,
+        DType::U64 | DType::I64 => 64,
+        _ => 32,
+    }
+}
+
+fn is_signed(d: wgslc_ir::DType) -> bool {
+    use wgslc_ir::DType;
+    matches!(d, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every finite literal denotes a decimal inside f32's range (a WGSL rule naga does not enforce and Tint does)
+    /// that converts back to the value; non-finite values are loads, declared once, that naga accepts.
+    #[test]
+    fn f32_literals_are_exact_and_in_range() {
+        let values = [0.0, -0.0, 1.0, 0.1, -2.5e-3, 16777216.0, 1.0e38, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45];
+        for x in values {
+            let s = f32_lit(x);
+            let d: f64 = s.trim_end_matches('f').parse().unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert!(d.abs() <= f32::MAX as f64, "{s} lies outside f32's range");
+            assert_eq!((d as f32).to_bits(), x.to_bits(), "{s} does not denote {x:?}");
+        }
+        assert_eq!(f32_lit(f32::MIN), "-3.4028234663852886e38f");
+        let body: Vec<String> = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN].iter().map(|&x| f32_lit(x)).collect();
+        assert!(body.iter().all(|e| e.contains(NON_FINITE)), "{body:?}");
+        let src = with_non_finite(format!(
+            "@group(0) @binding(0) var<storage, read_write> o: array<f32>;\n@compute @workgroup_size(1)\nfn main() {{\n    o[0] = {};\n    o[1] = {};\n    o[2] = {};\n}}\n",
+            body[0], body[1], body[2]
+        ));
+        assert_eq!(src.matches("var<private> non_finite_bits").count(), 1);
+        let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty())
+            .validate(&module)
+            .expect("valid");
+        assert_eq!(with_non_finite("fn f() {}".into()), "fn f() {}", "declared only where named");
+    }
+}

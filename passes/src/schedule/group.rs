@@ -1,0 +1,291 @@
+//! What a kernel is, as data: an optional anchor, the folds that bring other nodes into the anchor's loops, the
+//! elementwise epilogue, and the recipe (the decisions the emitter only reads).
+
+use super::recipe::Recipe;
+use std::collections::HashSet;
+use wgslc_ir::NodeId;
+
+/// Nodes emitted as one WGSL module and dispatched together.
+///
+/// A kernel is its anchor's kernel (or, without an anchor, an elementwise loop) with `folds` computed inside it
+/// and `elementwise` applied to each result before it is stored. Which folds may stand together, and over which
+/// anchors, is checked in one place: [`super::verify_schedule`] (through [`Fold::allowed_over`] and
+/// [`Fold::combines_with`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelGroup {
+    /// The node with its own kernel shape, or `None` for a purely elementwise group.
+    pub anchor: Option<NodeId>,
+    /// Other nodes the kernel computes in the anchor's loops, in [`Fold::rank`] order (each kind at most once,
+    /// except operand prologues, one per slot).
+    pub folds: Vec<Fold>,
+    /// Elementwise nodes applied after the anchor (its epilogue) or forming the whole kernel, in data order.
+    pub elementwise: Vec<NodeId>,
+    /// How the emitter lays out the work: filled in by [`super::schedule`] once the groups are final.
+    pub recipe: Recipe,
+}
+
+/// A node (or chain of nodes) computed inside another node's kernel instead of a kernel of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fold {
+    /// A pointwise node with only scalar-constant operands applied to MatMul operand `slot` as it is loaded.
+    Operand { slot: usize, node: NodeId },
+    /// A pointwise (1x1) ungrouped Conv (with its scalar epilogue, e.g. ReLU6) whose output only this group's
+    /// depthwise Conv reads (the anchor, or the [`Fold::Depthwise`] folded into a projection): each workgroup
+    /// computes the expanded channels over its output tile's input window into workgroup memory, so the
+    /// expansion's output never reaches memory (MobileNet's expansion → depthwise, and with a depthwise fold the
+    /// whole inverted-residual block). Tiled by [`super::expand_tile`].
+    Expand(FoldedConv),
+    /// A depthwise convolution (with its scalar epilogue) whose output only this pointwise (1x1) Conv reads: the
+    /// product computes each element of its B operand from the depthwise input's window as it loads it, so the
+    /// depthwise output never reaches memory (MobileNet's depthwise → projection).
+    Depthwise(FoldedConv),
+    /// An RMSNormalization over the last axis whose output only this MatMul reads as its A operand: the product
+    /// normalizes instead (B's rows scaled by the norm's weights as loaded, each row's sum of squares gathered from
+    /// the A tiles, the result divided by the row's RMS before the epilogue).
+    RmsNorm(NodeId),
+    /// A second convolution summed into the anchor's (a ResNet shortcut projection): `add` is the first epilogue
+    /// node and adds `conv`'s output to the anchor's. Both are ungrouped with the same output shape, so the kernel
+    /// computes them as one product over their concatenated K and `add` costs nothing.
+    ConvSum { conv: NodeId, add: NodeId },
+    /// Attention: the anchor is the score product Q·Kᵀ (with its prologue and epilogue: scale, mask), and the
+    /// softmax over its last axis and the product with V run in the same kernel with an online softmax.
+    Attention(AttentionTail),
+    /// A permuting StridedCopy (a Transpose) that is the result's only reader: the kernel stores each element
+    /// straight at its place in the copy's output (`Recipe::store`), and the result is never written as is.
+    StoreCopy(NodeId),
+}
+
+/// A convolution folded into its reader's kernel ([`Fold::Depthwise`], [`Fold::Expand`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoldedConv {
+    pub conv: NodeId,
+    /// Pointwise nodes after it whose other operands are scalar constants (`scalar_op_data_slot`), in data order.
+    pub then: Vec<NodeId>,
+}
+
+/// The rest of an attention kernel after its score product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionTail {
+    pub softmax: NodeId,
+    /// `Where(IsNaN(p), 0, p)` after the softmax (PyTorch's SDPA export: a fully masked row gives zeros, not NaN),
+    /// as (IsNaN, Where); the kernel writes zeros for rows whose scores are all -inf.
+    pub nan_to_zero: Option<(NodeId, NodeId)>,
+    /// The MatMul of the probabilities with V; the kernel writes its output.
+    pub pv: NodeId,
+}
+
+/// The kinds of [`Fold`], for the combination rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FoldKind {
+    Operand,
+    Expand,
+    Depthwise,
+    RmsNorm,
+    ConvSum,
+    Attention,
+    StoreCopy,
+}
+
+/// The anchors a fold can sit in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnchorKind {
+    /// No anchor: an elementwise loop.
+    Elementwise,
+    MatMul,
+    Gemm,
+    /// An ungrouped Conv with a 1x1 window, unit strides, no padding.
+    PointwiseConv,
+    /// Any other ungrouped Conv.
+    Conv,
+    /// A depthwise Conv (one input channel per group).
+    DepthwiseConv,
+    Other,
+}
+
+impl Fold {
+    pub fn kind(&self) -> FoldKind {
+        match self {
+            Fold::Operand { .. } => FoldKind::Operand,
+            Fold::Expand(_) => FoldKind::Expand,
+            Fold::Depthwise(_) => FoldKind::Depthwise,
+            Fold::RmsNorm(_) => FoldKind::RmsNorm,
+            Fold::ConvSum { .. } => FoldKind::ConvSum,
+            Fold::Attention(_) => FoldKind::Attention,
+            Fold::StoreCopy(_) => FoldKind::StoreCopy,
+        }
+    }
+
+    /// Where the fold's nodes stand among the group's: before the anchor (ranks below [`FoldKind::ConvSum`]),
+    /// between the anchor and the epilogue (`ConvSum`), or after the epilogue.
+    pub fn rank(&self) -> FoldKind {
+        self.kind()
+    }
+
+    /// The fold's nodes, in data order.
+    pub fn nodes(&self) -> Vec<NodeId> {
+        let folded = |f: &FoldedConv| std::iter::once(f.conv).chain(f.then.iter().copied()).collect();
+        match self {
+            Fold::Operand { node, .. } | Fold::RmsNorm(node) | Fold::StoreCopy(node) => vec![*node],
+            Fold::Expand(f) | Fold::Depthwise(f) => folded(f),
+            Fold::ConvSum { conv, .. } => vec![*conv],
+            Fold::Attention(t) => {
+                let nz = t.nan_to_zero.map(|(i, w)| vec![i, w]).unwrap_or_default();
+                std::iter::once(t.softmax).chain(nz).chain([t.pv]).collect()
+            }
+        }
+    }
+
+    /// Nodes applied to a value as it is loaded or computed inside another member's loop, whose scalar-constant
+    /// operands are literals in the kernel rather than bindings.
+    pub fn inlined(&self) -> Vec<NodeId> {
+        match self {
+            Fold::Operand { node, .. } => vec![*node],
+            Fold::Expand(f) | Fold::Depthwise(f) => f.then.clone(),
+            _ => vec![],
+        }
+    }
+
+    /// The anchors this fold can sit in.
+    pub fn allowed_over(&self, anchor: AnchorKind) -> bool {
+        use AnchorKind as A;
+        match self.kind() {
+            FoldKind::Operand | FoldKind::RmsNorm | FoldKind::Attention => anchor == A::MatMul,
+            FoldKind::Expand => matches!(anchor, A::DepthwiseConv | A::PointwiseConv),
+            FoldKind::Depthwise => anchor == A::PointwiseConv,
+            FoldKind::ConvSum => matches!(anchor, A::PointwiseConv | A::Conv),
+            FoldKind::StoreCopy => {
+                matches!(anchor, A::Elementwise | A::MatMul | A::Gemm | A::PointwiseConv | A::Conv)
+            }
+        }
+    }
+
+    /// Whether a kernel can hold folds of both kinds (symmetric; a kind with itself means a second fold of it).
+    pub fn combines_with(a: FoldKind, b: FoldKind) -> bool {
+        use FoldKind as K;
+        let (a, b) = if a <= b { (a, b) } else { (b, a) };
+        match (a, b) {
+            // One per slot is checked separately.
+            (K::Operand, K::Operand) => true,
+            (K::Operand, K::Attention | K::StoreCopy) => true,
+            (K::Operand, _) => false,
+            // A whole inverted-residual block: expansion → depthwise → projection.
+            (K::Expand, K::Depthwise | K::StoreCopy) => true,
+            (K::Depthwise, K::StoreCopy) => true,
+            (K::RmsNorm, K::StoreCopy) => true,
+            (K::ConvSum, K::StoreCopy) => true,
+            (K::Attention, K::StoreCopy) => true,
+            _ => false,
+        }
+    }
+}
+
+impl KernelGroup {
+    /// A group of one node's kernel.
+    pub fn single(n: NodeId, pointwise: bool) -> KernelGroup {
+        let (anchor, elementwise) = if pointwise { (None, vec![n]) } else { (Some(n), vec![]) };
+        KernelGroup { anchor, folds: vec![], elementwise, recipe: Recipe::default() }
+    }
+
+    /// Adds a fold in its [`Fold::rank`] order (after folds of the same rank).
+    pub fn fold(&mut self, f: Fold) {
+        let at = self.folds.iter().position(|g| g.rank() > f.rank()).unwrap_or(self.folds.len());
+        self.folds.insert(at, f);
+    }
+
+    /// This group with one more fold.
+    pub fn with(&self, f: Fold) -> KernelGroup {
+        let mut k = self.clone();
+        k.fold(f);
+        k
+    }
+
+    /// Whether a fold of `kind` is in the group.
+    pub fn has(&self, kind: FoldKind) -> bool {
+        self.folds.iter().any(|f| f.kind() == kind)
+    }
+
+    /// Every node of the group in data order: folds before the anchor, the anchor, a summed convolution, the
+    /// epilogue, then the folds after it.
+    pub fn nodes(&self) -> Vec<NodeId> {
+        let (before, after): (Vec<&Fold>, Vec<&Fold>) = self.folds.iter().partition(|f| f.rank() < FoldKind::ConvSum);
+        let (sum, tail): (Vec<&Fold>, Vec<&Fold>) = after.into_iter().partition(|f| f.rank() == FoldKind::ConvSum);
+        before
+            .iter()
+            .flat_map(|f| f.nodes())
+            .chain(self.anchor)
+            .chain(sum.iter().flat_map(|f| f.nodes()))
+            .chain(self.elementwise.iter().copied())
+            .chain(tail.iter().flat_map(|f| f.nodes()))
+            .collect()
+    }
+
+    /// Members applied to a value as it is loaded or computed inside another member's loop, whose scalar-constant
+    /// operands are literals in the kernel rather than bindings.
+    pub fn inlined(&self) -> HashSet<NodeId> {
+        self.folds.iter().flat_map(Fold::inlined).collect()
+    }
+
+    /// The operand prologues: `(slot, node)`.
+    pub fn prologue(&self) -> impl Iterator<Item = (usize, NodeId)> + '_ {
+        self.folds.iter().filter_map(|f| match f {
+            Fold::Operand { slot, node } => Some((*slot, *node)),
+            _ => None,
+        })
+    }
+
+    pub fn rms_norm(&self) -> Option<NodeId> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::RmsNorm(n) => Some(*n),
+            _ => None,
+        })
+    }
+
+    pub fn depthwise(&self) -> Option<&FoldedConv> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::Depthwise(d) => Some(d),
+            _ => None,
+        })
+    }
+
+    pub fn expand(&self) -> Option<&FoldedConv> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::Expand(d) => Some(d),
+            _ => None,
+        })
+    }
+
+    /// The summed convolution: `(conv, add)`.
+    pub fn conv_sum(&self) -> Option<(NodeId, NodeId)> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::ConvSum { conv, add } => Some((*conv, *add)),
+            _ => None,
+        })
+    }
+
+    pub fn attention(&self) -> Option<AttentionTail> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::Attention(t) => Some(*t),
+            _ => None,
+        })
+    }
+
+    pub fn store_copy(&self) -> Option<NodeId> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::StoreCopy(t) => Some(*t),
+            _ => None,
+        })
+    }
+
+    /// The node whose output the kernel writes.
+    pub fn last(&self) -> NodeId {
+        self.store_copy().unwrap_or_else(|| self.result())
+    }
+
+    /// The node whose value the kernel computes last: what it writes, or what it writes through a store copy.
+    pub fn result(&self) -> NodeId {
+        if let Some(t) = self.attention() {
+            return t.pv;
+        }
+        *self.elementwise.last().or(self.anchor.as_ref()).expect("non-empty group")
+    }
+}

@@ -1,0 +1,287 @@
+//! The decisions about how a kernel lays out its work, made once by the scheduler and only read by the emitter:
+//! the product tiling, the tile of a folded expansion, the batch coordinates of a product, the store
+//! permutation of a folded Transpose.
+
+use super::group::{AnchorKind, KernelGroup};
+use super::reads::mm_batch_refinement;
+use wgslc_ir::{contiguous_strides, Graph, NodeId, Op};
+
+/// How a kernel lays out its work ([`recipe`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recipe {
+    /// For products (MatMul, Gemm, ungrouped Conv as implicit GEMM): how the output is cut into workgroups.
+    pub product: Option<ProductTiling>,
+    /// For a MatMul: the finer batch coordinates both operands are read over ([`mm_batch_refinement`]).
+    pub batch: Option<Vec<usize>>,
+    /// For a kernel with an expansion fold: its tile ([`expand_tile`]).
+    pub expand: Option<ExpandTile>,
+    /// For a kernel with a store copy: the terms that place each element ([`store_permutation`]).
+    pub store: Option<Vec<(usize, usize, usize)>>,
+}
+
+/// How a product's output is cut into workgroups and threads ([`product_tiling`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProductTiling {
+    /// Output tile side.
+    pub tile: usize,
+    /// Threads per side of a slice's grid.
+    pub tg: usize,
+    /// Slices of 256 / tg² threads, each taking `kc` of K.
+    pub slices: usize,
+    pub kc: usize,
+    /// K per step through workgroup memory.
+    pub ks: usize,
+}
+
+impl ProductTiling {
+    /// Floats of workgroup memory the product kernel declares.
+    pub fn smem_len(&self) -> usize {
+        let (s, ks, t) = (self.slices, self.ks, self.tile);
+        (s * 2 * ks * t).max((s - 1) * t * t).max(s * ks * t + t)
+    }
+}
+
+/// Below this many 32x32 tiles, a product with K to spare runs 16x16 tiles in four K-slices instead (2x2 outputs per
+/// thread): more workgroups for products with few output tiles (ResNet-18's late convolutions, 512 x 49 over K =
+/// 4608). Measured on an H100 (ms per inference, thresholds 0 / 64 / 128 / 256): ResNet-18 1.98 / 1.33 / 1.31 /
+/// 1.31, GPT-2 5.28 / 5.30 / 5.03 / 5.05, BERT 5.22 / 5.23 / 5.05 / 5.01.
+pub const KSPLIT16_BELOW: usize = 128;
+
+/// The most elements of A (and of B) one thread loads per k-step: beyond it SwiftShader's compiler blows up
+/// ([`product_tiling`]).
+pub const MAX_LOADS_PER_STEP: usize = 4;
+
+/// The shape of work for an M×N product over K, `batches` times: 64x64 tiles (4x4 outputs per thread) when they
+/// give at least 256 workgroups; else, with K to spare, 32x32 (4x4 per thread) or, below [`KSPLIT16_BELOW`] such
+/// tiles, 16x16 tiles (2x2 per thread), computed by four slices of 64 threads that each take a quarter of K (short
+/// sequences and small images would otherwise leave most of a large GPU idle or run one output per thread); else
+/// the largest smaller tile that gives 256 workgroups. Tiles are no wider than the product's narrower side rounded
+/// up to 16 or 32: a matrix-vector product (one row, an LM head of 32000×768) took 0.300 ms in 64x64 tiles and
+/// 0.213 ms in 16x16 ones on an H100 (medians of five).
+///
+/// K goes through workgroup memory 16 at a time, except in 32x32 tiles of four slices, which step by 8 so that each
+/// thread loads at most 4 elements of A and 4 of B per step (as in every other tiling): with 8 each, SwiftShader's
+/// shader compiler (Chrome's WebGPU without a GPU) ran for minutes and grew to gigabytes until Chrome's GPU process
+/// died, while the same kernel with 4 compiled in under 3 s ([`MAX_LOADS_PER_STEP`]).
+pub fn product_tiling(m: usize, nn: usize, k: usize, batches: usize) -> ProductTiling {
+    let wgs = |t: usize| nn.div_ceil(t) * m.div_ceil(t) * batches;
+    // No wider tile than the product's narrow side needs: a 64-wide tile over one row multiplies 63 rows of zeros.
+    let cap = match m.min(nn) {
+        0..=16 => 16,
+        17..=32 => 32,
+        _ => 64,
+    };
+    let (tile, slices) = if cap >= 64 && wgs(64) >= 256 {
+        (64, 1)
+    } else if cap >= 32 && k >= 256 && wgs(32) >= KSPLIT16_BELOW {
+        (32, 4)
+    } else if k >= 256 {
+        (16, 4)
+    } else {
+        ([32usize, 16].into_iter().filter(|&t| t <= cap).find(|&t| wgs(t) >= 256).unwrap_or(16), 1)
+    };
+    let tg = if slices == 4 { 8 } else { 16 };
+    let ks = if tile * 16 / (tg * tg) > MAX_LOADS_PER_STEP { 8 } else { 16 };
+    ProductTiling { tile, tg, slices, kc: k.div_ceil(slices).div_ceil(ks) * ks, ks }
+}
+
+/// The anchor's kind, for the fold rules and the recipe.
+pub fn anchor_kind(g: &Graph, k: &KernelGroup) -> AnchorKind {
+    let Some(a) = k.anchor else { return AnchorKind::Elementwise };
+    match &g.node(a).op {
+        Op::MatMul => AnchorKind::MatMul,
+        Op::Gemm { .. } => AnchorKind::Gemm,
+        Op::Conv { .. } if super::rules::is_pointwise_conv(g, a) => AnchorKind::PointwiseConv,
+        Op::Conv { .. } if super::rules::is_depthwise_conv(g, a) => AnchorKind::DepthwiseConv,
+        Op::Conv { group: 1, .. } => AnchorKind::Conv,
+        _ => AnchorKind::Other,
+    }
+}
+
+/// The recipe of a final group; `None` where a fold's decision has no answer (a scheduler bug: the rule that
+/// made the fold checked it).
+pub fn recipe(g: &Graph, k: &KernelGroup) -> Option<Recipe> {
+    let mut r = Recipe::default();
+    if let Some(t) = k.store_copy() {
+        r.store = Some(store_permutation(g, t)?);
+    }
+    let Some(a) = k.anchor else { return Some(r) };
+    let node = g.node(a);
+    if let Some(ex) = k.expand() {
+        let dw = k.depthwise().map_or(a, |d| d.conv);
+        let dn = g.node(dw);
+        let Op::Conv { window: w, .. } = &dn.op else { return None };
+        let os = &g.ty(dn.outputs[0]).shape;
+        let e = g.ty(dn.inputs[0]?).shape[1];
+        let cin = g.ty(g.node(ex.conv).inputs[0]?).shape[1];
+        let project = k.depthwise().map(|_| g.ty(node.outputs[0]).shape[1]);
+        r.expand = Some(expand_tile(
+            os[0],
+            (os[2], os[3]),
+            (w.kernel[0], w.kernel[1]),
+            (w.strides[0], w.strides[1]),
+            (w.dilations[0], w.dilations[1]),
+            cin,
+            e,
+            project,
+        )?);
+        return Some(r);
+    }
+    if k.attention().is_some() {
+        r.batch = mm_batch_refinement(g, a);
+        return Some(r);
+    }
+    match &node.op {
+        Op::MatMul | Op::Gemm { .. } => {
+            let (at, bt) = (g.ty(node.inputs[0]?), g.ty(node.inputs[1]?));
+            let (m, kk, nn, batches) = match node.op {
+                Op::Gemm { trans_a, trans_b, .. } => {
+                    let (m, kk) = if trans_a { (at.shape[1], at.shape[0]) } else { (at.shape[0], at.shape[1]) };
+                    (m, kk, if trans_b { bt.shape[0] } else { bt.shape[1] }, 1)
+                }
+                _ => {
+                    let (ra, rb) = (at.rank(), bt.rank());
+                    let (m, kk) = if ra == 1 { (1, at.shape[0]) } else { (at.shape[ra - 2], at.shape[ra - 1]) };
+                    let nn = if rb == 1 { 1 } else { bt.shape[rb - 1] };
+                    let (ab, bb) = (&at.shape[..ra.saturating_sub(2)], &bt.shape[..rb.saturating_sub(2)]);
+                    let batches: usize = wgslc_ir::broadcast_shapes(ab, bb)?.iter().product();
+                    r.batch = mm_batch_refinement(g, a);
+                    (m, kk, nn, batches)
+                }
+            };
+            r.product = Some(product_tiling(m, nn, kk, batches));
+        }
+        Op::Conv { group: 1, window } => {
+            let (xs, ws) = (&g.ty(node.inputs[0]?).shape, &g.ty(node.inputs[1]?).shape);
+            let os = &g.ty(node.outputs[0]).shape;
+            let mut kk = ws[1] * window.kernel.iter().product::<usize>();
+            if let Some((c1, _)) = k.conv_sum() {
+                let ws1 = &g.ty(g.node(c1).inputs[1]?).shape;
+                kk += ws1[1] * ws1[2..].iter().product::<usize>();
+            }
+            r.product = Some(product_tiling(ws[0], os[2..].iter().product(), kk, xs[0]));
+        }
+        _ => {}
+    }
+    Some(r)
+}
+
+/// How a kernel with a folded expansion (`KernelGroup::expand`) tiles its work: each workgroup of 256 threads
+/// takes `ty`x`tx` output positions of one image, computes the expanded channels over their `hy`x`hx` input window
+/// into workgroup memory `ec` channels at a time, and the depthwise outputs from there. With a projection, each
+/// position has `lanes` threads holding `per_lane` output channels each, summed over all expanded channels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpandTile {
+    pub ty: usize,
+    pub tx: usize,
+    pub hy: usize,
+    pub hx: usize,
+    pub ec: usize,
+    pub lanes: usize,
+    pub per_lane: usize,
+    /// Channels of the input window held in workgroup memory at a time: all `cin` (loaded once), or a slice that
+    /// the expansion sums over before loading the next.
+    pub x_chunk: usize,
+}
+
+/// Floats of workgroup memory (16 KiB, WebGPU's default limit).
+pub const WORKGROUP_FLOATS: usize = 16384 / 4;
+
+/// The most output channels one thread of a fused inverted-residual block accumulates (registers).
+pub const PROJECT_MAX_PER_THREAD: usize = 16;
+
+/// The tiling for a depthwise convolution over an `oh`x`ow` output (per image, `batch` images) whose input is an
+/// expansion from `cin` to `e` channels computed in the kernel, projected to `project` output channels when set.
+/// Tiles are 8x8, 4x4 or 2x2 positions whose window recomputes the expansion at most [`EXPAND_MAX_RECOMPUTE`]
+/// times ((hy·hx)/(ty·tx·sy·sx): neighbouring windows overlap). The expansion reads its input window from
+/// workgroup memory: all channels loaded once where that leaves room for as many expanded channels per step,
+/// else 16 channels at a time.
+/// - Without a projection, each step of at most 32 channels is a workgroup of its own: the largest tile that
+///   still gives 32 workgroups, or else the smallest.
+/// - With one, a workgroup walks all `e` channels in steps, one after another, each ending in barriers: the tile
+///   with the fewest steps (on the H100 a step costs microseconds however little it computes), then the most
+///   workgroups up to 128, then the least recomputation.
+///
+/// `None` when no tile passes, fits 16 KiB of workgroup memory and keeps a thread's accumulators within
+/// [`PROJECT_MAX_PER_THREAD`].
+#[allow(clippy::too_many_arguments)]
+pub fn expand_tile(
+    batch: usize,
+    (oh, ow): (usize, usize),
+    (kh, kw): (usize, usize),
+    (sy, sx): (usize, usize),
+    (dy, dx): (usize, usize),
+    cin: usize,
+    e: usize,
+    project: Option<usize>,
+) -> Option<ExpandTile> {
+    // `x_chunk`: the whole window, or slices of 16 channels.
+    let fit = |t: usize, whole: bool| {
+        let (ty, tx) = (t.min(oh.max(1)), t.min(ow.max(1)));
+        let (hy, hx) = ((ty - 1) * sy + (kh - 1) * dy + 1, (tx - 1) * sx + (kw - 1) * dx + 1);
+        let recompute = (hy * hx) as f64 / (ty * tx * sy * sx) as f64;
+        let x_chunk = if whole { cin } else { cin.min(16) };
+        // Per expanded channel of a step: its window, and with a projection its depthwise outputs.
+        let per_channel = hy * hx + project.map_or(0, |_| ty * tx);
+        let room = WORKGROUP_FLOATS.checked_sub(x_chunk * hy * hx)?;
+        let mut ec = (room / per_channel).min(e).min(if project.is_some() { e } else { EXPAND_STEP_CHANNELS });
+        // With a projection, steps of equal size (no short last step), a multiple of 4 channels: the projection
+        // reads its weights four expanded channels at a time.
+        if project.is_some() && ec < e && ec >= 4 {
+            let even = e.div_ceil(e.div_ceil(ec));
+            ec = (even.div_ceil(4) * 4).min(ec - ec % 4);
+        }
+        let lanes = 256 / (ty * tx);
+        let per_lane = project.map_or(0, |m| m.div_ceil(lanes));
+        let tile = ExpandTile { ty, tx, hy, hx, ec, lanes, per_lane, x_chunk };
+        let ok =
+            ec > 0 && per_lane <= PROJECT_MAX_PER_THREAD && 256 % (ty * tx) == 0 && recompute <= EXPAND_MAX_RECOMPUTE;
+        ok.then_some(tile)
+    };
+    let tiles = |t: &ExpandTile| batch * oh.div_ceil(t.ty) * ow.div_ceil(t.tx);
+    let steps = |t: &ExpandTile| e.div_ceil(t.ec);
+    // The whole window where that costs no steps.
+    let fits: Vec<ExpandTile> = [8, 4, 2]
+        .into_iter()
+        .filter_map(|t| match (fit(t, true), fit(t, false)) {
+            (Some(a), Some(b)) => Some(if steps(&a) <= steps(&b) { a } else { b }),
+            (a, b) => a.or(b),
+        })
+        .collect();
+    if project.is_none() {
+        return fits.iter().find(|t| tiles(t) * steps(t) >= 32).or(fits.last()).copied();
+    }
+    fits.into_iter().min_by_key(|t| (steps(t), std::cmp::Reverse(tiles(t).min(128)), std::cmp::Reverse(t.ty * t.tx)))
+}
+
+/// The most an expansion folded into a depthwise kernel may be recomputed at tile borders (`fuse_expand`): 2x2
+/// tiles of a 3x3 window (4x) pass. On the H100 the kernels are bound by how long each thread's chain of steps is,
+/// not by arithmetic: allowing 2x2 tiles took MobileNetV2 with whole blocks fused from 1.53 to 1.30 ms.
+pub const EXPAND_MAX_RECOMPUTE: f64 = 4.5;
+
+/// Expanded channels per workgroup of an expansion → depthwise kernel without a projection. Measured on
+/// MobileNetV2 (H100, 37 dispatches): 32 channels 1.13–1.16 ms, 16 0.98–1.06, 8 0.87–0.91, 4 1.02–1.04.
+pub const EXPAND_STEP_CHANNELS: usize = 8;
+
+/// For a StridedCopy `t` that permutes its input's dimensions (offset 0, each input dimension of extent > 1 read
+/// with its contiguous stride by exactly one output dimension of the same extent), the store terms that place
+/// input element `o` (flat, row-major) in the output: `Σ ((o / stride) % extent) · out_stride`.
+pub fn store_permutation(g: &Graph, t: NodeId) -> Option<Vec<(usize, usize, usize)>> {
+    let node = g.node(t);
+    let Op::StridedCopy { offset: 0, strides } = &node.op else { return None };
+    let v = node.inputs[0]?;
+    let (vs, os) = (&g.ty(v).shape, &g.ty(node.outputs[0]).shape);
+    if g.ty(v).numel() != g.ty(node.outputs[0]).numel() || g.ty(v).numel() == 0 {
+        return None;
+    }
+    let (vcs, ocs) = (contiguous_strides(vs), contiguous_strides(os));
+    let mut used = vec![false; os.len()];
+    let mut terms = Vec::new();
+    for d in (0..vs.len()).filter(|&d| vs[d] > 1) {
+        let e = (0..os.len()).find(|&e| !used[e] && os[e] == vs[d] && strides[e] == vcs[d] as i64)?;
+        used[e] = true;
+        terms.push((vcs[d], vs[d], ocs[e]));
+    }
+    // Every output dimension of extent > 1 takes one input dimension.
+    (0..os.len()).all(|e| used[e] || os[e] == 1).then_some(terms)
+}

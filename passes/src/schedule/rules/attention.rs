@@ -1,0 +1,116 @@
+//! Attention: the score product, the softmax over its last axis and the product with V as one kernel.
+
+use super::Fuse;
+use crate::schedule::reads::mm_batch_refinement;
+use crate::schedule::{AttentionTail, Fold, FoldKind, ATTENTION_MAX_DK, ATTENTION_MAX_DV};
+use wgslc_ir::{NodeId, Op, ValueId};
+
+/// Merges each MatMul(Q, Kᵀ) [scale, mask] → Softmax(last axis) → MatMul(·, V) chain whose intermediate values
+/// nothing else reads into one attention group, placed where the V product was (everything it reads is written
+/// by then). Shapes the kernel cannot hold (query rows wider than [`ATTENTION_MAX_DK`], value rows wider than
+/// [`ATTENTION_MAX_DV`]) and groups that would pass the binding limit stay three kernels.
+pub(in crate::schedule) fn fuse(f: &mut Fuse) {
+    let g = f.g;
+    let mut ci = 0;
+    while ci < f.sched.kernels.len() {
+        let merged = (|| {
+            let (sched, group_of, readers) = (&f.sched, &f.group_of, f.readers);
+            let c = &sched.kernels[ci];
+            let pv = c.anchor.filter(|&a| g.node(a).op == Op::MatMul)?;
+            if !c.elementwise.is_empty() || c.has(FoldKind::Operand) || c.has(FoldKind::Attention) {
+                return None;
+            }
+            // The probabilities, through reshapes that only regroup batch dimensions.
+            let mut probs = g.node(pv).inputs[0]?;
+            let mut reshapes = Vec::new();
+            while let Some(r) = g.value(probs).producer.filter(|&r| g.node(r).op == Op::Alias) {
+                let src = g.node(r).inputs[0]?;
+                let (i, o) = (&g.ty(src).shape, &g.ty(probs).shape);
+                if i.len() < 2 || o.len() < 2 || i[i.len() - 2..] != o[o.len() - 2..] {
+                    return None;
+                }
+                reshapes.push((r, probs));
+                probs = src;
+            }
+            let bi = *group_of.get(&g.value(probs).producer?)?;
+            let b = &sched.kernels[bi];
+            let sm = b.anchor?;
+            let Op::Softmax { axis, log: false, .. } = g.node(sm).op else { return None };
+            let scores = g.node(sm).inputs[0]?;
+            let st = g.ty(scores);
+            if axis as usize + 1 != st.rank() || st.rank() < 2 || b.has(FoldKind::Operand) {
+                return None;
+            }
+            let soft = g.node(sm).outputs[0];
+            let nan_to_zero = match b.elementwise[..] {
+                [] => None,
+                [i, w] => {
+                    let (ni, nw) = (g.node(i), g.node(w));
+                    let zero = nw.inputs.get(1).copied().flatten().and_then(|z| g.const_data(z));
+                    let ok = ni.op == Op::Unary(wgslc_ir::UnaryOp::IsNaN)
+                        && ni.inputs[0] == Some(soft)
+                        && nw.op == Op::Where
+                        && nw.inputs[0] == Some(ni.outputs[0])
+                        && nw.inputs[2] == Some(soft)
+                        && zero.is_some_and(|z| z.to_f64().iter().all(|&x| x == 0.0))
+                        && nw.outputs[0] == probs;
+                    let inside = |v: ValueId, rs: &[NodeId]| {
+                        !f.is_output(v) && readers.get(&v).is_some_and(|r| r.iter().all(|(n, _)| rs.contains(n)))
+                    };
+                    if !ok || !inside(soft, &[i, w]) || !inside(ni.outputs[0], &[w]) {
+                        return None;
+                    }
+                    Some((i, w))
+                }
+                _ => return None,
+            };
+            let qk_last = g.value(scores).producer?;
+            let ai = *group_of.get(&qk_last)?;
+            let a = &sched.kernels[ai];
+            let qk = a.anchor.filter(|&q| g.node(q).op == Op::MatMul && a.last() == qk_last)?;
+            if a.has(FoldKind::Attention) || a.has(FoldKind::RmsNorm) || ai >= bi || bi >= ci {
+                return None;
+            }
+            // The intermediates stay inside: read by the next step only, not graph outputs, read as they are.
+            let only = |v: ValueId, r: NodeId| f.only_reader(v, r);
+            let mut next = pv;
+            for &(r, out) in &reshapes {
+                if !only(out, next) {
+                    return None;
+                }
+                next = r;
+            }
+            if !only(scores, sm) || !only(probs, next) {
+                return None;
+            }
+            let pt = g.ty(g.node(pv).inputs[0]?);
+            let (ot, qt) = (g.ty(g.node(pv).outputs[0]), g.ty(g.node(qk).inputs[0]?));
+            let dk = qt.shape[qt.rank() - 1];
+            let dv = ot.shape[ot.rank() - 1];
+            if ot.rank() != pt.rank() || ot.shape[..ot.rank() - 1] != pt.shape[..pt.rank() - 1] {
+                return None;
+            }
+            if dk > ATTENTION_MAX_DK || dv > ATTENTION_MAX_DV || qt.rank() < 2 {
+                return None;
+            }
+            // The kernel walks one set of batch coordinates for both products.
+            if mm_batch_refinement(g, qk) != mm_batch_refinement(g, pv) {
+                return None;
+            }
+            let merged = a.with(Fold::Attention(AttentionTail { softmax: sm, nan_to_zero, pv }));
+            if !f.fits(&merged) {
+                return None;
+            }
+            Some((ai, bi, merged))
+        })();
+        if let Some((ai, bi, merged)) = merged {
+            // Remove the score and softmax groups; the merged group takes the V product's place.
+            f.sched.kernels[ci] = merged;
+            f.sched.kernels.remove(bi);
+            f.sched.kernels.remove(ai);
+            ci -= 2;
+            f.reindex();
+        }
+        ci += 1;
+    }
+}

@@ -1,0 +1,59 @@
+//! Folds taken when a MatMul's group is created: a lone scalar op on an operand (Q · scale, K · scale) applied
+//! as the operand is loaded, or else an RMSNormalization over K on operand A (Llama's norm → projection)
+//! computed in the product.
+
+use super::Fuse;
+use crate::schedule::reads::scalar_op_data_slot;
+use crate::schedule::{Fold, KernelGroup};
+use wgslc_ir::{NodeId, Op};
+
+/// Takes into `group`, the new group of MatMul `n`, the operand folds its inputs allow, removing the groups they
+/// had. The group is not in the schedule yet; it will be pushed last.
+pub(in crate::schedule) fn fold_into(f: &mut Fuse, group: &mut KernelGroup, n: NodeId) {
+    let g = f.g;
+    let node = g.node(n);
+    if node.op != Op::MatMul {
+        return;
+    }
+    for slot in 0..2 {
+        let Some(v) = node.inputs[slot] else { continue };
+        let Some(p) = g.value(v).producer else { continue };
+        let Some(&gp) = f.group_of.get(&p) else { continue };
+        let lone = f.sched.kernels[gp].nodes() == [p];
+        if lone && scalar_op_data_slot(g, p).is_some() && f.effective_readers(v) == [n] && !f.is_output(v) {
+            f.remove_group(gp);
+            group.fold(Fold::Operand { slot, node: p });
+        }
+    }
+    if group.folds.is_empty() {
+        if let Some(p) = rms_norm_of(f, n) {
+            let trial = group.with(Fold::RmsNorm(p));
+            if f.fits(&trial) {
+                f.remove_group(f.group_of[&p]);
+                *group = trial;
+            }
+        }
+    }
+}
+
+/// The RMSNormalization that MatMul `n` can take as a [`Fold::RmsNorm`]: over the last axis, no bias, weights of K,
+/// in a kernel of its own, read by nothing but `n`'s A operand (directly, no reshape between).
+fn rms_norm_of(f: &Fuse, n: NodeId) -> Option<NodeId> {
+    let g = f.g;
+    let v = g.node(n).inputs.first().copied().flatten()?;
+    let p = g.value(v).producer?;
+    let pn = g.node(p);
+    let Op::LayerNorm { rms: true, axis, .. } = pn.op else { return None };
+    let vt = g.ty(v);
+    let k = *vt.shape.last()?;
+    let scale = pn.inputs.get(1).copied().flatten()?;
+    let ok = vt.rank() >= 2
+        && vt.dtype == wgslc_ir::DType::F32
+        && axis.rem_euclid(vt.rank() as i64) as usize == vt.rank() - 1
+        && pn.inputs.get(2).copied().flatten().is_none()
+        && g.ty(scale).shape == [k]
+        && f.readers.get(&v).is_some_and(|rs| rs.as_slice() == [(n, 0)])
+        && !f.is_output(v)
+        && f.group_of.get(&p).is_some_and(|&gp| f.sched.kernels[gp].nodes() == [p]);
+    ok.then_some(p)
+}
