@@ -71,7 +71,27 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
             }
             Tensor { dtype: out.dtype, shape: out.shape.clone(), data: d.data.gather(&idx) }
         }
-        _ => return None,
+        // Computed on the device only: constant inputs to these stay kernels (or are rewritten into the ops above
+        // by shape inference first).
+        wgslc_ir::import_level!()
+        | Op::MatMul
+        | Op::Gemm { .. }
+        | Op::Conv { .. }
+        | Op::Pool { .. }
+        | Op::GlobalPool(_)
+        | Op::BatchNorm { .. }
+        | Op::Softmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::ArgReduce { .. }
+        | Op::Trilu { .. }
+        | Op::RotateHalf
+        | Op::GatherElements { .. }
+        | Op::CumSum { .. }
+        | Op::Pad { .. }
+        | Op::Reduce { .. }
+        | Op::TopK { .. }
+        | Op::Scatter { .. }
+        | Op::TileCopy => return None,
     };
     Some(vec![t])
 }

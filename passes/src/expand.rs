@@ -69,18 +69,7 @@ fn need_const<'a>(
 
 /// Whether `op` is expanded by [`expand`].
 pub(crate) fn is_composite(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Attention(_)
-            | Op::DepthToSpace { .. }
-            | Op::SpaceToDepth { .. }
-            | Op::CenterCropPad
-            | Op::OneHot { .. }
-            | Op::LpNormalization { .. }
-            | Op::Hardmax { .. }
-            | Op::InstanceNorm { .. }
-            | Op::GroupNorm { .. }
-    )
+    matches!(op, wgslc_ir::composite!())
 }
 
 /// Replaces composite node `n` by its expansion and returns the new nodes in data order (the caller infers them).

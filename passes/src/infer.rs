@@ -745,15 +745,7 @@ fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             };
             Ok(Resolved { op, inputs: vec![], outputs: vec![t.ty()], folded: Some(vec![t]) })
         }
-        Op::Attention(_)
-        | Op::DepthToSpace { .. }
-        | Op::SpaceToDepth { .. }
-        | Op::CenterCropPad
-        | Op::OneHot { .. }
-        | Op::LpNormalization { .. }
-        | Op::Hardmax { .. }
-        | Op::InstanceNorm { .. }
-        | Op::GroupNorm { .. } => unreachable!("composites are expanded before resolution"),
+        wgslc_ir::composite!() => unreachable!("composites are expanded before resolution"),
         Op::Alias | Op::StridedCopy { .. } | Op::TileCopy => {
             // Already resolved (passes may run inference again); the output types stand.
             let outs = node.outputs.iter().map(|&o| cx.g.ty(o).clone()).collect();

@@ -131,7 +131,14 @@ fn node_flops(g: &Graph, n: NodeId) -> u64 {
         Op::Reduce { .. } | Op::GlobalPool(_) | Op::ArgReduce { .. } => input(0).map(|t| t.numel() as u64).unwrap_or(0),
         Op::Pool { window, .. } => out * window.kernel.iter().product::<usize>() as u64,
         Op::Alias | Op::StridedCopy { .. } | Op::TileCopy | Op::Concat { .. } | Op::Gather { .. } => 0,
-        _ => out,
+        Op::GatherElements { .. } | Op::Scatter { .. } | Op::Pad { .. } | Op::RotateHalf | Op::Trilu { .. } => 0,
+        // One operation per output element.
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_) => out,
+        // A compare per element per step of the scan or selection.
+        Op::CumSum { .. } | Op::TopK { .. } => input(0).map(|t| t.numel() as u64).unwrap_or(out),
+        Op::BatchNorm { .. } => 2 * out,
+        // Import-level ops never reach a report (shape inference resolves them): counted as one per element.
+        wgslc_ir::import_level!() => out,
     }
 }
 

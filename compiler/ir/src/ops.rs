@@ -6,6 +6,50 @@
 
 use crate::{DType, Tensor};
 
+/// The import-level ops (see the module doc) as a pattern: `match op { import_level!() => …, … }`. Matches over
+/// [`Op`] name every resolved op and this pattern instead of `_`, so a new op is a compile error wherever it must
+/// be handled (docs/architecture.md, "Adding an op").
+#[macro_export]
+macro_rules! import_level {
+    () => {
+        $crate::Op::Clip
+            | $crate::Op::Reshape { .. }
+            | $crate::Op::Flatten { .. }
+            | $crate::Op::Transpose { .. }
+            | $crate::Op::Split { .. }
+            | $crate::Op::Slice
+            | $crate::Op::Unsqueeze
+            | $crate::Op::Squeeze
+            | $crate::Op::Expand
+            | $crate::Op::Identity
+            | $crate::Op::Dropout
+            | $crate::Op::Tile
+            | $crate::Op::CastLike
+            | $crate::Op::Size
+            | $crate::Op::EyeLike { .. }
+            | $crate::Op::Shape { .. }
+            | $crate::Op::ConstantOfShape(_)
+            | $crate::Op::Range
+            | $crate::composite!()
+    };
+}
+
+/// The composite ops, which shape inference expands into simpler ones (passes/src/expand.rs), as a pattern.
+#[macro_export]
+macro_rules! composite {
+    () => {
+        $crate::Op::Attention(_)
+            | $crate::Op::DepthToSpace { .. }
+            | $crate::Op::SpaceToDepth { .. }
+            | $crate::Op::CenterCropPad
+            | $crate::Op::OneHot { .. }
+            | $crate::Op::LpNormalization { .. }
+            | $crate::Op::Hardmax { .. }
+            | $crate::Op::InstanceNorm { .. }
+            | $crate::Op::GroupNorm { .. }
+    };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum UnaryOp {
     Neg,
@@ -550,7 +594,8 @@ impl Op {
             Op::Pad { pads, .. } => pads.is_some(),
             Op::TopK { k, .. } => k.is_some(),
             Op::Scatter { .. } => true,
-            _ => false,
+            // Import-level ops: shape inference rewrites each into resolved ones (or folds it away).
+            crate::import_level!() => false,
         }
     }
 
