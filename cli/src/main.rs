@@ -51,8 +51,10 @@ enum Cmd {
         /// where the projection has at most 64 channels. `unfused` keeps a kernel per convolution, for comparison.
         #[arg(long = "inverted-residual", value_name = "fused|unfused", default_value = "fused")]
         inverted_residual: String,
-        /// Print the IR after a pass (import, infer, lower, dce, legalize) to stdout and stop.
-        #[arg(long = "dump-after", value_name = "PASS")]
+        /// Print what a stage produced to stdout and stop: the IR after import, infer, lower, dce, merge or
+        /// legalize; with schedule also the kernels (folds, recipes) and why each boundary stands; with memory
+        /// also the buffer plan; with emit also every kernel's WGSL.
+        #[arg(long = "dump-after", value_name = "STAGE")]
         dump_after: Option<String>,
     },
     /// Run a compiled artifact on the GPU.

@@ -383,3 +383,29 @@ fn bench_profile_times_every_dispatch() {
         assert!(k["ms"].as_f64().unwrap() > 0.0, "{k}");
     }
 }
+
+/// `--dump-after` reaches every stage: the IR after a graph pass, the kernels with their folds and boundaries
+/// after `schedule`, the buffer plan after `memory`, the WGSL after `emit`; an unknown stage names them all.
+#[test]
+fn dump_after_reaches_schedule_and_memory() {
+    let model = common::testdata().join("models/transformer/model.onnx");
+    let model = model.to_str().unwrap();
+    let dump = |stage: &str| {
+        let o = wgslc(&["compile", model, "-o", "/nonexistent/never-written", "--dump-after", stage]);
+        assert!(o.status.success(), "{stage}: {}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let infer = dump("infer");
+    assert!(infer.contains("output ") && !infer.contains("schedule:"), "{infer}");
+    let sched = dump("schedule");
+    assert!(sched.contains("schedule: ") && sched.contains("boundary "), "{sched}");
+    assert!(sched.lines().any(|l| l.starts_with("k000 ")), "{sched}");
+    assert!(!sched.contains("memory: "), "{sched}");
+    let mem = dump("memory");
+    assert!(mem.contains("memory: ") && mem.contains("buffer 0 "), "{mem}");
+    let emit = dump("emit");
+    assert!(emit.contains("@compute"), "{emit}");
+    let o = wgslc(&["compile", model, "-o", "/nonexistent/never-written", "--dump-after", "fusion"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(error_line(&o).contains("stages: import, infer, lower, dce, merge, legalize, schedule, memory, emit"));
+}

@@ -98,54 +98,94 @@ pub fn verify(g: &Graph, stage: Stage) -> Result<(), PassError> {
     Ok(())
 }
 
+/// One named step of the graph pipeline: a function over the IR and the [`Stage`] verified after it.
+pub struct GraphPass {
+    pub name: &'static str,
+    /// What it does, for `--help` and the docs.
+    pub about: &'static str,
+    /// Whether it runs under `--no-fuse` (rewrites that only serve fusion do not, so one kernel stays per source op).
+    pub without_fusion: bool,
+    pub run: fn(&mut Graph) -> Result<(), PassError>,
+    pub establishes: Stage,
+}
+
 /// The passes from an imported graph to a legalized one, in order. Each has a name for `--dump-after`.
-pub const PASSES: &[&str] = &["infer", "lower", "dce", "merge", "legalize"];
+pub const GRAPH_PASSES: &[GraphPass] = &[
+    GraphPass {
+        name: "infer",
+        about: "types, resolved ops, folded constants (shape subgraphs disappear here)",
+        without_fusion: true,
+        run: infer_shapes,
+        establishes: Stage::Inferred,
+    },
+    GraphPass {
+        name: "lower",
+        about: "compile-time rewrites into fewer kernel kinds: BatchNormalization → scale and shift",
+        without_fusion: true,
+        run: lower_batchnorm,
+        establishes: Stage::Inferred,
+    },
+    GraphPass {
+        name: "dce",
+        about: "nodes no output depends on removed",
+        without_fusion: true,
+        run: |g| {
+            eliminate_dead_code(g);
+            Ok(())
+        },
+        establishes: Stage::Inferred,
+    },
+    GraphPass {
+        name: "merge",
+        about: "sibling MatMuls on one input (Q, K, V) → one MatMul over concatenated weights; the exporters' \
+                RMSNorm chain → one RMSNormalization; scalar factors on MatMul operands → the product's epilogue; \
+                rotary's Concat(Neg(slice), slice) → RotateHalf",
+        without_fusion: false,
+        run: |g| {
+            merge_sibling_matmuls(g)?;
+            fuse_rms_norm(g)?;
+            hoist_matmul_scalars(g)?;
+            fuse_rotate_half(g)?;
+            eliminate_dead_code(g);
+            Ok(())
+        },
+        establishes: Stage::Inferred,
+    },
+    GraphPass {
+        name: "legalize",
+        about: "storage types (int64 → i32, bool → u32) and outputs that own their buffers",
+        without_fusion: true,
+        run: |g| {
+            legalize(g)?;
+            materialize_outputs(g)
+        },
+        establishes: Stage::Legalized,
+    },
+];
+
+/// The names of [`GRAPH_PASSES`], in order.
+pub fn pass_names() -> Vec<&'static str> {
+    GRAPH_PASSES.iter().map(|p| p.name).collect()
+}
 
 /// Runs the graph passes (up to and including `stop_after`, if given) and verifies after each.
 pub fn run_pipeline(g: &mut Graph, stop_after: Option<&str>) -> Result<(), PassError> {
     run_pipeline_with(g, stop_after, true)
 }
 
-/// [`run_pipeline`], with the graph rewrites that only serve fusion (`merge`) skipped when `fuse` is false, so
+/// [`run_pipeline`], with the passes that only serve fusion (`merge`) skipped when `fuse` is false, so
 /// `--no-fuse` keeps one kernel per source op.
 pub fn run_pipeline_with(g: &mut Graph, stop_after: Option<&str>, fuse: bool) -> Result<(), PassError> {
     verify(g, Stage::Imported)?;
-    // Types, resolved ops, folded constants (shape subgraphs disappear here).
-    infer_shapes(g)?;
-    verify(g, Stage::Inferred)?;
-    if stop_after == Some("infer") {
-        return Ok(());
+    for pass in GRAPH_PASSES {
+        if fuse || pass.without_fusion {
+            (pass.run)(g)?;
+            verify(g, pass.establishes)?;
+        }
+        if stop_after == Some(pass.name) {
+            break;
+        }
     }
-    // Compile-time rewrites into fewer kernel kinds: BatchNormalization → scale and shift.
-    lower_batchnorm(g)?;
-    verify(g, Stage::Inferred)?;
-    if stop_after == Some("lower") {
-        return Ok(());
-    }
-    // Nodes no output depends on.
-    eliminate_dead_code(g);
-    verify(g, Stage::Inferred)?;
-    if stop_after == Some("dce") {
-        return Ok(());
-    }
-    // Sibling MatMuls on one input (Q, K, V) → one MatMul over concatenated weights; the exporters' RMSNorm
-    // chain → one RMSNormalization; scalar factors on MatMul operands → the product's epilogue; rotary's
-    // Concat(Neg(slice), slice) → RotateHalf.
-    if fuse {
-        merge_sibling_matmuls(g)?;
-        fuse_rms_norm(g)?;
-        hoist_matmul_scalars(g)?;
-        fuse_rotate_half(g)?;
-        eliminate_dead_code(g);
-        verify(g, Stage::Inferred)?;
-    }
-    if stop_after == Some("merge") {
-        return Ok(());
-    }
-    // Storage types (int64 → i32, bool → u32) and outputs that own their buffers.
-    legalize(g)?;
-    materialize_outputs(g)?;
-    verify(g, Stage::Legalized)?;
     Ok(())
 }
 

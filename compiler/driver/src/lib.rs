@@ -1,0 +1,186 @@
+//! The pipeline from a model file to an artifact, as one list of named stages: the frontend (`import`), the graph
+//! passes of [`wgslc_passes::GRAPH_PASSES`], then `schedule` (fusion), `memory` (the buffer plan) and `emit`
+//! (naga-validated WGSL). [`compile`] runs them all and writes the artifact; [`dump_after`] stops after any stage
+//! and prints what it produced. The `wgslc` binary and build scripts call this crate; it pulls in no CLI parser,
+//! no GPU runtime and no file formats beyond the model's and the artifact's.
+//!
+//! **Architecture Invariant:** everything between reading the model and writing the artifact happens in memory;
+//! the only files written are the artifact's (plan.json, kernels/, weights.safetensors) and report.json.
+
+mod dump;
+
+use std::collections::HashMap;
+use std::path::Path;
+use wgslc_emit::{Limits, Validated};
+use wgslc_ir::Graph;
+use wgslc_passes::{MemoryPlan, Schedule};
+
+pub use dump::{print_memory, print_schedule};
+
+/// Everything that can stop a compile, by layer.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error(transparent)]
+    Import(#[from] wgslc_onnx::ImportError),
+    #[error(transparent)]
+    Pass(#[from] wgslc_passes::PassError),
+    #[error(transparent)]
+    Emit(#[from] wgslc_emit::EmitError),
+    #[error("'{0}': unknown model format (expected .onnx)")]
+    Format(String),
+    #[error("unknown stage '{0}' for --dump-after (stages: {1})")]
+    UnknownStage(String, String),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    /// Values for named symbolic dims (`--dim NAME=N`).
+    pub dims: HashMap<String, usize>,
+    /// Whole input shapes (`--shape INPUT=AxBxC`).
+    pub shapes: HashMap<String, Vec<usize>>,
+    /// Inputs specialized to constant values (`--const INPUT=FILE.npy`).
+    pub constants: HashMap<String, wgslc_ir::Tensor>,
+    /// The device limits to compile for; WebGPU's defaults unless set.
+    pub limits: Limits,
+    /// `--no-fuse`: one kernel per op, for comparison and debugging.
+    pub no_fuse: bool,
+    /// `--no-reuse`: one buffer per intermediate instead of the liveness-based plan.
+    pub no_reuse: bool,
+    /// `--memory-budget RATIO`: how much activation memory, as a multiple of the lower bound, the planner may spend
+    /// so that kernels bind their inputs read-only (faster on NVIDIA GPUs). `None`: 1.10.
+    pub memory_budget: Option<f64>,
+    /// `--attention fused|unfused`: whether Q·Kᵀ → softmax → ·V becomes one kernel (the default).
+    pub attention: wgslc_passes::AttentionMode,
+    /// `--inverted-residual fused|unfused`: whether MobileNet's expansion → depthwise (→ projection) chains become
+    /// one kernel each (the default).
+    pub inverted_residual: wgslc_passes::InvertedResidualMode,
+}
+
+impl CompileOptions {
+    pub fn fuse_options(&self) -> wgslc_passes::FuseOptions {
+        wgslc_passes::FuseOptions {
+            fuse: !self.no_fuse,
+            max_storage_buffers: self.limits.max_storage_buffers_per_shader_stage as usize,
+            attention: self.attention,
+            inverted_residual: self.inverted_residual,
+            ..Default::default()
+        }
+    }
+
+    pub fn memory_options(&self) -> wgslc_passes::MemoryOptions {
+        wgslc_passes::MemoryOptions {
+            reuse: !self.no_reuse,
+            max_buffer_size: self.limits.max_buffer_size,
+            split_budget: self.memory_budget.unwrap_or(wgslc_passes::MemoryOptions::default().split_budget),
+        }
+    }
+}
+
+/// What a compile produced.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    /// ONNX nodes in the model file.
+    pub source_nodes: usize,
+    /// Kernels written (each dispatched once).
+    pub kernels: usize,
+    pub plan: wgslc_artifact::Plan,
+    pub report: wgslc_emit::report::Report,
+}
+
+/// The stages after the graph passes, in order.
+const LATE_STAGES: &[&str] = &["schedule", "memory", "emit"];
+
+/// Every stage name, in pipeline order: `import`, the graph passes, `schedule`, `memory`, `emit`.
+pub fn stages() -> Vec<&'static str> {
+    std::iter::once("import").chain(wgslc_passes::pass_names()).chain(LATE_STAGES.iter().copied()).collect()
+}
+
+/// How far a pipeline run got: the graph after the last stage run, and what the later stages produced.
+pub struct Compiled {
+    pub graph: Graph,
+    pub schedule: Option<Schedule>,
+    pub memory: Option<MemoryPlan>,
+    pub kernels: Option<Vec<Validated>>,
+}
+
+/// Imports a model file into the IR.
+pub fn import(model: &Path, opts: &CompileOptions) -> Result<Graph, CompileError> {
+    match model.extension().and_then(|e| e.to_str()) {
+        Some("onnx") => Ok(wgslc_onnx::import_file(
+            model,
+            &wgslc_onnx::ImportOptions {
+                dims: opts.dims.clone(),
+                shapes: opts.shapes.clone(),
+                constants: opts.constants.clone(),
+            },
+        )?),
+        _ => Err(CompileError::Format(model.display().to_string())),
+    }
+}
+
+/// Runs the pipeline on a model file up to and including stage `stop_after` (every stage when `None`).
+pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Result<Compiled, CompileError> {
+    if let Some(s) = stop_after.filter(|s| !stages().contains(s)) {
+        return Err(CompileError::UnknownStage(s.into(), stages().join(", ")));
+    }
+    let mut g = import(model, opts)?;
+    let (mut schedule, mut memory, mut kernels) = (None, None, None);
+    if stop_after != Some("import") {
+        let graph_stop = stop_after.filter(|s| !LATE_STAGES.contains(s));
+        wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
+        if graph_stop.is_none() {
+            let sched = wgslc_passes::schedule(&g, &opts.fuse_options())?;
+            if stop_after != Some("schedule") {
+                let mem = wgslc_passes::plan_memory_with(&g, &sched, &opts.memory_options())?;
+                if stop_after != Some("memory") {
+                    kernels = Some(wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?);
+                }
+                memory = Some(mem);
+            }
+            schedule = Some(sched);
+        }
+    }
+    Ok(Compiled { graph: g, schedule, memory, kernels })
+}
+
+/// Compiles a model into an artifact directory: every stage (every kernel naga-validated and checked against the
+/// limits), then plan.json, kernels/, weights.safetensors and report.json.
+pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
+    let Compiled { graph: g, schedule, memory, kernels } = run(model, opts, None)?;
+    let (sched, mem, kernels) = (schedule.expect("scheduled"), memory.expect("planned"), kernels.expect("emitted"));
+    let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
+    std::fs::create_dir_all(out_dir)
+        .map_err(|source| wgslc_emit::EmitError::Io { path: out_dir.display().to_string(), source })?;
+    let plan = wgslc_emit::write_artifact(out_dir, &g, &mem, &kernels)?;
+    let report = wgslc_emit::report::build(&g, &sched, &mem, &kernels, &plan, source_nodes);
+    let rpath = out_dir.join("report.json");
+    std::fs::write(&rpath, report.to_json())
+        .map_err(|source| wgslc_emit::EmitError::Io { path: rpath.display().to_string(), source })?;
+    Ok(Summary { source_nodes, kernels: kernels.len(), plan, report })
+}
+
+/// ONNX nodes in the model file's main graph (Constant nodes included), for the report.
+fn count_source_nodes(model: &Path) -> Option<usize> {
+    let bytes = std::fs::read(model).ok()?;
+    wgslc_onnx::op_types(&bytes).ok().map(|ops| ops.len())
+}
+
+/// Runs the pipeline up to `stage` and returns what it produced as text: the IR, and after `schedule` the
+/// kernels with their folds, recipes and boundaries, after `memory` the buffer plan, after `emit` every kernel's
+/// WGSL. For finding which stage broke a model, or why two nodes did not fuse.
+pub fn dump_after(model: &Path, opts: &CompileOptions, stage: &str) -> Result<String, CompileError> {
+    let c = run(model, opts, Some(stage))?;
+    let mut s = wgslc_ir::print(&c.graph);
+    if let Some(sched) = &c.schedule {
+        s.push('\n');
+        s.push_str(&print_schedule(&c.graph, sched));
+    }
+    if let Some(mem) = &c.memory {
+        s.push('\n');
+        s.push_str(&print_memory(&c.graph, mem));
+    }
+    for k in c.kernels.iter().flatten() {
+        s.push_str(&format!("\n// ---- {} ({})\n{}", k.kernel.name, k.kernel.kind, k.kernel.wgsl));
+    }
+    Ok(s)
+}
