@@ -3,54 +3,9 @@
 //! that shape inference then types and folds like any other.
 
 use crate::PassError;
-use wgslc_ir::{AttentionAttrs, BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Tensor, TensorType, UnaryOp, ValueId};
-
-/// Builds the nodes that replace one composite node.
-pub(crate) struct Builder<'g> {
-    pub g: &'g mut Graph,
-    base: String,
-    pub nodes: Vec<NodeId>,
-}
-
-impl Builder<'_> {
-    pub fn op(&mut self, op: Op, inputs: &[Option<ValueId>]) -> Result<ValueId, PassError> {
-        let k = self.nodes.len();
-        let out = self.g.add_value(self.g.fresh_name(&format!("{}.{k}", self.base)), None);
-        let n = self.g.add_node(format!("{}/{}{k}", self.base, op.name()), op, inputs.to_vec(), vec![out])?;
-        self.nodes.push(n);
-        Ok(out)
-    }
-
-    pub fn un(&mut self, op: Op, x: ValueId) -> Result<ValueId, PassError> {
-        self.op(op, &[Some(x)])
-    }
-
-    pub fn bin(&mut self, b: BinaryOp, x: ValueId, y: ValueId) -> Result<ValueId, PassError> {
-        self.op(Op::Binary(b), &[Some(x), Some(y)])
-    }
-
-    pub fn konst(&mut self, t: Tensor) -> ValueId {
-        let k = self.nodes.len();
-        self.g.add_const(self.g.fresh_name(&format!("{}.c{k}", self.base)), t)
-    }
-
-    pub fn ints(&mut self, v: &[i64]) -> ValueId {
-        self.konst(Tensor::i64(vec![v.len()], v.to_vec()))
-    }
-
-    pub fn scalar(&mut self, dtype: DType, x: f64) -> ValueId {
-        self.konst(Tensor::from_f64(dtype, vec![], vec![x]))
-    }
-
-    pub fn reshape(&mut self, x: ValueId, shape: &[usize]) -> Result<ValueId, PassError> {
-        let s = self.ints(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>());
-        self.op(Op::Reshape { allowzero: true }, &[Some(x), Some(s)])
-    }
-
-    pub fn transpose(&mut self, x: ValueId, perm: &[usize]) -> Result<ValueId, PassError> {
-        self.un(Op::Transpose { perm: Some(perm.to_vec()) }, x)
-    }
-}
+use wgslc_ir::{
+    AttentionAttrs, BinaryOp, Builder, DType, Graph, NodeId, Op, ReduceOp, Tensor, TensorType, UnaryOp, ValueId,
+};
 
 /// The value of a parameter input that must be a compile-time constant (the same message as inference's).
 fn need_const<'a>(
@@ -83,7 +38,7 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
     let x = node.inputs.first().copied().flatten().ok_or_else(|| err("missing input 0".into()))?;
     let xt = ty(g, 0)?;
     g.remove_node(n);
-    let mut b = Builder { g, base: node.name.clone(), nodes: vec![] };
+    let mut b = Builder::new(g, node.name.clone());
     let results: Vec<Option<ValueId>> = match &node.op {
         Op::DepthToSpace { blocksize: bs, crd } => {
             let (bs, s) = (*bs, &xt.shape);
@@ -307,7 +262,7 @@ fn attention(
                 return Err(err(format!("hidden size {} does not split into {h} heads", s[2])));
             }
             let r = b.reshape(x, &[s[0], s[1], h, s[2] / h])?;
-            b.transpose(r, &[0, 2, 1, 3])
+            Ok(b.transpose(r, &[0, 2, 1, 3])?)
         };
         q4 = split(b, q, hq)?;
         k4 = split(b, k, hk)?;
@@ -397,7 +352,7 @@ fn attention(
             let u = b.reshape(x, &[s[0], s[1], 1, s[2], s[3]])?;
             let sh = b.ints(&[s[0] as i64, s[1] as i64, (hq / hk) as i64, s[2] as i64, s[3] as i64]);
             let e = b.op(Op::Expand, &[Some(u), Some(sh)])?;
-            b.reshape(e, &[s[0], hq, s[2], s[3]])
+            Ok(b.reshape(e, &[s[0], hq, s[2], s[3]])?)
         };
         k4 = rep(b, k4, &ks)?;
         v4 = rep(b, v4, &vs)?;

@@ -10,7 +10,9 @@ mod tensor;
 use proto::{AttributeProto, ModelProto, NodeProto};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use wgslc_ir::{AutoPad, BinaryOp, Graph, Op, PoolKind, ReduceOp, Tensor, TensorType, UnaryOp, ValueId, Window};
+use wgslc_ir::{
+    AutoPad, BinaryOp, Builder, Graph, Op, PoolKind, ReduceOp, Tensor, TensorType, UnaryOp, ValueId, Window,
+};
 
 pub use tensor::dtype_from_onnx;
 
@@ -630,9 +632,7 @@ impl Importer<'_> {
                     let m = self.g.add_value(mask.clone(), None);
                     self.names.insert(mask.clone(), m);
                     let ones = Op::ConstantOfShape(Tensor::bool(vec![1], vec![true]));
-                    self.g
-                        .add_node(format!("{name}/mask"), ones, vec![Some(shape)], vec![m])
-                        .map_err(|e| a.err(e.to_string()))?;
+                    self.emit_into(&a, "mask", ones, &[Some(shape)], vec![m])?;
                 }
                 Op::Dropout
             }
@@ -655,8 +655,7 @@ impl Importer<'_> {
             inputs.pop();
         }
         let outputs = self.define_outputs(&name, &node.output, &op)?;
-        self.g.add_node(name.clone(), op, inputs, outputs).map_err(|e| a.err(e.to_string()))?;
-        Ok(())
+        self.emit_into(&a, "", op, &inputs, outputs)
     }
 
     fn define_outputs(&mut self, node: &str, outs: &[String], op: &Op) -> Result<Vec<ValueId>, ImportError> {
@@ -722,11 +721,25 @@ impl Importer<'_> {
 
     /// Adds one node with a fresh output value and returns that value.
     fn emit(&mut self, name: &str, part: &str, op: Op, inputs: &[Option<ValueId>]) -> Result<ValueId, ImportError> {
-        let out = self.g.add_value(self.g.fresh_name(&format!("{name}.{part}")), None);
-        self.g
-            .add_node(format!("{name}/{part}"), op.clone(), inputs.to_vec(), vec![out])
-            .map_err(|e| ImportError::Node { node: name.into(), op: op.name().into(), reason: e.to_string() })?;
-        Ok(out)
+        let op_name = op.name();
+        Builder::new(&mut self.g, name).op_named(part, op, inputs).map_err(|e| ImportError::Node {
+            node: name.into(),
+            op: op_name.into(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Adds node `name/part` (or `name` for an empty part) writing values that already exist.
+    fn emit_into(
+        &mut self,
+        a: &Attrs,
+        part: &str,
+        op: Op,
+        inputs: &[Option<ValueId>],
+        outputs: Vec<ValueId>,
+    ) -> Result<(), ImportError> {
+        Builder::new(&mut self.g, a.name).op_into(part, op, inputs, outputs).map_err(|e| a.err(e.to_string()))?;
+        Ok(())
     }
 
     /// NegativeLogLikelihoodLoss, and SoftmaxCrossEntropyLoss as LogSoftmax over axis 1 followed by it, written
@@ -767,9 +780,7 @@ impl Importer<'_> {
             match node.output.get(1).filter(|o| !o.is_empty()) {
                 Some(_) => {
                     let out = outs[1];
-                    self.g
-                        .add_node(format!("{name}/log_softmax"), lp, vec![Some(scores)], vec![out])
-                        .map_err(|e| a.err(e.to_string()))?;
+                    self.emit_into(a, "log_softmax", lp, &[Some(scores)], vec![out])?;
                     out
                 }
                 None => self.emit(name, "log_softmax", lp, &[Some(scores)])?,
@@ -814,10 +825,7 @@ impl Importer<'_> {
                 None => self.emit(name, "mean", all(ReduceOp::Mean), &[Some(loss)])?,
             },
         };
-        self.g
-            .add_node(format!("{name}/out"), Op::Identity, vec![Some(result)], vec![outs[0]])
-            .map_err(|e| a.err(e.to_string()))?;
-        Ok(())
+        self.emit_into(a, "out", Op::Identity, &[Some(result)], vec![outs[0]])
     }
 
     /// Max, Min, Sum and Mean over any number of inputs: a chain of binary nodes (Mean divides at the end).
@@ -835,34 +843,27 @@ impl Importer<'_> {
         let mean = node.op_type == "Mean" && ins.len() > 1;
         let mut acc = ins[0];
         if ins.len() == 1 {
-            self.g.add_node(name, Op::Identity, vec![Some(acc)], outs).map_err(|e| a.err(e.to_string()))?;
-            return Ok(());
+            return self.emit_into(a, "", Op::Identity, &[Some(acc)], outs);
         }
         for (i, &v) in ins.iter().enumerate().skip(1) {
             let last = i == ins.len() - 1 && !mean;
             let out = if last { outs[0] } else { self.g.add_value(self.g.fresh_name(&format!("{name}.acc")), None) };
-            self.g
-                .add_node(format!("{name}/{i}"), Op::Binary(bop), vec![Some(acc), Some(v)], vec![out])
-                .map_err(|e| a.err(e.to_string()))?;
+            self.emit_into(a, &i.to_string(), Op::Binary(bop), &[Some(acc), Some(v)], vec![out])?;
             acc = out;
         }
         if mean {
             let n = self.scalar_const(name, "count", ins.len() as f32);
-            self.g
-                .add_node(format!("{name}/mean"), Op::Binary(BinaryOp::Div), vec![Some(acc), Some(n)], outs)
-                .map_err(|e| a.err(e.to_string()))?;
+            self.emit_into(a, "mean", Op::Binary(BinaryOp::Div), &[Some(acc), Some(n)], outs)?;
         }
         Ok(())
     }
 
     fn ints_const(&mut self, node: &str, what: &str, v: Vec<i64>) -> ValueId {
-        let name = self.g.fresh_name(&format!("{node}.{what}"));
-        self.g.add_const(name, Tensor::i64(vec![v.len()], v))
+        Builder::new(&mut self.g, node).const_named(what, Tensor::i64(vec![v.len()], v))
     }
 
     fn scalar_const(&mut self, node: &str, what: &str, v: f32) -> ValueId {
-        let name = self.g.fresh_name(&format!("{node}.{what}"));
-        self.g.add_const(name, Tensor::f32(vec![], vec![v]))
+        Builder::new(&mut self.g, node).const_named(what, Tensor::f32(vec![], vec![v]))
     }
 
     fn window(&self, a: &Attrs, pool: bool) -> Result<Window, ImportError> {

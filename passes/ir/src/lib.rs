@@ -18,10 +18,12 @@
 //! by the frontend into inputs, so each op has one form here; shape inference requires such inputs to be
 //! constants and resolves them.
 
+mod builder;
 mod ops;
 mod print;
 mod tensor;
 
+pub use builder::Builder;
 pub use ops::*;
 pub use print::print;
 pub use tensor::*;
