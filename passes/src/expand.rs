@@ -1,10 +1,11 @@
 //! Composite ops expanded into simpler ones once shapes are known: Attention, DepthToSpace, SpaceToDepth,
-//! LpNormalization, Hardmax, InstanceNormalization and GroupNormalization. Each expansion builds ordinary nodes
+//! LpNormalization, LRN, Hardmax, InstanceNormalization and GroupNormalization. Each expansion builds ordinary nodes
 //! that shape inference then types and folds like any other.
 
 use crate::PassError;
 use wgslc_ir::{
-    AttentionAttrs, BinaryOp, Builder, DType, Graph, NodeId, Op, ReduceOp, Tensor, TensorType, UnaryOp, ValueId,
+    AttentionAttrs, AutoPad, BinaryOp, Builder, DType, Graph, NodeId, Op, PoolKind, ReduceOp, Tensor, TensorType,
+    UnaryOp, ValueId, Window,
 };
 
 /// The value of a parameter input that must be a compile-time constant (the same message as inference's).
@@ -82,6 +83,40 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             let is_zero = b.bin(BinaryOp::Equal, norm, zero)?;
             let q = b.bin(BinaryOp::Div, x, norm)?;
             vec![Some(b.op(Op::Where, &[Some(is_zero), Some(zero), Some(q)])?)]
+        }
+        Op::Lrn { size, alpha, beta, bias } => {
+            // Σ x² over the channel window as an average pool (count_include_pad: the window always divides by
+            // `size`) over [N, 1, C, rest], so alpha/size · Σ = alpha · mean.
+            let s = &xt.shape;
+            if s.len() < 3 {
+                return Err(err(format!("the input must be [N, C, d1, …], got rank {}", s.len())));
+            }
+            if xt.dtype != DType::F32 {
+                return Err(err(format!("the input must be float32, got {:?}", xt.dtype)));
+            }
+            let rest: usize = s[2..].iter().product();
+            let sq = b.bin(BinaryOp::Mul, x, x)?;
+            let sq = b.reshape(sq, &[s[0], 1, s[1], rest])?;
+            let (before, after) = ((size - 1) / 2, size - 1 - (size - 1) / 2);
+            let window = Window {
+                kernel: vec![*size, 1],
+                strides: vec![1, 1],
+                pads: vec![before, 0, after, 0],
+                dilations: vec![1, 1],
+                auto_pad: AutoPad::NotSet,
+                ceil_mode: false,
+            };
+            let mean = b.un(Op::Pool { kind: PoolKind::Avg, window, count_include_pad: true }, sq)?;
+            let mean = b.reshape(mean, s)?;
+            let (al, bi, be) = (
+                b.scalar(DType::F32, *alpha as f64),
+                b.scalar(DType::F32, *bias as f64),
+                b.scalar(DType::F32, *beta as f64),
+            );
+            let scaled = b.bin(BinaryOp::Mul, mean, al)?;
+            let base = b.bin(BinaryOp::Add, scaled, bi)?;
+            let den = b.bin(BinaryOp::Pow, base, be)?;
+            vec![Some(b.bin(BinaryOp::Div, x, den)?)]
         }
         Op::CenterCropPad => {
             let shape_in = node.inputs.get(1).copied().flatten().ok_or_else(|| err("missing shape".into()))?;

@@ -411,6 +411,18 @@ impl Importer<'_> {
             }
             "OneHot" => Op::OneHot { axis: a.int("axis", -1) },
             "LpNormalization" => Op::LpNormalization { axis: a.int("axis", -1), p: a.int("p", 2) },
+            "LRN" => {
+                let size = a.get("size").map(|x| x.i).ok_or_else(|| a.err("the 'size' attribute is required"))?;
+                if size < 1 {
+                    return Err(a.err(format!("size must be at least 1, got {size}")));
+                }
+                Op::Lrn {
+                    size: size as usize,
+                    alpha: a.float("alpha", 1e-4),
+                    beta: a.float("beta", 0.75),
+                    bias: a.float("bias", 1.0),
+                }
+            }
             "Hardmax" => Op::Hardmax { axis: a.int("axis", if opset < 13 { 1 } else { -1 }), legacy: opset < 13 },
             "InstanceNormalization" => Op::InstanceNorm { epsilon: a.float("epsilon", 1e-5) },
             "GroupNormalization" => {

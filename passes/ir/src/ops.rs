@@ -44,6 +44,7 @@ macro_rules! composite {
             | $crate::Op::CenterCropPad
             | $crate::Op::OneHot { .. }
             | $crate::Op::LpNormalization { .. }
+            | $crate::Op::Lrn { .. }
             | $crate::Op::Hardmax { .. }
             | $crate::Op::InstanceNorm { .. }
             | $crate::Op::GroupNorm { .. }
@@ -391,6 +392,14 @@ pub enum Op {
         axis: i64,
         p: i64,
     },
+    /// LRN (local response normalization across channels, AlexNet/Inception v1):
+    /// `y = x / (bias + alpha/size · Σ x²)^beta`, the sum over the `size` channels around each one.
+    Lrn {
+        size: usize,
+        alpha: f32,
+        beta: f32,
+        bias: f32,
+    },
     /// Hardmax; `legacy` is the opset < 13 form that flattens to 2-D at `axis`.
     Hardmax {
         axis: i64,
@@ -525,6 +534,7 @@ impl Op {
             Op::Scatter { axis: None, .. } => "ScatterND",
             Op::OneHot { .. } => "OneHot",
             Op::LpNormalization { .. } => "LpNormalization",
+            Op::Lrn { .. } => "LRN",
             Op::Hardmax { .. } => "Hardmax",
             Op::InstanceNorm { .. } => "InstanceNormalization",
             Op::GroupNorm { .. } => "GroupNormalization",
