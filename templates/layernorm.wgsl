@@ -3,12 +3,7 @@
 // mean first, then the variance around it (two passes: no cancellation).
 {% include "workgroup_reduce.wgsl" %}
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.y * {{ groups_x }}u + wid.x;
-    if (row >= {{ rows }}u) {
-        return;
-    }
+{% include "main_rows.wgsl" %}
     let base = row * {{ n }}u;
 {%- if rms %}
     // RMSNormalization: no mean is subtracted.

@@ -4,12 +4,7 @@
 // {% if log %}LogSoftmax{% else %}Softmax{% endif %} over rows of {{ n }} elements spaced {{ inner }} apart; one workgroup of 64 threads per row.
 {% include "workgroup_reduce.wgsl" %}
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.y * {{ groups_x }}u + wid.x;
-    if (row >= {{ rows }}u) {
-        return;
-    }
+{% include "main_rows.wgsl" %}
     let base = (row / {{ inner }}u) * {{ row_span }}u + row % {{ inner }}u;
     // Every thread starts from the row's first element, so the maximum needs no -inf (and is exact for any row).
     var m = x[base];

@@ -212,15 +212,7 @@ pub fn compare(got: &HostTensor, want: &Tensor, rtol: f64, atol: f64) -> Result<
     };
     let exact = !want.dtype.is_float();
     for (j, (&x, &y)) in g.iter().zip(&w).enumerate() {
-        let ok = if exact {
-            x == y
-        } else if y.is_nan() {
-            x.is_nan()
-        } else if y.is_infinite() {
-            x == y
-        } else {
-            (x - y).abs() <= atol + rtol * y.abs()
-        };
+        let ok = if exact { x == y } else { within_tolerance(x, y, rtol, atol) };
         if !ok {
             return Err(format!("element {j}: got {x}, expected {y}"));
         }
@@ -283,4 +275,16 @@ fn short_reason(o: &Outcome) -> String {
     }
     let cut: String = m.chars().take(100).collect();
     format!("{}: {}", o.class(), cut.trim_end())
+}
+
+/// ONNX's comparison of one float: |got − want| ≤ atol + rtol·|want|, NaN only where NaN is expected, an infinity
+/// only where the same infinity is. The conformance runner and the test suites share it.
+pub fn within_tolerance(got: f64, want: f64, rtol: f64, atol: f64) -> bool {
+    if want.is_nan() {
+        got.is_nan()
+    } else if want.is_infinite() {
+        got == want
+    } else {
+        (got - want).abs() <= atol + rtol * want.abs()
+    }
 }

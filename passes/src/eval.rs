@@ -251,97 +251,88 @@ fn binary(b: BinaryOp, x: &Tensor, y: &Tensor, shape: &[usize], out: DType) -> T
     let ints = x.dtype.is_int() && y.dtype.is_int();
     if ints && !b.returns_bool() {
         let (xv, yv) = (x.to_i64(), y.to_i64());
-        let r = xi
-            .iter()
-            .zip(&yi)
-            .map(|(&i, &j)| {
-                let (a, c) = (xv[i], yv[j]);
-                match b {
-                    BinaryOp::Add => a.wrapping_add(c),
-                    BinaryOp::Sub => a.wrapping_sub(c),
-                    BinaryOp::Mul => a.wrapping_mul(c),
-                    BinaryOp::Div => {
-                        if c == 0 {
-                            0
-                        } else {
-                            a.wrapping_div(c)
-                        }
-                    }
-                    BinaryOp::Pow => (a as f64).powf(c as f64) as i64,
-                    BinaryOp::Max => a.max(c),
-                    BinaryOp::Min => a.min(c),
-                    BinaryOp::Mod { fmod: true } => {
-                        if c == 0 {
-                            0
-                        } else {
-                            a.wrapping_rem(c)
-                        }
-                    }
-                    BinaryOp::Mod { fmod: false } => {
-                        if c == 0 {
-                            0
-                        } else {
-                            a.wrapping_rem(c).wrapping_add(c).wrapping_rem(c)
-                        }
-                    }
-                    BinaryOp::BitwiseAnd => a & c,
-                    BinaryOp::BitwiseOr => a | c,
-                    BinaryOp::BitwiseXor => a ^ c,
-                    BinaryOp::BitShiftLeft => a.wrapping_shl(c as u32),
-                    BinaryOp::BitShiftRight => ((a as u64).wrapping_shr(c as u32)) as i64,
-                    BinaryOp::PRelu => {
-                        if a < 0 {
-                            a.wrapping_mul(c)
-                        } else {
-                            a
-                        }
-                    }
-                    _ => unreachable!("bool-returning ops are handled below"),
+        let r = pairs(&xi, &yi, &xv, &yv, |a, c| match b {
+            BinaryOp::Add => a.wrapping_add(c),
+            BinaryOp::Sub => a.wrapping_sub(c),
+            BinaryOp::Mul => a.wrapping_mul(c),
+            BinaryOp::Div => {
+                if c == 0 {
+                    0
+                } else {
+                    a.wrapping_div(c)
                 }
-            })
-            .collect();
+            }
+            BinaryOp::Pow => (a as f64).powf(c as f64) as i64,
+            BinaryOp::Max => a.max(c),
+            BinaryOp::Min => a.min(c),
+            BinaryOp::Mod { fmod: true } => {
+                if c == 0 {
+                    0
+                } else {
+                    a.wrapping_rem(c)
+                }
+            }
+            BinaryOp::Mod { fmod: false } => {
+                if c == 0 {
+                    0
+                } else {
+                    a.wrapping_rem(c).wrapping_add(c).wrapping_rem(c)
+                }
+            }
+            BinaryOp::BitwiseAnd => a & c,
+            BinaryOp::BitwiseOr => a | c,
+            BinaryOp::BitwiseXor => a ^ c,
+            BinaryOp::BitShiftLeft => a.wrapping_shl(c as u32),
+            BinaryOp::BitShiftRight => ((a as u64).wrapping_shr(c as u32)) as i64,
+            BinaryOp::PRelu => {
+                if a < 0 {
+                    a.wrapping_mul(c)
+                } else {
+                    a
+                }
+            }
+            _ => unreachable!("bool-returning ops are handled below"),
+        });
         return Tensor::i64(shape.to_vec(), r).retyped(out);
     }
     let (xv, yv) = (x.to_f64(), y.to_f64());
-    let r = xi
-        .iter()
-        .zip(&yi)
-        .map(|(&i, &j)| {
-            let (a, c) = (xv[i], yv[j]);
-            match b {
-                BinaryOp::Add => a + c,
-                BinaryOp::Sub => a - c,
-                BinaryOp::Mul => a * c,
-                BinaryOp::Div => a / c,
-                BinaryOp::Pow => a.powf(c),
-                BinaryOp::Max => a.max(c),
-                BinaryOp::Min => a.min(c),
-                BinaryOp::Equal => (a == c) as u8 as f64,
-                BinaryOp::Less => (a < c) as u8 as f64,
-                BinaryOp::LessOrEqual => (a <= c) as u8 as f64,
-                BinaryOp::Greater => (a > c) as u8 as f64,
-                BinaryOp::GreaterOrEqual => (a >= c) as u8 as f64,
-                BinaryOp::And => (a != 0.0 && c != 0.0) as u8 as f64,
-                BinaryOp::Or => (a != 0.0 || c != 0.0) as u8 as f64,
-                BinaryOp::Xor => ((a != 0.0) != (c != 0.0)) as u8 as f64,
-                BinaryOp::Mod { fmod: true } => a % c,
-                BinaryOp::Mod { fmod: false } => a - c * (a / c).floor(),
-                BinaryOp::PRelu => {
-                    if a < 0.0 {
-                        a * c
-                    } else {
-                        a
-                    }
-                }
-                BinaryOp::BitwiseAnd
-                | BinaryOp::BitwiseOr
-                | BinaryOp::BitwiseXor
-                | BinaryOp::BitShiftLeft
-                | BinaryOp::BitShiftRight => f64::NAN,
+    let r = pairs(&xi, &yi, &xv, &yv, |a, c| match b {
+        BinaryOp::Add => a + c,
+        BinaryOp::Sub => a - c,
+        BinaryOp::Mul => a * c,
+        BinaryOp::Div => a / c,
+        BinaryOp::Pow => a.powf(c),
+        BinaryOp::Max => a.max(c),
+        BinaryOp::Min => a.min(c),
+        BinaryOp::Equal => (a == c) as u8 as f64,
+        BinaryOp::Less => (a < c) as u8 as f64,
+        BinaryOp::LessOrEqual => (a <= c) as u8 as f64,
+        BinaryOp::Greater => (a > c) as u8 as f64,
+        BinaryOp::GreaterOrEqual => (a >= c) as u8 as f64,
+        BinaryOp::And => (a != 0.0 && c != 0.0) as u8 as f64,
+        BinaryOp::Or => (a != 0.0 || c != 0.0) as u8 as f64,
+        BinaryOp::Xor => ((a != 0.0) != (c != 0.0)) as u8 as f64,
+        BinaryOp::Mod { fmod: true } => a % c,
+        BinaryOp::Mod { fmod: false } => a - c * (a / c).floor(),
+        BinaryOp::PRelu => {
+            if a < 0.0 {
+                a * c
+            } else {
+                a
             }
-        })
-        .collect();
+        }
+        BinaryOp::BitwiseAnd
+        | BinaryOp::BitwiseOr
+        | BinaryOp::BitwiseXor
+        | BinaryOp::BitShiftLeft
+        | BinaryOp::BitShiftRight => f64::NAN,
+    });
     Tensor::from_f64(out, shape.to_vec(), r)
+}
+
+/// `f(x[xi[k]], y[yi[k]])` for every k: a binary op over two broadcast reads.
+fn pairs<T: Copy, R>(xi: &[usize], yi: &[usize], x: &[T], y: &[T], f: impl Fn(T, T) -> R) -> Vec<R> {
+    xi.iter().zip(yi).map(|(&i, &j)| f(x[i], y[j])).collect()
 }
 
 trait Retype {

@@ -110,14 +110,7 @@ pub fn compare(got: &[HostTensor], want: &[HostTensor], rtol: f64, atol: f64) ->
                 let mut worst = (0.0f64, 0usize);
                 for (j, (&x, &y)) in a.iter().zip(b).enumerate() {
                     let (x, y) = (x as f64, y as f64);
-                    let ok = if y.is_nan() {
-                        x.is_nan()
-                    } else if y.is_infinite() {
-                        x == y
-                    } else {
-                        (x - y).abs() <= atol + rtol * y.abs()
-                    };
-                    if !ok {
+                    if !wgslc::conformance::within_tolerance(x, y, rtol, atol) {
                         return Err(format!("output {i}[{j}]: got {x}, expected {y} (rtol {rtol}, atol {atol})"));
                     }
                     if y.is_finite() && (x - y).abs() > worst.0 {
