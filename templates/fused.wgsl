@@ -13,9 +13,9 @@ fn fused(acc: f32, i: u32) -> {{ fu.ty }} {
     return {{ fu.result }};
 }
 {%- endif %}
-{%- if !fu.store.is_empty() %}
-// Result element o goes to its place in the transposed output the kernel writes directly.
+{%- if fu.placed() %}
+// {{ fu.store_note }}
 fn store_at(o: u32) -> u32 {
-    return 0u{% for t in fu.store %} + ((o / {{ t.stride }}u) % {{ t.extent }}u) * {{ t.out_stride }}u{% endfor %};
+    return {{ fu.store_offset }}u{% for t in fu.store %} + ((o / {{ t.stride }}u) % {{ t.extent }}u) * {{ t.out_stride }}u{% endfor %};
 }
 {%- endif %}

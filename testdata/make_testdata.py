@@ -613,6 +613,44 @@ def ops():
     inverted_residual("expand_depthwise_wide_projection", [1, 24, 16, 16], 144, 80, k=5)
     # Channel counts that are not multiples of 4: the kernel reads its weights one float at a time.
     inverted_residual("inverted_residual_block_odd_channels", [1, 6, 9, 9], 30, 10)
+
+    # Concats written in place by the kernels that produce their inputs (no copy kernels): a SqueezeNet fire
+    # module (two convolutions joined along channels at batch 1), elementwise results at batch 2 (each a strided
+    # block), products joined along the last axis, and Concats that must keep their copies (an input from outside,
+    # a result read twice).
+    def fire(name, xs, s, e1, e3):
+        nodes = [helper.make_node("Conv", ["x", "ws", "bs"], ["sq"]), helper.make_node("Relu", ["sq"], ["s"]),
+                 helper.make_node("Conv", ["s", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
+                 helper.make_node("Conv", ["s", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1]),
+                 helper.make_node("Relu", ["c3"], ["r3"]),
+                 helper.make_node("Concat", ["r1", "r3"], ["y"], axis=1)]
+        inits = [init("ws", rand(s, xs[1], 1, 1)), init("bs", rand(s)), init("w1", rand(e1, s, 1, 1)),
+                 init("b1", rand(e1)), init("w3", rand(e3, s, 3, 3) * 0.5), init("b3", rand(e3))]
+        cases[name] = (model(nodes, [vi("x", F, xs)], [vi("y", F, None)], inits), [rand(*xs)])
+
+    fire("concat_in_place_fire", [1, 16, 13, 13], 8, 24, 24)
+    fire("concat_in_place_fire_batch2", [2, 12, 7, 9], 6, 10, 14)
+    cases["concat_in_place_elementwise"] = (
+        model([helper.make_node("Sigmoid", ["a"], ["sa"]), helper.make_node("Tanh", ["b"], ["tb"]),
+               helper.make_node("Mul", ["a", "a"], ["aa"]),
+               helper.make_node("Concat", ["sa", "tb", "aa"], ["y"], axis=1)],
+              [vi("a", F, [2, 3, 4]), vi("b", F, [2, 5, 4])], [vi("y", F, None)]),
+        [rand(2, 3, 4), rand(2, 5, 4)],
+    )
+    cases["concat_in_place_matmul_last_axis"] = (
+        model([helper.make_node("MatMul", ["x", "w1"], ["p1"]), helper.make_node("MatMul", ["z", "w2"], ["p2"]),
+               helper.make_node("Gelu", ["p2"], ["g2"]), helper.make_node("Concat", ["p1", "g2"], ["y"], axis=-1)],
+              [vi("x", F, [3, 17, 24]), vi("z", F, [3, 17, 16])], [vi("y", F, None)],
+              [init("w1", rand(24, 20)), init("w2", rand(16, 12))], opset=20),
+        [rand(3, 17, 24), rand(3, 17, 16)],
+    )
+    cases["concat_keeps_copies"] = (
+        model([helper.make_node("Relu", ["a"], ["ra"]), helper.make_node("Exp", ["b"], ["eb"]),
+               helper.make_node("Concat", ["ra", "c"], ["y1"], axis=0),
+               helper.make_node("Concat", ["eb", "eb"], ["y2"], axis=1)],
+              [vi("a", F, [2, 6]), vi("b", F, [2, 3]), vi("c", F, [3, 6])], [vi("y1", F, None), vi("y2", F, None)]),
+        [rand(2, 6), rand(2, 3), rand(3, 6)],
+    )
     return cases
 
 

@@ -37,8 +37,8 @@ pub struct Slot {
     pub size: u64,
 }
 
-/// Totals of a plan, for the report.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Totals of a plan; the report's `memory` section holds them as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MemoryStats {
     /// Bytes of the arenas intermediates are placed in.
     pub planned_bytes: u64,
@@ -194,10 +194,13 @@ pub fn plan_memory_with(g: &Graph, sched: &Schedule, opts: &MemoryOptions) -> Re
             if root_slot.contains_key(&root) {
                 continue;
             }
-            if first.insert(root, step).is_none() {
+            // A Concat written in place has several writers: it lives from the first.
+            if let std::collections::hash_map::Entry::Vacant(e) = first.entry(root) {
+                e.insert(step);
                 order.push(root);
             }
-            last.entry(root).or_insert(step);
+            let l = last.entry(root).or_insert(step);
+            *l = (*l).max(step);
         }
     }
 

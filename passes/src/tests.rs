@@ -416,3 +416,43 @@ fn expansion_tiles_fit_workgroup_memory_and_bound_recomputation() {
     // Too many output channels for one thread's registers at any tile.
     assert!(expand_tile(1, (56, 56), (3, 3), (1, 1), (1, 1), 24, 144, Some(4096)).is_none());
 }
+
+/// x → Relu and x → Conv(3x3) → Relu, joined along channels: SqueezeNet's fire module with `extra` also read
+/// (a graph output) when set.
+fn two_branches_joined(output_branch: bool) -> Graph {
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1, 8, 10, 10]);
+    let w = g.add_const("w", Tensor::f32(vec![6, 8, 3, 3], vec![0.1; 6 * 8 * 9]));
+    let c = g.add_value("c", None);
+    g.add_node("conv", Op::Conv { window: window(3), group: 1 }, vec![Some(x), Some(w)], vec![c]).unwrap();
+    let (r1, r2) = (g.add_value("r1", None), g.add_value("r2", None));
+    g.add_node("relu1", Op::Unary(wgslc_ir::UnaryOp::Relu), vec![Some(c)], vec![r1]).unwrap();
+    g.add_node("relu2", Op::Unary(wgslc_ir::UnaryOp::Relu), vec![Some(x)], vec![r2]).unwrap();
+    let y = g.add_value("y", None);
+    g.add_node("concat", Op::Concat { axis: 1 }, vec![Some(r2), Some(r1)], vec![y]).unwrap();
+    g.outputs.push(y);
+    if output_branch {
+        g.outputs.push(r1);
+    }
+    run_pipeline(&mut g, None).unwrap();
+    g
+}
+
+#[test]
+fn concat_is_written_in_place_by_its_producers() {
+    let g = two_branches_joined(false);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert_eq!(sched.kernels.len(), 2, "{:?}", sched.kernels);
+    assert_eq!(sched.concats.len(), 1);
+    let slots: Vec<usize> = sched.kernels.iter().filter_map(|k| k.write_into().map(|(_, s)| s)).collect();
+    assert_eq!(slots, [1, 0], "the Conv writes slot 1 at channel 8 onwards, the Relu slot 0");
+    let conv = &sched.kernels[0];
+    assert_eq!(conv.recipe.store.as_ref().map(|p| p.offset), Some(8 * 100));
+    // Both writers bind the Concat's output, which lives from the first write.
+    let mem = plan_memory(&g, &sched).unwrap();
+    verify_plan(&g, &sched, &mem).unwrap();
+    // A branch that is also a graph output keeps the Concat's copy kernels.
+    let g = two_branches_joined(true);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert!(sched.concats.is_empty() && sched.kernels.iter().all(|k| k.write_into().is_none()));
+}

@@ -27,6 +27,7 @@ pub fn print_schedule(g: &Graph, sched: &Schedule) -> String {
                 Fold::ConvSum { conv, add } => format!("conv sum {} via {}", name(*conv), name(*add)),
                 Fold::Attention(t) => format!("attention {} → {}", name(t.softmax), name(t.pv)),
                 Fold::StoreCopy(t) => format!("store copy {}", name(*t)),
+                Fold::WriteInto { concat, slot } => format!("into {} slot {slot}", name(*concat)),
             };
             let _ = write!(line, " [{what}]");
         }
@@ -43,8 +44,8 @@ pub fn print_schedule(g: &Graph, sched: &Schedule) -> String {
         if let Some(t) = r.expand {
             let _ = write!(line, " | expand tile {}x{}, {} channels a step", t.ty, t.tx, t.ec);
         }
-        if let Some(terms) = &r.store {
-            let _ = write!(line, " | stored through {} permuted dims", terms.len());
+        if let Some(p) = &r.store {
+            let _ = write!(line, " | stored at {} + {} index terms", p.offset, p.terms.len());
         }
         let _ = writeln!(s, "{line}");
     }

@@ -5,7 +5,7 @@ use crate::Validated;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use wgslc_ir::{Graph, NodeId, Op};
-use wgslc_passes::{MemoryPlan, Schedule};
+use wgslc_passes::{MemoryPlan, MemoryStats, Schedule};
 
 /// The bandwidth the floor times assume unless told otherwise (GB/s, an H100's HBM3 roughly).
 pub const DEFAULT_BANDWIDTH_GBPS: f64 = 3000.0;
@@ -38,19 +38,10 @@ pub struct Report {
 /// The memory plan: totals and every intermediate's lifetime and buffer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MemoryReport {
-    /// Bytes of the buffers intermediates live in.
-    pub planned_bytes: u64,
-    /// The most intermediate bytes live at one dispatch step: no plan can use less.
-    pub lower_bound_bytes: u64,
-    /// Every intermediate in a buffer of its own.
-    pub naive_bytes: u64,
-    pub weights_bytes: u64,
-    /// Graph inputs and outputs.
-    pub io_bytes: u64,
-    /// Intermediates split between two sets of arenas so most kernels bind their inputs read-only.
-    pub split_arenas: bool,
-    /// Kernels writing their output over an input that dies there.
-    pub in_place_kernels: usize,
+    /// The plan's totals (flattened: `planned_bytes`, `lower_bound_bytes`, `naive_bytes`, `weights_bytes`,
+    /// `io_bytes`, `split_arenas`, `in_place_kernels`).
+    #[serde(flatten)]
+    pub stats: MemoryStats,
     pub steps: usize,
     pub buffers: Vec<BufferReport>,
 }
@@ -162,7 +153,7 @@ pub fn build(
                 continue;
             }
             if write {
-                w += slot.size;
+                w += k.kernel.stored_bytes.unwrap_or(slot.size);
             } else {
                 r += slot.size;
             }
@@ -224,17 +215,7 @@ pub fn build(
             last: l.last,
         });
     }
-    let memory = MemoryReport {
-        planned_bytes: plan.stats.planned_bytes,
-        lower_bound_bytes: plan.stats.lower_bound_bytes,
-        naive_bytes: plan.stats.naive_bytes,
-        weights_bytes: plan.stats.weights_bytes,
-        io_bytes: plan.stats.io_bytes,
-        split_arenas: plan.stats.split_arenas,
-        in_place_kernels: plan.stats.in_place_kernels,
-        steps: sched.kernels.len(),
-        buffers: pool,
-    };
+    let memory = MemoryReport { stats: plan.stats.clone(), steps: sched.kernels.len(), buffers: pool };
     let mut folded: Vec<NodeId> = sched.folded.iter().copied().collect();
     folded.sort();
     Report {
@@ -256,16 +237,17 @@ pub fn build(
 impl MemoryReport {
     /// One line: planned vs lower bound vs a buffer per value, then weights and inputs/outputs.
     pub fn summary(&self) -> String {
+        let st = &self.stats;
         format!(
             "intermediates {} B planned in {}, {} B lower bound ({:.2}x), {} B with a buffer each; {} kernels write in place; weights {} B; inputs and outputs {} B",
-            self.planned_bytes,
-            if self.split_arenas { "two sets of arenas (inputs bound read-only)" } else { "arenas" },
-            self.lower_bound_bytes,
-            self.planned_bytes as f64 / self.lower_bound_bytes.max(1) as f64,
-            self.naive_bytes,
-            self.in_place_kernels,
-            self.weights_bytes,
-            self.io_bytes
+            st.planned_bytes,
+            if st.split_arenas { "two sets of arenas (inputs bound read-only)" } else { "arenas" },
+            st.lower_bound_bytes,
+            st.planned_bytes as f64 / st.lower_bound_bytes.max(1) as f64,
+            st.naive_bytes,
+            st.in_place_kernels,
+            st.weights_bytes,
+            st.io_bytes
         )
     }
 }

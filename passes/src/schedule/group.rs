@@ -53,6 +53,10 @@ pub enum Fold {
     /// A permuting StridedCopy (a Transpose) that is the result's only reader: the kernel stores each element
     /// straight at its place in the copy's output (`Recipe::store`), and the result is never written as is.
     StoreCopy(NodeId),
+    /// The result is input `slot` of a Concat that reads it alone: the kernel stores it straight into its place
+    /// in the Concat's output (`Recipe::store`). Every input of that Concat is written so (the Concat is in
+    /// `Schedule::concats` and has no kernel); the Concat node belongs to no group.
+    WriteInto { concat: NodeId, slot: usize },
 }
 
 /// A convolution folded into its reader's kernel ([`Fold::Depthwise`], [`Fold::Expand`]).
@@ -84,6 +88,7 @@ pub enum FoldKind {
     ConvSum,
     Attention,
     StoreCopy,
+    WriteInto,
 }
 
 /// The anchors a fold can sit in.
@@ -112,6 +117,7 @@ impl Fold {
             Fold::ConvSum { .. } => FoldKind::ConvSum,
             Fold::Attention(_) => FoldKind::Attention,
             Fold::StoreCopy(_) => FoldKind::StoreCopy,
+            Fold::WriteInto { .. } => FoldKind::WriteInto,
         }
     }
 
@@ -128,6 +134,8 @@ impl Fold {
             Fold::Operand { node, .. } | Fold::RmsNorm(node) | Fold::StoreCopy(node) => vec![*node],
             Fold::Expand(f) | Fold::Depthwise(f) => folded(f),
             Fold::ConvSum { conv, .. } => vec![*conv],
+            // The Concat is written by several kernels and belongs to none.
+            Fold::WriteInto { .. } => vec![],
             Fold::Attention(t) => {
                 let nz = t.nan_to_zero.map(|(i, w)| vec![i, w]).unwrap_or_default();
                 std::iter::once(t.softmax).chain(nz).chain([t.pv]).collect()
@@ -153,7 +161,8 @@ impl Fold {
             FoldKind::Expand => matches!(anchor, A::DepthwiseConv | A::PointwiseConv),
             FoldKind::Depthwise => anchor == A::PointwiseConv,
             FoldKind::ConvSum => matches!(anchor, A::PointwiseConv | A::Conv),
-            FoldKind::StoreCopy => {
+            // The kernels whose emitters place stores through the recipe.
+            FoldKind::StoreCopy | FoldKind::WriteInto => {
                 matches!(anchor, A::Elementwise | A::MatMul | A::Gemm | A::PointwiseConv | A::Conv)
             }
         }
@@ -174,6 +183,9 @@ impl Fold {
             (K::RmsNorm, K::StoreCopy) => true,
             (K::ConvSum, K::StoreCopy) => true,
             (K::Attention, K::StoreCopy) => true,
+            // A result stored into a Concat, from any kernel that places its stores, but not also permuted.
+            (K::StoreCopy | K::WriteInto, K::WriteInto) => false,
+            (_, K::WriteInto) => true,
             _ => false,
         }
     }
@@ -276,9 +288,17 @@ impl KernelGroup {
         })
     }
 
-    /// The node whose output the kernel writes.
+    /// The Concat the result is stored into: `(concat, slot)`.
+    pub fn write_into(&self) -> Option<(NodeId, usize)> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::WriteInto { concat, slot } => Some((*concat, *slot)),
+            _ => None,
+        })
+    }
+
+    /// The node whose output the kernel writes (all of it, or for a Concat written in place, its slot).
     pub fn last(&self) -> NodeId {
-        self.store_copy().unwrap_or_else(|| self.result())
+        self.store_copy().or(self.write_into().map(|(c, _)| c)).unwrap_or_else(|| self.result())
     }
 
     /// The node whose value the kernel computes last: what it writes, or what it writes through a store copy.

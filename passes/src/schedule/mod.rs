@@ -28,6 +28,9 @@
 //!    - `store_copy`: a Transpose (permuting StridedCopy) that is the only reader of an elementwise,
 //!      MatMul/Gemm/Conv or attention kernel's result is written by that kernel at its transposed places, as
 //!      attention's [b, h, t, d] → [b, t, h, d] before the output projection.
+//!    - `concat`: a Concat each of whose inputs is the result of such a kernel, read by the Concat alone: every
+//!      producer stores its result straight into its block of the Concat's output, and the Concat has no
+//!      kernel (SqueezeNet's fire modules, Inception's branches, U-Net's skip joins).
 //!
 //! Then every remaining producer → consumer edge gets the reason it crosses a kernel boundary, each group its
 //! recipe, and [`verify_schedule`] checks the result.
@@ -44,9 +47,9 @@ pub use reads::{
     scalar_op_data_slot, takes_epilogue, Readers,
 };
 pub use recipe::{
-    anchor_kind, expand_tile, product_tiling, store_permutation, ExpandTile, ProductTiling, Recipe,
-    EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP, PROJECT_MAX_PER_THREAD,
-    WORKGROUP_FLOATS,
+    anchor_kind, concat_placement, expand_tile, product_tiling, store_permutation, ExpandTile, ProductTiling, Recipe,
+    StorePlacement, EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP,
+    PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
 };
 pub use rules::depthwise::{DEPTHWISE_MAX_CHANNELS, PROJECT_MAX_CHANNELS};
 pub use verify::verify_schedule;
@@ -79,6 +82,9 @@ pub struct Schedule {
     pub kernels: Vec<KernelGroup>,
     /// Layout copies folded into their readers' index math (no kernel of their own).
     pub folded: HashSet<NodeId>,
+    /// Concats whose inputs their producing kernels store straight into the output ([`Fold::WriteInto`]): no
+    /// kernel of their own, in no group.
+    pub concats: HashSet<NodeId>,
     pub boundaries: Vec<Boundary>,
 }
 

@@ -15,8 +15,35 @@ pub struct Recipe {
     pub batch: Option<Vec<usize>>,
     /// For a kernel with an expansion fold: its tile ([`expand_tile`]).
     pub expand: Option<ExpandTile>,
-    /// For a kernel with a store copy: the terms that place each element ([`store_permutation`]).
-    pub store: Option<Vec<(usize, usize, usize)>>,
+    /// For a kernel that stores through a permutation or into a Concat's output: where each element goes.
+    pub store: Option<StorePlacement>,
+}
+
+/// Where a kernel stores result element `o` (row-major over the result's shape):
+/// `offset + Σ ((o / stride) % extent) · out_stride` over `terms`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StorePlacement {
+    pub offset: usize,
+    pub terms: Vec<(usize, usize, usize)>,
+}
+
+/// Where the result in input `slot` of Concat `c` goes in the Concat's output: its block along the axis at each
+/// outer index (one term when the axis has no outer extent, as channels at batch 1).
+pub fn concat_placement(g: &Graph, c: NodeId, slot: usize) -> Option<StorePlacement> {
+    let node = g.node(c);
+    let Op::Concat { axis } = node.op else { return None };
+    let os = &g.ty(node.outputs[0]).shape;
+    let a = usize::try_from(axis).ok().filter(|&a| a < os.len())?;
+    let before: usize = node.inputs[..slot].iter().map(|v| v.map_or(0, |v| g.ty(v).shape[a])).sum();
+    let is = &g.ty(node.inputs.get(slot).copied().flatten()?).shape;
+    let row: usize = os[a + 1..].iter().product();
+    let (inner_in, inner_out, outer) =
+        (is[a..].iter().product::<usize>(), os[a..].iter().product(), os[..a].iter().product::<usize>());
+    let mut terms = vec![(1, inner_in, 1)];
+    if outer > 1 {
+        terms.push((inner_in, outer, inner_out));
+    }
+    Some(StorePlacement { offset: before * row, terms })
 }
 
 /// How a product's output is cut into workgroups and threads ([`product_tiling`]).
@@ -103,7 +130,10 @@ pub fn anchor_kind(g: &Graph, k: &KernelGroup) -> AnchorKind {
 pub fn recipe(g: &Graph, k: &KernelGroup) -> Option<Recipe> {
     let mut r = Recipe::default();
     if let Some(t) = k.store_copy() {
-        r.store = Some(store_permutation(g, t)?);
+        r.store = Some(StorePlacement { offset: 0, terms: store_permutation(g, t)? });
+    }
+    if let Some((c, slot)) = k.write_into() {
+        r.store = Some(concat_placement(g, c, slot)?);
     }
     let Some(a) = k.anchor else { return Some(r) };
     let node = g.node(a);

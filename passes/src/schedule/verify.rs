@@ -6,7 +6,7 @@ use super::recipe::anchor_kind;
 use super::Schedule;
 use crate::lower::storage_root;
 use crate::PassError;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use wgslc_ir::{Graph, NodeId, ValueId};
 
 /// Checks the schedule's invariants: every kernel node is in exactly one group; every value a group reads is
@@ -15,6 +15,17 @@ use wgslc_ir::{Graph, NodeId, ValueId};
 pub fn verify_schedule(g: &Graph, sched: &Schedule) -> Result<(), PassError> {
     let mut written: HashSet<ValueId> = HashSet::new();
     let mut seen: HashSet<NodeId> = HashSet::new();
+    // A Concat written in place is written once all its slots are, each by exactly one kernel.
+    let mut slots_left: HashMap<NodeId, Vec<usize>> =
+        sched.concats.iter().map(|&c| (c, (0..g.node(c).inputs.len()).collect())).collect();
+    let bug = |n: NodeId, reason: String| {
+        let node = g.node(n);
+        PassError::Node {
+            node: node.name.clone(),
+            op: node.op.name().into(),
+            reason: format!("{reason} (a scheduler bug)"),
+        }
+    };
     for k in &sched.kernels {
         if let Err(reason) = check_folds(g, k) {
             let node = g.node(k.anchor.unwrap_or_else(|| k.last()));
@@ -45,7 +56,20 @@ pub fn verify_schedule(g: &Graph, sched: &Schedule) -> Result<(), PassError> {
                 });
             }
         }
-        written.extend(writes);
+        match k.write_into() {
+            Some((c, slot)) => {
+                let left = slots_left.get_mut(&c).ok_or_else(|| bug(c, "written in place but not listed".into()))?;
+                let at = left.iter().position(|&s| s == slot);
+                left.remove(at.ok_or_else(|| bug(c, format!("slot {slot} written twice")))?);
+                if left.is_empty() {
+                    written.extend(writes);
+                }
+            }
+            None => written.extend(writes),
+        }
+    }
+    if let Some((&c, left)) = slots_left.iter().find(|(_, l)| !l.is_empty()) {
+        return Err(bug(c, format!("slots {left:?} of a Concat written in place have no kernel")));
     }
     Ok(())
 }
@@ -77,7 +101,8 @@ pub fn check_folds(g: &Graph, k: &KernelGroup) -> Result<(), String> {
     if anchor == AnchorKind::PointwiseConv && k.has(FoldKind::Expand) && !k.has(FoldKind::Depthwise) {
         return Err("an expansion folded into a pointwise Conv without the depthwise Conv between them".into());
     }
-    if k.has(FoldKind::Expand) != k.recipe.expand.is_some() || k.has(FoldKind::StoreCopy) != k.recipe.store.is_some() {
+    let stores = k.has(FoldKind::StoreCopy) || k.has(FoldKind::WriteInto);
+    if k.has(FoldKind::Expand) != k.recipe.expand.is_some() || stores != k.recipe.store.is_some() {
         return Err("the recipe does not match the folds".into());
     }
     Ok(())

@@ -80,9 +80,8 @@ impl Emitter<'_> {
         let v_var = bind_once(&mut reads, pv.vb.root, "v");
         // The score epilogue's body; the output store goes through the group's store copy, if any.
         let mut fu = self.fused_body(&qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
-        fu.store = self.store_terms(group)?;
-        let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
-        bindings.push((out, true, "out"));
+        self.place_stores(group, &mut fu);
+        let bindings = bindings(&[], &reads, &[(out, "out")]);
         let dv_pad = pv.nn.div_ceil(16) * 16;
         // 32 rows per workgroup (each K and V load serves twice the rows) when that still gives a workgroup per SM
         // of a large GPU (132 on an H100) and the accumulators stay few; else 16. On the H100 this took GPT-2 at
@@ -93,8 +92,7 @@ impl Emitter<'_> {
         // A power of two dividing the 64-key tile, within the K tile's 1088 floats.
         let v_chunk = [16, 8, 4, 2, 1].into_iter().find(|&c| c * dv_pad <= 1088).unwrap_or(1);
         let blocks = qk.batches * m_blocks;
-        let (wg, groups_x) = self.grid(tail.pv, blocks)?;
-        let h = self.group_header(group, "attention.wgsl", &bindings);
+        let (h, wg, groups_x) = self.launch(tail.pv, Some(group), "attention.wgsl", &bindings, blocks)?;
         let tpl = AttentionTpl {
             h,
             helpers,

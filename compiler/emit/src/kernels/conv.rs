@@ -200,9 +200,8 @@ impl Emitter<'_> {
         }
         bindings.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
         bindings.push((out, true, "out"));
-        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let (h, wg, groups_x) = self.launch(n, Some(group), "conv2d.wgsl", &bindings, numel.div_ceil(256))?;
         let m = ws[0];
-        let h = self.group_header(group, "conv2d.wgsl", &bindings);
         let tpl = ConvTpl {
             h,
             helpers,
@@ -320,8 +319,7 @@ impl Emitter<'_> {
             None => None,
         };
         let fu = self.fused_body(group, Some(conv_out), &mut reads, &mut helpers)?;
-        let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
-        bindings.push((out, true, "out"));
+        let bindings = bindings(&[], &reads, &[(out, "out")]);
         let t = self.product_tiling(group, n)?;
         let (gx, gy) = (p.div_ceil(t.tile), m.div_ceil(t.tile));
         let max = self.limits.max_workgroups_per_dimension as usize;
@@ -479,9 +477,9 @@ impl Emitter<'_> {
         let geo = self.geometry(n, &xs, &os, window)?;
         let numel = g.ty(out).numel();
         let b = [(x, false, "x"), (out, true, "out")];
-        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let (h, wg, groups_x) = self.launch(n, None, "pool2d.wgsl", &b, numel.div_ceil(256))?;
         let tpl = PoolTpl {
-            h: self.header(n, "pool2d.wgsl", &b),
+            h,
             groups_x,
             numel,
             kind: match kind {

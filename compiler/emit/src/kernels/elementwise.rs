@@ -33,12 +33,12 @@ pub(super) struct GatherTpl {
 }
 
 impl Emitter<'_> {
-    /// A kernel of elementwise nodes only: `out[i] = fused(0, i)` over the last node's output.
+    /// A kernel of elementwise nodes only: `out[store_at(i)] = fused(0, i)` over the result's elements.
     pub(super) fn elementwise_group(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let last = group.last();
         let out = g.node(last).outputs[0];
-        let numel = g.ty(out).numel();
+        let numel = g.ty(g.node(group.result()).outputs[0]).numel();
         let mut reads = Vec::new();
         // Written in place: that input is read through the output's binding (the same memory).
         let in_place = self.plan.in_place.get(&wgslc_passes::storage_root(g, out)).copied();
@@ -50,8 +50,7 @@ impl Emitter<'_> {
         let mut b: Vec<(ValueId, bool, &str)> =
             reads.iter().filter(|(v, _)| Some(*v) != in_place).map(|(v, s)| (*v, false, s.as_str())).collect();
         b.push((out, true, "out"));
-        let (wg, groups_x) = self.grid(last, numel.div_ceil(256))?;
-        let h = self.group_header(group, "elementwise.wgsl", &b);
+        let (h, wg, groups_x) = self.launch(last, Some(group), "elementwise.wgsl", &b, numel.div_ceil(256))?;
         let tpl = ElementwiseTpl {
             h,
             helpers,
@@ -78,9 +77,10 @@ impl Emitter<'_> {
         helpers: &mut Helpers,
     ) -> Result<Fused, EmitError> {
         let g = self.g;
-        let store = self.store_terms(group)?;
         if group.elementwise.is_empty() {
-            return Ok(Fused { store, ..Fused::default() });
+            let mut fu = Fused::default();
+            self.place_stores(group, &mut fu);
+            return Ok(fu);
         }
         let last = group.result();
         let mut exprs: std::collections::HashMap<ValueId, String> = std::collections::HashMap::new();
@@ -221,7 +221,17 @@ impl Emitter<'_> {
                 coords.push(NamedCoord { name: format!("c{sid}_{d}"), stride: cs[d], extent: shape[d].max(1) });
             }
         }
-        Ok(Fused { defined: true, ty: storage(g, g.node(last).outputs[0]).wgsl(), coords, loads, stmts, result, store })
+        let mut fu = Fused {
+            defined: true,
+            ty: storage(g, g.node(last).outputs[0]).wgsl(),
+            coords,
+            loads,
+            stmts,
+            result,
+            ..Fused::default()
+        };
+        self.place_stores(group, &mut fu);
+        Ok(fu)
     }
 
     /// A node whose operands other than its data slot are scalar constants (`scalar_op_data_slot`), applied to
@@ -275,13 +285,13 @@ impl Emitter<'_> {
                 loads: vec![FusedLoad { name: "x0".into(), var: "in0".into(), offset: "i".into(), terms: vec![] }],
                 stmts: vec![],
                 result: "x0".into(),
-                store: vec![],
+                ..Fused::default()
             };
             let terms = (0..shape.len()).filter(|&d| shape[d] > 1).map(|d| Term { coord: d, stride: ocs[d] }).collect();
             let b = [(v, false, "in0"), (out, true, "out")];
-            let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+            let (h, wg, groups_x) = self.launch(n, None, "elementwise.wgsl", &b, numel.div_ceil(256))?;
             let tpl = ElementwiseTpl {
-                h: self.header(n, "elementwise.wgsl", &b),
+                h,
                 helpers: Helpers::default(),
                 fu,
                 groups_x,
@@ -307,11 +317,8 @@ impl Emitter<'_> {
         let positions = g.ty(ind).numel();
         let inner: usize = dt.shape[axis + 1..].iter().product();
         let numel = g.ty(out).numel();
-        let mut b = vec![(data, false, "data"), (ind, false, "indices")];
-        b.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
-        b.push((out, true, "out"));
-        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
-        let h = self.group_header(group, "gather.wgsl", &b);
+        let b = bindings(&[(data, "data"), (ind, "indices")], &reads, &[(out, "out")]);
+        let (h, wg, groups_x) = self.launch(n, Some(group), "gather.wgsl", &b, numel.div_ceil(256))?;
         let tpl = GatherTpl {
             h,
             helpers,

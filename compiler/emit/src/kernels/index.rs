@@ -84,17 +84,9 @@ impl Emitter<'_> {
             .collect();
         let numel = g.ty(out).numel();
         let b = [(data, false, "data"), (ind, false, "indices"), (out, true, "out")];
-        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
-        let tpl = GatherElementsTpl {
-            h: self.header(n, "gather_elements.wgsl", &b),
-            groups_x,
-            numel,
-            axis,
-            coords,
-            terms,
-            axis_len: ds[axis],
-            axis_stride: dcs[axis],
-        };
+        let (h, wg, groups_x) = self.launch(n, None, "gather_elements.wgsl", &b, numel.div_ceil(256))?;
+        let tpl =
+            GatherElementsTpl { h, groups_x, numel, axis, coords, terms, axis_len: ds[axis], axis_stride: dcs[axis] };
         self.kernel(n, node.name.clone(), "gather_elements", tpl.render(), &b, wg)
     }
 
@@ -120,7 +112,7 @@ impl Emitter<'_> {
         };
         let numel = g.ty(out).numel();
         let b = [(data, false, "data"), (ind, false, "indices"), (upd, false, "updates"), (out, true, "out")];
-        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let (h, wg, groups_x) = self.launch(n, None, "scatter.wgsl", &b, numel.div_ceil(256))?;
         let reduction_name = match reduction {
             R::None => "none",
             R::Add => "add",
@@ -133,7 +125,7 @@ impl Emitter<'_> {
                 let depth = *is.last().unwrap();
                 let slice: usize = ds[depth..].iter().product();
                 ScatterTpl {
-                    h: self.header(n, "scatter.wgsl", &b),
+                    h,
                     groups_x,
                     numel,
                     kind: "ScatterND",
@@ -155,7 +147,7 @@ impl Emitter<'_> {
             Some(axis) => {
                 let ucs = contiguous_strides(&us);
                 ScatterTpl {
-                    h: self.header(n, "scatter.wgsl", &b),
+                    h,
                     groups_x,
                     numel,
                     kind: "ScatterElements",
@@ -210,14 +202,14 @@ impl Emitter<'_> {
         };
         let numel = g.ty(out).numel();
         let b = [(x, false, "x"), (out, true, "out")];
-        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let (h, wg, groups_x) = self.launch(n, None, "pad.wgsl", &b, numel.div_ceil(256))?;
         let mode = match mode {
             wgslc_ir::PadMode::Constant => "constant",
             wgslc_ir::PadMode::Reflect => "reflect",
             wgslc_ir::PadMode::Edge => "edge",
             wgslc_ir::PadMode::Wrap => "wrap",
         };
-        let tpl = PadTpl { h: self.header(n, "pad.wgsl", &b), groups_x, numel, mode, dims, value };
+        let tpl = PadTpl { h, groups_x, numel, mode, dims, value };
         self.kernel(n, node.name.clone(), "pad", tpl.render(), &b, wg)
     }
 }

@@ -264,8 +264,7 @@ impl Emitter<'_> {
             None => None,
         };
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
-        let mut bindings: Vec<(ValueId, bool, &str)> = reads.iter().map(|(v, s)| (*v, false, s.as_str())).collect();
-        bindings.push((out, true, "out"));
+        let bindings = bindings(&[], &reads, &[(out, "out")]);
         let t = self.product_tiling(group, n)?;
         let gx = nn.div_ceil(t.tile);
         let gy = m.div_ceil(t.tile);

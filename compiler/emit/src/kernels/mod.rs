@@ -32,6 +32,9 @@ pub struct EmittedKernel {
     /// The source nodes.
     pub nodes: Vec<NodeId>,
     pub wgsl: String,
+    /// Bytes the kernel stores when that is less than its output binding (its block of a Concat written in
+    /// place), for the report.
+    pub stored_bytes: Option<u64>,
     /// Bindings in binding-number order: the value bound and whether the kernel writes it.
     pub bindings: Vec<(ValueId, bool)>,
     pub workgroups: [u32; 3],
@@ -110,9 +113,13 @@ struct Fused {
     loads: Vec<FusedLoad>,
     stmts: Vec<Stmt>,
     result: String,
-    /// Where result element `o` is stored when the group writes through a permuting copy (`store_copy`):
-    /// `Σ ((o / stride) % extent) · out_stride`; empty for a plain store at `o`.
+    /// Where result element `o` is stored when the group writes through a permuting copy or into a Concat's
+    /// output (`Recipe::store`): `store_offset + Σ ((o / stride) % extent) · out_stride`; with no terms and no
+    /// offset, a plain store at `o`.
     store: Vec<StoreTerm>,
+    store_offset: usize,
+    /// What the placement is, for the comment over `store_at`.
+    store_note: &'static str,
 }
 
 struct StoreTerm {
@@ -124,11 +131,16 @@ struct StoreTerm {
 impl Fused {
     /// The output index of result element `o` (a WGSL u32 expression).
     fn at(&self, o: &str) -> String {
-        if self.store.is_empty() {
+        if !self.placed() {
             o.to_string()
         } else {
             format!("store_at({o})")
         }
+    }
+
+    /// Whether stores go through `store_at`.
+    fn placed(&self) -> bool {
+        !self.store.is_empty() || self.store_offset != 0
     }
 
     /// The statement that stores value `v` as result element `o`: through the fused body when there is one.
@@ -190,6 +202,18 @@ fn i32_lit(x: i64) -> String {
     }
 }
 
+/// A kernel's bindings in binding order: the op's own operands (`fixed`), then what its fused body reads
+/// (`reads`, each stored tensor once), then what it writes (`outs`).
+fn bindings<'a>(
+    fixed: &[(ValueId, &'a str)],
+    reads: &'a [(ValueId, String)],
+    outs: &[(ValueId, &'a str)],
+) -> Vec<(ValueId, bool, &'a str)> {
+    let reads = reads.iter().map(|(v, s)| (*v, s.as_str()));
+    let ins = fixed.iter().copied().chain(reads).map(|(v, s)| (v, false, s));
+    ins.chain(outs.iter().map(|&(v, s)| (v, true, s))).collect()
+}
+
 /// The WGSL variable bound to stored tensor `v`: the one already in `reads`, or `name`, added. One binding per
 /// tensor, since writable bindings may not alias (and the output's arena makes every binding in it writable).
 fn bind_once(reads: &mut Vec<(ValueId, String)>, v: ValueId, name: &str) -> String {
@@ -215,6 +239,24 @@ impl Emitter<'_> {
     fn err(&self, n: NodeId, reason: impl Into<String>) -> EmitError {
         let node = self.g.node(n);
         EmitError::Node { node: node.name.clone(), op: node.op.name().into(), reason: reason.into() }
+    }
+
+    /// The shared start of a kernel launched over a 1-D grid: its header over `bindings` (named and described by
+    /// its group when it has one, else by node `n`) and `groups` workgroups (see [`Self::grid`]).
+    fn launch(
+        &self,
+        n: NodeId,
+        group: Option<&KernelGroup>,
+        template: &'static str,
+        bindings: &[(ValueId, bool, &str)],
+        groups: usize,
+    ) -> Result<(Header, [u32; 3], u32), EmitError> {
+        let (wg, groups_x) = self.grid(n, groups)?;
+        let h = match group {
+            Some(g) => self.group_header(g, template, bindings),
+            None => self.header(n, template, bindings),
+        };
+        Ok((h, wg, groups_x))
     }
 
     /// Workgroup counts for `groups` workgroups, folded into y past the per-dimension limit; also returns the x
@@ -269,6 +311,7 @@ impl Emitter<'_> {
             wgsl: with_non_finite(wgsl.map_err(|e| self.err(n, format!("template error: {e}")))?),
             bindings: bindings.iter().map(|&(v, w, _)| (v, w)).collect(),
             workgroups,
+            stored_bytes: None,
         })
     }
 
@@ -290,8 +333,12 @@ impl Emitter<'_> {
                 op => return Err(self.err(a, format!("{} takes no epilogue", op.name()))),
             },
         };
+        let result = self.g.node(group.result()).outputs[0];
         for k in &mut ks {
             k.nodes = group.nodes();
+            if group.write_into().is_some() {
+                k.stored_bytes = Some(self.g.ty(result).numel() as u64 * 4);
+            }
         }
         Ok(ks)
     }
@@ -349,13 +396,17 @@ impl Emitter<'_> {
     }
 
     /// Where the group stores its result's elements: through its `store_copy`'s permutation, or in place.
-    fn store_terms(&self, group: &KernelGroup) -> Result<Vec<StoreTerm>, EmitError> {
-        Ok(match &group.recipe.store {
-            Some(terms) => {
-                terms.iter().map(|&(stride, extent, out_stride)| StoreTerm { stride, extent, out_stride }).collect()
-            }
-            None => vec![],
-        })
+    /// Sets where `fu` stores the group's result elements (`Recipe::store`).
+    fn place_stores(&self, group: &KernelGroup, fu: &mut Fused) {
+        let Some(p) = &group.recipe.store else { return };
+        fu.store =
+            p.terms.iter().map(|&(stride, extent, out_stride)| StoreTerm { stride, extent, out_stride }).collect();
+        fu.store_offset = p.offset;
+        fu.store_note = if group.write_into().is_some() {
+            "Result element o goes to its block of the Concat output the kernel writes directly."
+        } else {
+            "Result element o goes to its place in the transposed output the kernel writes directly."
+        };
     }
 
     /// A header whose comment describes the whole group.

@@ -132,9 +132,9 @@ impl Emitter<'_> {
             };
             let numel = g.ty(out).numel();
             let b = [(x, false, "x"), (out, true, "out")];
-            let (wg, groups_x) = self.grid(n, numel)?;
+            let (h, wg, groups_x) = self.launch(n, None, "reduce.wgsl", &b, numel)?;
             let tpl = ReduceTpl {
-                h: self.header(n, "reduce.wgsl", &b),
+                h,
                 ty: "u32",
                 groups_x,
                 numel,
@@ -186,9 +186,9 @@ impl Emitter<'_> {
         };
         let numel = g.ty(out).numel();
         let b = [(x, false, "x"), (out, true, "out")];
-        let (wg, groups_x) = self.grid(n, numel)?;
+        let (h, wg, groups_x) = self.launch(n, None, "reduce.wgsl", &b, numel)?;
         let tpl = ReduceTpl {
-            h: self.header(n, "reduce.wgsl", &b),
+            h,
             ty: storage(g, x).wgsl(),
             groups_x,
             numel,
@@ -230,11 +230,8 @@ impl Emitter<'_> {
             (shape[axis], shape[axis + 1..].iter().product::<usize>())
         };
         let rows = outer * inner;
-        let mut b = vec![(x, false, "x")];
-        b.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
-        b.push((out, true, "out"));
-        let (wg, groups_x) = self.grid(n, rows)?;
-        let h = self.group_header(group, "softmax.wgsl", &b);
+        let b = bindings(&[(x, "x")], &reads, &[(out, "out")]);
+        let (h, wg, groups_x) = self.launch(n, Some(group), "softmax.wgsl", &b, rows)?;
         let tpl =
             SoftmaxTpl { h, helpers, fu, log, groups_x, rows, n: len, inner: inner.max(1), row_span: len * inner };
         let name = self.group_name(group);
@@ -282,9 +279,9 @@ impl Emitter<'_> {
         if let Some(v) = stats[1] {
             bindings.push((v, true, "inv_out"));
         }
-        let (wg, groups_x) = self.grid(n, rows)?;
+        let (h, wg, groups_x) = self.launch(n, None, "layernorm.wgsl", &bindings, rows)?;
         let tpl = LayerNormTpl {
-            h: self.header(n, "layernorm.wgsl", &bindings),
+            h,
             rms,
             has_mean: stats[0].is_some(),
             has_inv: stats[1].is_some(),
@@ -308,7 +305,7 @@ impl Emitter<'_> {
         let inner: usize = shape[axis + 1..].iter().product();
         let numel = g.ty(out).numel();
         let b = [(x, false, "x"), (out, true, "out")];
-        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let (h, wg, groups_x) = self.launch(n, None, "argreduce.wgsl", &b, numel.div_ceil(256))?;
         let cmp = match (max, last) {
             (true, false) => ">",
             (true, true) => ">=",
@@ -316,7 +313,7 @@ impl Emitter<'_> {
             (false, true) => "<=",
         };
         let tpl = ArgReduceTpl {
-            h: self.header(n, "argreduce.wgsl", &b),
+            h,
             kind: if max { "Max" } else { "Min" },
             cmp,
             groups_x,
@@ -343,9 +340,9 @@ impl Emitter<'_> {
         let inner: usize = shape[axis + 1..].iter().product();
         let numel = g.ty(out).numel();
         let b = [(x, false, "x"), (out, true, "out")];
-        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let (h, wg, groups_x) = self.launch(n, None, "cumsum.wgsl", &b, numel.div_ceil(256))?;
         let tpl = CumSumTpl {
-            h: self.header(n, "cumsum.wgsl", &b),
+            h,
             groups_x,
             numel,
             n: shape[axis],
@@ -374,9 +371,9 @@ impl Emitter<'_> {
         let inner: usize = shape[axis + 1..].iter().product();
         let numel = g.ty(x).numel();
         let b = [(x, false, "x"), (vals, true, "values"), (idx, true, "indices")];
-        let (wg, groups_x) = self.grid(n, numel.div_ceil(256))?;
+        let (h, wg, groups_x) = self.launch(n, None, "topk.wgsl", &b, numel.div_ceil(256))?;
         let tpl = TopKTpl {
-            h: self.header(n, "topk.wgsl", &b),
+            h,
             groups_x,
             numel,
             largest,

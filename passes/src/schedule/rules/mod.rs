@@ -7,6 +7,7 @@
 //! Adding a rule: see docs/architecture.md, "Adding a fusion rule".
 
 pub(super) mod attention;
+pub(super) mod concat;
 pub(super) mod conv_sum;
 pub(super) mod depthwise;
 pub(super) mod expand;
@@ -38,14 +39,15 @@ pub(super) struct Rule {
 }
 
 /// The group-merging rules, in the order they run: attention first (it needs the score product's group as
-/// formed), then the convolution folds (a summed shortcut before the MobileNet folds, which exclude it), and last
-/// the store copies (any kernel kind may take one).
+/// formed), then the convolution folds (a summed shortcut before the MobileNet folds, which exclude it), then the
+/// store copies (any kernel kind may take one), and last the Concats written in place (their producers final).
 pub(super) const RULES: &[Rule] = &[
     Rule { enabled: |o| o.attention == super::AttentionMode::Fused, run: attention::fuse },
     Rule { enabled: |_| true, run: conv_sum::fuse },
     Rule { enabled: |o| o.inverted_residual == super::InvertedResidualMode::Fused, run: expand::fuse },
     Rule { enabled: |_| true, run: depthwise::fuse },
     Rule { enabled: |_| true, run: store_copy::fuse },
+    Rule { enabled: |_| true, run: concat::fuse },
 ];
 
 impl Fuse<'_> {
