@@ -2,6 +2,7 @@
 
 use crate::proto::*;
 use crate::*;
+use wgslc_ir::Op;
 
 fn input(name: &str, dims: &[Dimension]) -> ValueInfoProto {
     ValueInfoProto {

@@ -1,0 +1,682 @@
+//! The translation of each ONNX node into IR ops: attributes with the spec's defaults, the attribute-vs-input
+//! variants of each opset normalised into the input form, and the few ops imported as several nodes (losses,
+//! variadic Max/Min/Sum/Mean, Dropout's mask).
+
+use crate::proto::{AttributeProto, NodeProto};
+use crate::{tensor, tensor::dtype_from_onnx, ImportError};
+use std::collections::HashMap;
+use std::path::Path;
+use wgslc_ir::{AutoPad, BinaryOp, Builder, Graph, Op, PoolKind, ReduceOp, Tensor, UnaryOp, ValueId, Window};
+
+pub(crate) struct Importer<'a> {
+    pub(crate) g: Graph,
+    pub(crate) names: HashMap<String, ValueId>,
+    pub(crate) opset: i64,
+    pub(crate) model_dir: Option<&'a Path>,
+}
+
+/// Attribute lookup for one node, with errors that name it.
+struct Attrs<'n> {
+    node: &'n NodeProto,
+    name: &'n str,
+}
+
+impl<'n> Attrs<'n> {
+    fn get(&self, key: &str) -> Option<&'n AttributeProto> {
+        self.node.attribute.iter().find(|a| a.name == key)
+    }
+    fn err(&self, reason: impl Into<String>) -> ImportError {
+        ImportError::Node { node: self.name.to_string(), op: self.node.op_type.clone(), reason: reason.into() }
+    }
+    fn int(&self, key: &str, default: i64) -> i64 {
+        self.get(key).map(|a| a.i).unwrap_or(default)
+    }
+    fn float(&self, key: &str, default: f32) -> f32 {
+        self.get(key).map(|a| a.f).unwrap_or(default)
+    }
+    fn ints(&self, key: &str) -> Option<Vec<i64>> {
+        self.get(key).map(|a| a.ints.clone())
+    }
+    fn string(&self, key: &str) -> Option<String> {
+        self.get(key).map(|a| String::from_utf8_lossy(&a.s).into_owned())
+    }
+    fn usizes(&self, key: &str) -> Result<Vec<usize>, ImportError> {
+        self.ints(key)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|x| usize::try_from(x).map_err(|_| self.err(format!("attribute '{key}' has a negative value {x}"))))
+            .collect()
+    }
+}
+
+impl Importer<'_> {
+    pub(crate) fn node(&mut self, index: usize, node: &NodeProto) -> Result<(), ImportError> {
+        let name = if node.name.is_empty() { format!("{}_{index}", node.op_type) } else { node.name.clone() };
+        let a = Attrs { node, name: &name };
+        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+            return Err(ImportError::UnknownDomain {
+                node: name.clone(),
+                op: node.op_type.clone(),
+                domain: node.domain.clone(),
+            });
+        }
+        if node.attribute.iter().any(|at| !at.ref_attr_name.is_empty() || at.g.is_some() || !at.graphs.is_empty()) {
+            return Err(a.err("subgraph and reference attributes (If, Loop, Scan, functions) are not supported"));
+        }
+        // Every ONNX op's first output is required (the composite imports below write it directly).
+        if node.output.first().is_none_or(|o| o.is_empty()) {
+            return Err(a.err("the node has no outputs"));
+        }
+        let mut inputs = Vec::with_capacity(node.input.len());
+        for n in &node.input {
+            if n.is_empty() {
+                inputs.push(None);
+            } else {
+                let v = *self
+                    .names
+                    .get(n)
+                    .ok_or_else(|| ImportError::UndefinedValue { node: name.clone(), value: n.clone() })?;
+                inputs.push(Some(v));
+            }
+        }
+        let opset = self.opset;
+        let op = match node.op_type.as_str() {
+            "Constant" => return self.constant(&a, node),
+            "Add" => Op::Binary(BinaryOp::Add),
+            "Sub" => Op::Binary(BinaryOp::Sub),
+            "Mul" => Op::Binary(BinaryOp::Mul),
+            "Div" => Op::Binary(BinaryOp::Div),
+            "Pow" => Op::Binary(BinaryOp::Pow),
+            "Equal" => Op::Binary(BinaryOp::Equal),
+            "Less" => Op::Binary(BinaryOp::Less),
+            "LessOrEqual" => Op::Binary(BinaryOp::LessOrEqual),
+            "Greater" => Op::Binary(BinaryOp::Greater),
+            "GreaterOrEqual" => Op::Binary(BinaryOp::GreaterOrEqual),
+            "And" => Op::Binary(BinaryOp::And),
+            "Or" => Op::Binary(BinaryOp::Or),
+            "Max" | "Min" | "Sum" | "Mean" => return self.variadic(&a, node, inputs),
+            "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => return self.nll(&a, node, inputs),
+            "Xor" => Op::Binary(BinaryOp::Xor),
+            "BitwiseAnd" => Op::Binary(BinaryOp::BitwiseAnd),
+            "BitwiseOr" => Op::Binary(BinaryOp::BitwiseOr),
+            "BitwiseXor" => Op::Binary(BinaryOp::BitwiseXor),
+            "BitwiseNot" => Op::Unary(UnaryOp::BitwiseNot),
+            "BitShift" => match a.string("direction").as_deref() {
+                Some("LEFT") => Op::Binary(BinaryOp::BitShiftLeft),
+                Some("RIGHT") => Op::Binary(BinaryOp::BitShiftRight),
+                _ => return Err(a.err("direction must be LEFT or RIGHT")),
+            },
+            "Mod" => Op::Binary(BinaryOp::Mod { fmod: a.int("fmod", 0) != 0 }),
+            "PRelu" => Op::Binary(BinaryOp::PRelu),
+            "Tan" => Op::Unary(UnaryOp::Tan),
+            "Asin" => Op::Unary(UnaryOp::Asin),
+            "Acos" => Op::Unary(UnaryOp::Acos),
+            "Atan" => Op::Unary(UnaryOp::Atan),
+            "Sinh" => Op::Unary(UnaryOp::Sinh),
+            "Cosh" => Op::Unary(UnaryOp::Cosh),
+            "Asinh" => Op::Unary(UnaryOp::Asinh),
+            "Acosh" => Op::Unary(UnaryOp::Acosh),
+            "Atanh" => Op::Unary(UnaryOp::Atanh),
+            "Softplus" => Op::Unary(UnaryOp::Softplus),
+            "Softsign" => Op::Unary(UnaryOp::Softsign),
+            "Mish" => Op::Unary(UnaryOp::Mish),
+            "Sign" => Op::Unary(UnaryOp::Sign),
+            "Round" => Op::Unary(UnaryOp::Round),
+            "Elu" => Op::Unary(UnaryOp::Elu(a.float("alpha", 1.0))),
+            "Selu" => Op::Unary(UnaryOp::Selu(a.float("alpha", 1.673_263_2), a.float("gamma", 1.050_701))),
+            "Celu" => Op::Unary(UnaryOp::Celu(a.float("alpha", 1.0))),
+            "ThresholdedRelu" => Op::Unary(UnaryOp::ThresholdedRelu(a.float("alpha", 1.0))),
+            "IsInf" => Op::Unary(UnaryOp::IsInf(a.int("detect_positive", 1) != 0, a.int("detect_negative", 1) != 0)),
+            "Shrink" => Op::Unary(UnaryOp::Shrink(a.float("bias", 0.0), a.float("lambd", 0.5))),
+            "CastLike" => Op::CastLike,
+            "Size" => Op::Size,
+            "EyeLike" => Op::EyeLike {
+                k: a.int("k", 0),
+                dtype: a.get("dtype").map(|d| dtype_from_onnx(d.i as i32)).transpose().map_err(|r| a.err(r))?,
+            },
+            "Tile" => Op::Tile,
+            "Attention" => {
+                if a.get("left_window_size").is_some_and(|w| w.i >= 0)
+                    || a.get("right_window_size").is_some_and(|w| w.i >= 0)
+                {
+                    return Err(a.err("sliding-window attention is not supported"));
+                }
+                if a.get("softmax_precision").is_some_and(|p| p.i != 1) {
+                    return Err(a.err("softmax_precision other than float32 is not supported"));
+                }
+                let heads = |k: &str| a.get(k).map(|x| x.i as usize);
+                Op::Attention(wgslc_ir::AttentionAttrs {
+                    is_causal: a.int("is_causal", 0) != 0,
+                    q_num_heads: heads("q_num_heads"),
+                    kv_num_heads: heads("kv_num_heads"),
+                    scale: a.get("scale").map(|x| x.f),
+                    softcap: a.float("softcap", 0.0),
+                    qk_matmul_output_mode: a.int("qk_matmul_output_mode", 0),
+                })
+            }
+            "DepthToSpace" => Op::DepthToSpace {
+                blocksize: a.int("blocksize", 0).max(0) as usize,
+                crd: a.string("mode").as_deref() == Some("CRD"),
+            },
+            "SpaceToDepth" => Op::SpaceToDepth {
+                blocksize: a.int("blocksize", 0).max(0) as usize,
+                crd: a.string("mode").as_deref() == Some("CRD"),
+            },
+            "TopK" => {
+                if opset < 10 {
+                    let k = a.int("k", 1);
+                    inputs.truncate(1);
+                    inputs.push(Some(self.ints_const(&name, "k", vec![k])));
+                }
+                Op::TopK { axis: a.int("axis", -1), largest: a.int("largest", 1) != 0, k: None }
+            }
+            "ScatterElements" | "Scatter" | "ScatterND" => {
+                let reduction = match a.string("reduction").as_deref().unwrap_or("none") {
+                    "none" => wgslc_ir::ScatterReduction::None,
+                    "add" => wgslc_ir::ScatterReduction::Add,
+                    "mul" => wgslc_ir::ScatterReduction::Mul,
+                    "max" => wgslc_ir::ScatterReduction::Max,
+                    "min" => wgslc_ir::ScatterReduction::Min,
+                    r => return Err(a.err(format!("unknown reduction '{r}'"))),
+                };
+                let axis = (node.op_type != "ScatterND").then(|| a.int("axis", 0));
+                Op::Scatter { axis, reduction }
+            }
+            "CenterCropPad" => {
+                if let Some(axes) = a.ints("axes") {
+                    inputs.truncate(2);
+                    inputs.push(Some(self.ints_const(&name, "axes", axes)));
+                }
+                Op::CenterCropPad
+            }
+            "OneHot" => Op::OneHot { axis: a.int("axis", -1) },
+            "LpNormalization" => Op::LpNormalization { axis: a.int("axis", -1), p: a.int("p", 2) },
+            "LRN" => {
+                let size = a.get("size").map(|x| x.i).ok_or_else(|| a.err("the 'size' attribute is required"))?;
+                if size < 1 {
+                    return Err(a.err(format!("size must be at least 1, got {size}")));
+                }
+                Op::Lrn {
+                    size: size as usize,
+                    alpha: a.float("alpha", 1e-4),
+                    beta: a.float("beta", 0.75),
+                    bias: a.float("bias", 1.0),
+                }
+            }
+            "Hardmax" => Op::Hardmax { axis: a.int("axis", if opset < 13 { 1 } else { -1 }), legacy: opset < 13 },
+            "InstanceNormalization" => Op::InstanceNorm { epsilon: a.float("epsilon", 1e-5) },
+            "GroupNormalization" => {
+                if opset < 21 {
+                    return Err(a.err("GroupNormalization-18 (per-group scale) is not supported; use opset 21"));
+                }
+                Op::GroupNorm { epsilon: a.float("epsilon", 1e-5), groups: a.int("num_groups", 1).max(1) as usize }
+            }
+            "Swish" => Op::Unary(UnaryOp::Swish(a.float("alpha", 1.0))),
+            "Pad" => {
+                let mode = match a.string("mode").as_deref().unwrap_or("constant") {
+                    "constant" => wgslc_ir::PadMode::Constant,
+                    "reflect" => wgslc_ir::PadMode::Reflect,
+                    "edge" => wgslc_ir::PadMode::Edge,
+                    "wrap" => wgslc_ir::PadMode::Wrap,
+                    m => return Err(a.err(format!("unknown mode '{m}'"))),
+                };
+                if opset < 11 {
+                    let pads = a.ints("pads").ok_or_else(|| a.err("missing 'pads'"))?;
+                    let p = self.ints_const(&name, "pads", pads);
+                    let v = self.scalar_const(&name, "value", a.float("value", 0.0));
+                    inputs.truncate(1);
+                    inputs.extend([Some(p), Some(v)]);
+                }
+                Op::Pad { mode, pads: None, value: 0.0 }
+            }
+            "Trilu" => Op::Trilu { upper: a.int("upper", 1) != 0, k: None },
+            "GatherElements" => Op::GatherElements { axis: a.int("axis", 0) },
+            "CumSum" | "CumProd" => {
+                let (exclusive, reverse) = (a.int("exclusive", 0) != 0, a.int("reverse", 0) != 0);
+                Op::CumSum { axis: None, exclusive, reverse, prod: node.op_type == "CumProd" }
+            }
+            "ArgMax" | "ArgMin" => Op::ArgReduce {
+                max: node.op_type == "ArgMax",
+                axis: a.int("axis", 0),
+                keepdims: a.int("keepdims", 1) != 0,
+                select_last: a.int("select_last_index", 0) != 0,
+            },
+            "LogSoftmax" => {
+                let legacy = opset < 13;
+                Op::Softmax { axis: a.int("axis", if legacy { 1 } else { -1 }), legacy, log: true }
+            }
+            "RMSNormalization" => {
+                Op::LayerNorm { axis: a.int("axis", -1), epsilon: a.float("epsilon", 1e-5), rms: true }
+            }
+            "Neg" => Op::Unary(UnaryOp::Neg),
+            "Abs" => Op::Unary(UnaryOp::Abs),
+            "Sqrt" => Op::Unary(UnaryOp::Sqrt),
+            "Reciprocal" => Op::Unary(UnaryOp::Reciprocal),
+            "Exp" => Op::Unary(UnaryOp::Exp),
+            "Log" => Op::Unary(UnaryOp::Log),
+            "Erf" => Op::Unary(UnaryOp::Erf),
+            "Tanh" => Op::Unary(UnaryOp::Tanh),
+            "Sigmoid" => Op::Unary(UnaryOp::Sigmoid),
+            "Relu" => Op::Unary(UnaryOp::Relu),
+            "Floor" => Op::Unary(UnaryOp::Floor),
+            "Ceil" => Op::Unary(UnaryOp::Ceil),
+            "Sin" => Op::Unary(UnaryOp::Sin),
+            "Cos" => Op::Unary(UnaryOp::Cos),
+            "Not" => Op::Unary(UnaryOp::Not),
+            "IsNaN" => Op::Unary(UnaryOp::IsNaN),
+            "Gelu" => match a.string("approximate").as_deref().unwrap_or("none") {
+                "none" => Op::Unary(UnaryOp::Gelu),
+                "tanh" => Op::Unary(UnaryOp::GeluTanh),
+                other => return Err(a.err(format!("unknown approximate='{other}'"))),
+            },
+            "LeakyRelu" => Op::Unary(UnaryOp::LeakyRelu(a.float("alpha", 0.01))),
+            "HardSigmoid" => Op::Unary(UnaryOp::HardSigmoid(a.float("alpha", 0.2), a.float("beta", 0.5))),
+            "HardSwish" => Op::Unary(UnaryOp::HardSwish),
+            "Clip" => {
+                if opset < 11 {
+                    let lo = self.scalar_const(&name, "min", a.float("min", f32::NEG_INFINITY));
+                    let hi = self.scalar_const(&name, "max", a.float("max", f32::INFINITY));
+                    inputs.truncate(1);
+                    inputs.extend([Some(lo), Some(hi)]);
+                }
+                Op::Clip
+            }
+            "Where" => Op::Where,
+            "Cast" => {
+                let to = a.get("to").ok_or_else(|| a.err("missing attribute 'to'"))?.i as i32;
+                Op::Cast(dtype_from_onnx(to).map_err(|r| a.err(r))?)
+            }
+            "MatMul" => Op::MatMul,
+            "Gemm" => Op::Gemm {
+                alpha: a.float("alpha", 1.0),
+                beta: a.float("beta", 1.0),
+                trans_a: a.int("transA", 0) != 0,
+                trans_b: a.int("transB", 0) != 0,
+            },
+            "Softmax" => {
+                let legacy = opset < 13;
+                Op::Softmax { axis: a.int("axis", if legacy { 1 } else { -1 }), legacy, log: false }
+            }
+            "LayerNormalization" => {
+                if a.int("stash_type", 1) != 1 {
+                    return Err(a.err("only stash_type=1 (float32 statistics) is supported"));
+                }
+                Op::LayerNorm { axis: a.int("axis", -1), epsilon: a.float("epsilon", 1e-5), rms: false }
+            }
+            "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceSumSquare" | "ReduceL1"
+            | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" => {
+                let op = match node.op_type.as_str() {
+                    "ReduceSum" => ReduceOp::Sum,
+                    "ReduceMean" => ReduceOp::Mean,
+                    "ReduceMax" => ReduceOp::Max,
+                    "ReduceMin" => ReduceOp::Min,
+                    "ReduceProd" => ReduceOp::Prod,
+                    "ReduceSumSquare" => ReduceOp::SumSquare,
+                    "ReduceL1" => ReduceOp::L1,
+                    "ReduceL2" => ReduceOp::L2,
+                    "ReduceLogSum" => ReduceOp::LogSum,
+                    _ => ReduceOp::LogSumExp,
+                };
+                let axes_as_input = if op == ReduceOp::Sum { opset >= 13 } else { opset >= 18 };
+                if !axes_as_input {
+                    inputs.truncate(1);
+                    if let Some(axes) = a.ints("axes") {
+                        inputs.push(Some(self.ints_const(&name, "axes", axes)));
+                    }
+                }
+                Op::Reduce {
+                    op,
+                    axes: None,
+                    keepdims: a.int("keepdims", 1) != 0,
+                    noop_with_empty_axes: a.int("noop_with_empty_axes", 0) != 0,
+                }
+            }
+            "Conv" => {
+                if inputs.len() < 2 {
+                    return Err(a.err("Conv needs X and W"));
+                }
+                Op::Conv { window: self.window(&a, false)?, group: a.int("group", 1).max(1) as usize }
+            }
+            "LpPool" => Op::Pool {
+                kind: PoolKind::Lp(a.int("p", 2).clamp(1, 16) as u32),
+                window: self.window(&a, true)?,
+                count_include_pad: false,
+            },
+            "MaxPool" | "AveragePool" => {
+                if node.output.iter().skip(1).any(|o| !o.is_empty()) {
+                    return Err(a.err("the Indices output of MaxPool is not supported"));
+                }
+                if a.int("storage_order", 0) != 0 {
+                    return Err(a.err("storage_order=1 is not supported"));
+                }
+                let kind = if node.op_type == "MaxPool" { PoolKind::Max } else { PoolKind::Avg };
+                Op::Pool { kind, window: self.window(&a, true)?, count_include_pad: a.int("count_include_pad", 0) != 0 }
+            }
+            "GlobalAveragePool" => Op::GlobalPool(PoolKind::Avg),
+            "GlobalMaxPool" => Op::GlobalPool(PoolKind::Max),
+            "BatchNormalization" => {
+                if a.int("training_mode", 0) != 0 || node.output.iter().skip(1).any(|o| !o.is_empty()) {
+                    return Err(a.err("training mode (extra outputs) is not supported; export in eval mode"));
+                }
+                Op::BatchNorm { epsilon: a.float("epsilon", 1e-5) }
+            }
+            "Reshape" => {
+                if opset < 5 {
+                    return Err(a.err("Reshape-1 (shape as attribute) is not supported"));
+                }
+                Op::Reshape { allowzero: a.int("allowzero", 0) != 0 }
+            }
+            "Flatten" => Op::Flatten { axis: a.int("axis", 1) },
+            "Transpose" => Op::Transpose { perm: a.usizes("perm").ok().filter(|p| !p.is_empty()) },
+            "Concat" => Op::Concat { axis: a.get("axis").ok_or_else(|| a.err("missing attribute 'axis'"))?.i },
+            "Split" => {
+                if opset < 13 {
+                    inputs.truncate(1);
+                    if let Some(split) = a.ints("split") {
+                        inputs.push(Some(self.ints_const(&name, "split", split)));
+                    }
+                }
+                if let Some(n) = a.get("num_outputs") {
+                    if n.i as usize != node.output.len() {
+                        return Err(a.err("num_outputs differs from the number of outputs"));
+                    }
+                }
+                Op::Split { axis: a.int("axis", 0) }
+            }
+            "Slice" => {
+                if opset < 10 {
+                    let starts = a.ints("starts").ok_or_else(|| a.err("missing 'starts'"))?;
+                    let ends = a.ints("ends").ok_or_else(|| a.err("missing 'ends'"))?;
+                    let s = self.ints_const(&name, "starts", starts);
+                    let e = self.ints_const(&name, "ends", ends);
+                    inputs.truncate(1);
+                    inputs.extend([Some(s), Some(e)]);
+                    if let Some(axes) = a.ints("axes") {
+                        inputs.push(Some(self.ints_const(&name, "axes", axes)));
+                    }
+                }
+                Op::Slice
+            }
+            "Gather" => Op::Gather { axis: a.int("axis", 0) },
+            "Unsqueeze" | "Squeeze" => {
+                if opset < 13 {
+                    inputs.truncate(1);
+                    if let Some(axes) = a.ints("axes") {
+                        inputs.push(Some(self.ints_const(&name, "axes", axes)));
+                    }
+                }
+                if node.op_type == "Unsqueeze" {
+                    Op::Unsqueeze
+                } else {
+                    Op::Squeeze
+                }
+            }
+            "Expand" => Op::Expand,
+            "Identity" => Op::Identity,
+            "Dropout" => {
+                if let Some(mask) = node.output.get(1).filter(|o| !o.is_empty()) {
+                    // Outside training the mask is all true: Shape → ConstantOfShape(true).
+                    let x = inputs.first().copied().flatten().ok_or_else(|| a.err("missing input"))?;
+                    let shape = self.emit(&name, "shape", Op::Shape { start: 0, end: None }, &[Some(x)])?;
+                    if self.names.contains_key(mask) {
+                        return Err(ImportError::Duplicate(mask.clone()));
+                    }
+                    let m = self.g.add_value(mask.clone(), None);
+                    self.names.insert(mask.clone(), m);
+                    let ones = Op::ConstantOfShape(Tensor::bool(vec![1], vec![true]));
+                    self.emit_into(&a, "mask", ones, &[Some(shape)], vec![m])?;
+                }
+                Op::Dropout
+            }
+            "Shape" => Op::Shape { start: a.int("start", 0), end: a.get("end").map(|x| x.i) },
+            "ConstantOfShape" => {
+                let value = match a.get("value").and_then(|v| v.t.as_ref()) {
+                    Some(t) => tensor::decode(t, self.model_dir)?,
+                    None => Tensor::f32(vec![1], vec![0.0]),
+                };
+                if value.numel() != 1 {
+                    return Err(a.err("'value' must hold one element"));
+                }
+                Op::ConstantOfShape(value)
+            }
+            "Range" => Op::Range,
+            _ => return Err(ImportError::UnsupportedOp { node: name, op: node.op_type.clone() }),
+        };
+        // Drop trailing absent inputs so ops see only what is there.
+        while inputs.last() == Some(&None) {
+            inputs.pop();
+        }
+        let outputs = self.define_outputs(&name, &node.output, &op)?;
+        self.emit_into(&a, "", op, &inputs, outputs)
+    }
+
+    fn define_outputs(&mut self, node: &str, outs: &[String], op: &Op) -> Result<Vec<ValueId>, ImportError> {
+        // Single-output ops whose optional extra outputs were refused above keep only the first.
+        let keep = match op {
+            Op::Split { .. } | Op::LayerNorm { rms: false, .. } | Op::Attention(_) | Op::TopK { .. } => outs.len(),
+            _ => 1.min(outs.len()),
+        };
+        if keep == 0 {
+            return Err(ImportError::Node {
+                node: node.into(),
+                op: op.name().into(),
+                reason: "the node has no outputs".into(),
+            });
+        }
+        let mut ids = Vec::new();
+        for (i, o) in outs[..keep].iter().enumerate() {
+            if o.is_empty() && i > 0 && !matches!(op, Op::Split { .. }) {
+                // An optional output nobody reads keeps its position with a private value.
+                ids.push(self.g.add_value(self.g.fresh_name(&format!("{node}.unused{i}")), None));
+                continue;
+            }
+            if o.is_empty() || self.names.contains_key(o) {
+                return Err(ImportError::Duplicate(if o.is_empty() {
+                    format!("(empty output of '{node}')")
+                } else {
+                    o.clone()
+                }));
+            }
+            let v = self.g.add_value(o.clone(), None);
+            self.names.insert(o.clone(), v);
+            ids.push(v);
+        }
+        if matches!(op, Op::TopK { .. }) && ids.len() == 1 {
+            // TopK always computes its indices; give them a private value when the model names none.
+            ids.push(self.g.add_value(self.g.fresh_name(&format!("{node}.indices")), None));
+        }
+        Ok(ids)
+    }
+
+    fn constant(&mut self, a: &Attrs, node: &NodeProto) -> Result<(), ImportError> {
+        let t = if let Some(t) = a.get("value").and_then(|x| x.t.as_ref()) {
+            tensor::decode(t, self.model_dir)?
+        } else if let Some(x) = a.get("value_float") {
+            Tensor::f32(vec![], vec![x.f])
+        } else if let Some(x) = a.get("value_floats") {
+            Tensor::f32(vec![x.floats.len()], x.floats.clone())
+        } else if let Some(x) = a.get("value_int") {
+            Tensor::i64(vec![], vec![x.i])
+        } else if let Some(x) = a.get("value_ints") {
+            Tensor::i64(vec![x.ints.len()], x.ints.clone())
+        } else {
+            return Err(a.err("only tensor, float(s) and int(s) constants are supported"));
+        };
+        let out = node.output.first().ok_or_else(|| a.err("Constant has no output"))?;
+        if self.names.contains_key(out) {
+            return Err(ImportError::Duplicate(out.clone()));
+        }
+        let v = self.g.add_const(out.clone(), t);
+        self.names.insert(out.clone(), v);
+        Ok(())
+    }
+
+    /// Adds one node with a fresh output value and returns that value.
+    fn emit(&mut self, name: &str, part: &str, op: Op, inputs: &[Option<ValueId>]) -> Result<ValueId, ImportError> {
+        let op_name = op.name();
+        Builder::new(&mut self.g, name).op_named(part, op, inputs).map_err(|e| ImportError::Node {
+            node: name.into(),
+            op: op_name.into(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Adds node `name/part` (or `name` for an empty part) writing values that already exist.
+    fn emit_into(
+        &mut self,
+        a: &Attrs,
+        part: &str,
+        op: Op,
+        inputs: &[Option<ValueId>],
+        outputs: Vec<ValueId>,
+    ) -> Result<(), ImportError> {
+        Builder::new(&mut self.g, a.name).op_into(part, op, inputs, outputs).map_err(|e| a.err(e.to_string()))?;
+        Ok(())
+    }
+
+    /// NegativeLogLikelihoodLoss, and SoftmaxCrossEntropyLoss as LogSoftmax over axis 1 followed by it, written
+    /// with ops the compiler has: loss[n, d…] = −input[n, target, d…] · w[target], where w is the class weight
+    /// (or 1) and 0 for ignore_index; mean divides the sum by Σ w.
+    fn nll(&mut self, a: &Attrs, node: &NodeProto, inputs: Vec<Option<ValueId>>) -> Result<(), ImportError> {
+        let name = a.name;
+        let sce = node.op_type == "SoftmaxCrossEntropyLoss";
+        let (scores, target) = match (inputs.first().copied().flatten(), inputs.get(1).copied().flatten()) {
+            (Some(x), Some(t)) => (x, t),
+            _ => return Err(a.err("needs input and target")),
+        };
+        let weight = inputs.get(2).copied().flatten();
+        let reduction = a.string("reduction").unwrap_or_else(|| "mean".into());
+        if !matches!(reduction.as_str(), "none" | "sum" | "mean") {
+            return Err(a.err(format!("unknown reduction '{reduction}'")));
+        }
+        let outs: Vec<ValueId> = {
+            let mut v = Vec::new();
+            for (i, o) in node.output.iter().enumerate() {
+                if o.is_empty() {
+                    continue;
+                }
+                if i > usize::from(sce) {
+                    return Err(a.err("too many outputs"));
+                }
+                if self.names.contains_key(o) {
+                    return Err(ImportError::Duplicate(o.clone()));
+                }
+                let id = self.g.add_value(o.clone(), None);
+                self.names.insert(o.clone(), id);
+                v.push(id);
+            }
+            v
+        };
+        let input = if sce {
+            let lp = Op::Softmax { axis: 1, legacy: false, log: true };
+            match node.output.get(1).filter(|o| !o.is_empty()) {
+                Some(_) => {
+                    let out = outs[1];
+                    self.emit_into(a, "log_softmax", lp, &[Some(scores)], vec![out])?;
+                    out
+                }
+                None => self.emit(name, "log_softmax", lp, &[Some(scores)])?,
+            }
+        } else {
+            scores
+        };
+        let one = Some(self.ints_const(name, "axis1", vec![1]));
+        let t1 = self.emit(name, "target1", Op::Unsqueeze, &[Some(target), one])?;
+        let picked1 = self.emit(name, "picked1", Op::GatherElements { axis: 1 }, &[Some(input), Some(t1)])?;
+        let picked = self.emit(name, "picked", Op::Squeeze, &[Some(picked1), one])?;
+        // w = weight[target] (or 1), zeroed where target == ignore_index.
+        let mut w = match weight {
+            Some(wv) => Some(self.emit(name, "w", Op::Gather { axis: 0 }, &[Some(wv), Some(target)])?),
+            None => None,
+        };
+        if let Some(ii) = a.get("ignore_index").map(|x| x.i) {
+            let ig = Some(self.ints_const(name, "ignore_index", vec![ii]));
+            let eq = self.emit(name, "ignored", Op::Binary(BinaryOp::Equal), &[Some(target), ig])?;
+            let keep = self.emit(name, "kept", Op::Unary(UnaryOp::Not), &[Some(eq)])?;
+            let keepf = self.emit(name, "keptf", Op::CastLike, &[Some(keep), Some(picked)])?;
+            w = Some(match w {
+                Some(w) => self.emit(name, "wk", Op::Binary(BinaryOp::Mul), &[Some(w), Some(keepf)])?,
+                None => keepf,
+            });
+        }
+        let neg = self.emit(name, "neg", Op::Unary(UnaryOp::Neg), &[Some(picked)])?;
+        let loss = match w {
+            Some(w) => self.emit(name, "weighted", Op::Binary(BinaryOp::Mul), &[Some(neg), Some(w)])?,
+            None => neg,
+        };
+        let all = |op| Op::Reduce { op, axes: None, keepdims: false, noop_with_empty_axes: false };
+        let result = match reduction.as_str() {
+            "none" => loss,
+            "sum" => self.emit(name, "sum", all(ReduceOp::Sum), &[Some(loss)])?,
+            _ => match w {
+                Some(w) => {
+                    let num = self.emit(name, "sum", all(ReduceOp::Sum), &[Some(loss)])?;
+                    let den = self.emit(name, "wsum", all(ReduceOp::Sum), &[Some(w)])?;
+                    self.emit(name, "mean", Op::Binary(BinaryOp::Div), &[Some(num), Some(den)])?
+                }
+                None => self.emit(name, "mean", all(ReduceOp::Mean), &[Some(loss)])?,
+            },
+        };
+        self.emit_into(a, "out", Op::Identity, &[Some(result)], vec![outs[0]])
+    }
+
+    /// Max, Min, Sum and Mean over any number of inputs: a chain of binary nodes (Mean divides at the end).
+    fn variadic(&mut self, a: &Attrs, node: &NodeProto, inputs: Vec<Option<ValueId>>) -> Result<(), ImportError> {
+        let ins: Vec<ValueId> = inputs.into_iter().flatten().collect();
+        let (bop, name) = match node.op_type.as_str() {
+            "Max" => (BinaryOp::Max, a.name),
+            "Min" => (BinaryOp::Min, a.name),
+            _ => (BinaryOp::Add, a.name),
+        };
+        if ins.is_empty() {
+            return Err(a.err("needs at least one input"));
+        }
+        let outs = self.define_outputs(name, &node.output, &Op::Identity)?;
+        let mean = node.op_type == "Mean" && ins.len() > 1;
+        let mut acc = ins[0];
+        if ins.len() == 1 {
+            return self.emit_into(a, "", Op::Identity, &[Some(acc)], outs);
+        }
+        for (i, &v) in ins.iter().enumerate().skip(1) {
+            let last = i == ins.len() - 1 && !mean;
+            let out = if last { outs[0] } else { self.g.add_value(self.g.fresh_name(&format!("{name}.acc")), None) };
+            self.emit_into(a, &i.to_string(), Op::Binary(bop), &[Some(acc), Some(v)], vec![out])?;
+            acc = out;
+        }
+        if mean {
+            let n = self.scalar_const(name, "count", ins.len() as f32);
+            self.emit_into(a, "mean", Op::Binary(BinaryOp::Div), &[Some(acc), Some(n)], outs)?;
+        }
+        Ok(())
+    }
+
+    fn ints_const(&mut self, node: &str, what: &str, v: Vec<i64>) -> ValueId {
+        Builder::new(&mut self.g, node).const_named(what, Tensor::i64(vec![v.len()], v))
+    }
+
+    fn scalar_const(&mut self, node: &str, what: &str, v: f32) -> ValueId {
+        Builder::new(&mut self.g, node).const_named(what, Tensor::f32(vec![], vec![v]))
+    }
+
+    fn window(&self, a: &Attrs, pool: bool) -> Result<Window, ImportError> {
+        let auto_pad = match a.string("auto_pad").as_deref().unwrap_or("NOTSET") {
+            "NOTSET" | "" => AutoPad::NotSet,
+            "SAME_UPPER" => AutoPad::SameUpper,
+            "SAME_LOWER" => AutoPad::SameLower,
+            "VALID" => AutoPad::Valid,
+            other => return Err(a.err(format!("unknown auto_pad '{other}'"))),
+        };
+        let kernel = a.usizes("kernel_shape")?;
+        if pool && kernel.is_empty() {
+            return Err(a.err("missing attribute 'kernel_shape'"));
+        }
+        Ok(Window {
+            kernel,
+            strides: a.usizes("strides")?,
+            pads: a.usizes("pads")?,
+            dilations: a.usizes("dilations")?,
+            auto_pad,
+            ceil_mode: a.int("ceil_mode", 0) != 0,
+        })
+    }
+}
