@@ -17,7 +17,7 @@ mod schedule;
 pub use infer::infer_shapes;
 pub use lower::{
     eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, legalize, lower_batchnorm,
-    materialize_outputs, merge_sibling_matmuls, storage_of, storage_root, Storage,
+    materialize_outputs, merge_sibling_matmuls, storage_of, storage_root, stored_bytes, Storage,
 };
 pub use memory::{
     binding_access, plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan,

@@ -15,6 +15,21 @@ pub enum Storage {
 }
 
 impl Storage {
+    /// Whether values are floating point (computed with float arithmetic and literals).
+    pub fn is_float(self) -> bool {
+        match self {
+            Storage::F32 => true,
+            Storage::I32 | Storage::U32 => false,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Storage::F32 | Storage::I32 | Storage::U32 => 4,
+        }
+    }
+
     /// The WGSL scalar type.
     pub fn wgsl(self) -> &'static str {
         match self {
@@ -25,7 +40,7 @@ impl Storage {
     }
 }
 
-/// The storage of a logical dtype, or why it has none. Every storage type is 4 bytes wide.
+/// The storage of a logical dtype, or why it has none ([`Storage::bytes`] per element: 4 today).
 ///
 /// Integers are narrowed to i32: constant values are range-checked at compile time ([`legalize`]) and run-time
 /// inputs by the runtime at upload; arithmetic on them wraps at 32 bits (the documented overflow rule).
@@ -565,4 +580,9 @@ pub fn fuse_rotate_half(g: &mut Graph) -> Result<(), PassError> {
         g.add_node(format!("{name}/rotate_half"), Op::RotateHalf, vec![Some(x)], vec![out])?;
     }
     Ok(())
+}
+
+/// Bytes of value `v`'s elements in storage.
+pub fn stored_bytes(g: &Graph, v: ValueId) -> u64 {
+    g.ty(v).numel() as u64 * storage_of(g.ty(v).dtype).map_or(4, Storage::bytes)
 }

@@ -137,7 +137,8 @@ pub fn plan_memory(g: &Graph, sched: &Schedule) -> Result<MemoryPlan, PassError>
 pub fn plan_memory_with(g: &Graph, sched: &Schedule, opts: &MemoryOptions) -> Result<MemoryPlan, PassError> {
     let mut plan = MemoryPlan::default();
     let mut root_slot: HashMap<ValueId, Slot> = HashMap::new();
-    let size_of = |v: ValueId| (g.ty(v).numel() as u64 * 4).max(4);
+    // At least 4 bytes: WebGPU has no zero-size bindings.
+    let size_of = |v: ValueId| crate::lower::stored_bytes(g, v).max(4);
     let too_large = |v: ValueId, size: u64| PassError::Value {
         value: g.value(v).name.clone(),
         reason: format!("needs {size} bytes, more than the device's maximum buffer size {}", opts.max_buffer_size),

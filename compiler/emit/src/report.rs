@@ -97,7 +97,7 @@ fn node_ref(g: &Graph, n: NodeId) -> NodeRef {
 }
 
 fn bytes(g: &Graph, v: wgslc_ir::ValueId) -> u64 {
-    g.ty(v).numel() as u64 * 4
+    wgslc_passes::stored_bytes(g, v)
 }
 
 /// Floating-point operations of one node (multiply-adds count two).

@@ -382,7 +382,7 @@ impl Emitter<'_> {
         let (en, dn) = (g.node(ex.conv), g.node(dw.conv));
         let x = en.inputs[0].expect("input");
         let (xs, e) = (g.ty(x).shape.clone(), g.ty(en.outputs[0]).shape[1]);
-        if storage(g, x) != Storage::F32 {
+        if !storage(g, x).is_float() {
             return Err(self.err(ex.conv, "a folded expansion needs a float input"));
         }
         let Op::Conv { window, .. } = &dn.op else { unreachable!() };
@@ -471,7 +471,7 @@ impl Emitter<'_> {
         let Op::Pool { kind, window, count_include_pad } = &node.op else { unreachable!() };
         let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
         let (xs, os) = (g.ty(x).shape.clone(), g.ty(out).shape.clone());
-        if storage(g, x) != Storage::F32 {
+        if !storage(g, x).is_float() {
             return Err(self.err(n, "pooling needs a float input"));
         }
         let geo = self.geometry(n, &xs, &os, window)?;

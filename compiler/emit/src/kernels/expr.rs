@@ -17,12 +17,14 @@ impl Emitter<'_> {
         let node = g.node(n);
         let st = |v: ValueId| storage(g, v);
         let os = storage_of(out.dtype).expect("legalized");
+        // The float type of float arithmetic in this expression.
+        let fe = Elem::F32;
         let a = args.first().cloned().unwrap_or_default();
         Ok(match &node.op {
             Op::StridedCopy { .. } | Op::TileCopy => a,
             Op::Trilu { upper, k } => {
                 let r = out.rank();
-                let zero = if os == Storage::F32 {
+                let zero = if os.is_float() {
                     "0.0"
                 } else if os == Storage::I32 {
                     "0i"
@@ -38,7 +40,7 @@ impl Emitter<'_> {
                 )
             }
             Op::Unary(u) => {
-                let float = st(inputs[0]) == Storage::F32;
+                let float = st(inputs[0]).is_float();
                 match (u, float) {
                     (UnaryOp::Neg, false) => narrow(format!("-{a}"), out.dtype),
                     (UnaryOp::Neg, _) => format!("-{a}"),
@@ -48,7 +50,7 @@ impl Emitter<'_> {
                     (UnaryOp::Identity, _) => a,
                     (UnaryOp::Not, _) => format!("1u - {a}"),
                     (UnaryOp::Sign, _) => format!("sign({a})"),
-                    (UnaryOp::Swish(al), true) => format!("{a} / (1.0 + exp(-{} * {a}))", f32_lit(*al)),
+                    (UnaryOp::Swish(al), true) => format!("{a} / (1.0 + exp(-{} * {a}))", fe.lit(*al)),
                     (UnaryOp::BitwiseNot, false) => narrow(format!("~{a}"), out.dtype),
                     (UnaryOp::BitwiseNot, true) => return Err(self.err(n, "BitwiseNot needs an integer input")),
                     (UnaryOp::IsNaN, true) => {
@@ -58,10 +60,10 @@ impl Emitter<'_> {
                     (UnaryOp::Clip(lo, hi), true) => {
                         let mut e = a;
                         if lo.is_finite() {
-                            e = format!("max({e}, {})", f32_lit(*lo));
+                            e = format!("max({e}, {})", fe.lit(*lo));
                         }
                         if hi.is_finite() {
-                            e = format!("min({e}, {})", f32_lit(*hi));
+                            e = format!("min({e}, {})", fe.lit(*hi));
                         }
                         e
                     }
@@ -94,14 +96,14 @@ impl Emitter<'_> {
                         format!("(max({a}, 0.0) + log1p_(exp(-abs({a}))))")
                     }
                     (UnaryOp::Softsign, _) => format!("{a} / (1.0 + abs({a}))"),
-                    (UnaryOp::Elu(al), _) => format!("select({a}, {} * (exp({a}) - 1.0), {a} < 0.0)", f32_lit(*al)),
+                    (UnaryOp::Elu(al), _) => format!("select({a}, {} * (exp({a}) - 1.0), {a} < 0.0)", fe.lit(*al)),
                     (UnaryOp::Selu(al, ga), _) => {
-                        format!("{} * select({a}, {} * (exp({a}) - 1.0), {a} <= 0.0)", f32_lit(*ga), f32_lit(*al))
+                        format!("{} * select({a}, {} * (exp({a}) - 1.0), {a} <= 0.0)", fe.lit(*ga), fe.lit(*al))
                     }
                     (UnaryOp::Celu(al), _) => {
-                        format!("(max({a}, 0.0) + min(0.0, {al} * (exp({a} / {al}) - 1.0)))", al = f32_lit(*al))
+                        format!("(max({a}, 0.0) + min(0.0, {al} * (exp({a} / {al}) - 1.0)))", al = fe.lit(*al))
                     }
-                    (UnaryOp::ThresholdedRelu(al), _) => format!("select(0.0, {a}, {a} > {})", f32_lit(*al)),
+                    (UnaryOp::ThresholdedRelu(al), _) => format!("select(0.0, {a}, {a} > {})", fe.lit(*al)),
                     (UnaryOp::Mish, _) => {
                         helpers.tanh = true;
                         helpers.log1p = true;
@@ -114,8 +116,8 @@ impl Emitter<'_> {
                     ),
                     (UnaryOp::Shrink(bias, l), _) => format!(
                         "select(select(0.0, {a} - {b}, {a} > {l}), {a} + {b}, {a} < -{l})",
-                        b = f32_lit(*bias),
-                        l = f32_lit(*l)
+                        b = fe.lit(*bias),
+                        l = fe.lit(*l)
                     ),
                     (UnaryOp::Erf, _) => {
                         helpers.erf = true;
@@ -135,17 +137,17 @@ impl Emitter<'_> {
                         format!("0.5 * {a} * (1.0 + tanh_(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a})))")
                     }
                     (UnaryOp::LeakyRelu(alpha), _) => {
-                        format!("select({a}, {} * {a}, {a} < 0.0)", f32_lit(*alpha))
+                        format!("select({a}, {} * {a}, {a} < 0.0)", fe.lit(*alpha))
                     }
                     (UnaryOp::HardSigmoid(al, be), _) => {
-                        format!("clamp({} * {a} + {}, 0.0, 1.0)", f32_lit(*al), f32_lit(*be))
+                        format!("clamp({} * {a} + {}, 0.0, 1.0)", fe.lit(*al), fe.lit(*be))
                     }
                     (UnaryOp::HardSwish, _) => format!("{a} * clamp({a} / 6.0 + 0.5, 0.0, 1.0)"),
                 }
             }
             Op::Binary(b) => {
                 let (x, y) = (&args[0], &args[1]);
-                let float = st(inputs[0]) == Storage::F32;
+                let float = st(inputs[0]).is_float();
                 match b {
                     BinaryOp::Add if !float => narrow(format!("({x} + {y})"), out.dtype),
                     BinaryOp::Sub if !float => narrow(format!("({x} - {y})"), out.dtype),
@@ -157,8 +159,8 @@ impl Emitter<'_> {
                     BinaryOp::Max => format!("max({x}, {y})"),
                     BinaryOp::Min => format!("min({x}, {y})"),
                     BinaryOp::Pow => {
-                        let yf = if st(inputs[1]) == Storage::F32 { y.clone() } else { format!("f32({y})") };
-                        let xf = if float { x.clone() } else { format!("f32({x})") };
+                        let yf = if st(inputs[1]).is_float() { y.clone() } else { fe.convert(y) };
+                        let xf = if float { x.clone() } else { fe.convert(x) };
                         // A constant scalar exponent (x², √x: what exporters write) needs no general pow.
                         let c = g.const_data(inputs[1]).filter(|t| t.numel() == 1).map(|t| t.to_f64()[0]);
                         let e = match c {
@@ -221,9 +223,7 @@ impl Emitter<'_> {
                 match (from, os) {
                     (f, t) if f == t => a,
                     (Storage::F32, Storage::I32) => format!("i32({a})"),
-                    (Storage::I32, Storage::F32) | (Storage::U32, Storage::F32) => {
-                        format!("f32({a})")
-                    }
+                    (Storage::I32, Storage::F32) | (Storage::U32, Storage::F32) => fe.convert(&a),
                     (Storage::U32, Storage::I32) => format!("i32({a})"),
                     (Storage::F32, Storage::U32) => format!("select(0u, 1u, {a} != 0.0)"),
                     (Storage::I32, Storage::U32) => format!("select(0u, 1u, {a} != 0i)"),

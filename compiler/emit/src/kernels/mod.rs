@@ -171,6 +171,30 @@ fn with_non_finite(mut src: String) -> String {
 /// round-trip form of an f32 (`3.4028235e38` for `f32::MAX`) can lie outside f32's range as a decimal, which the
 /// WGSL spec makes a shader-creation error (Tint enforces it), so such values are written in full (as f64).
 /// Non-finite values are read through [`NON_FINITE`].
+/// The float type an expression computes in, with its literals and conversions: the op → WGSL table
+/// (`expr.rs`) writes float arithmetic through it, so a second float type (f16 behind `shader-f16`) is a variant
+/// here rather than a rewrite of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Elem {
+    F32,
+}
+
+impl Elem {
+    /// A literal of this type denoting `x` exactly (non-finite values through `non_finite_bits`).
+    fn lit(self, x: f32) -> String {
+        match self {
+            Elem::F32 => f32_lit(x),
+        }
+    }
+
+    /// `e` (an integer or bool expression) converted to this type.
+    fn convert(self, e: &str) -> String {
+        match self {
+            Elem::F32 => format!("f32({e})"),
+        }
+    }
+}
+
 pub(crate) fn f32_lit(x: f32) -> String {
     if x.is_nan() {
         format!("bitcast<f32>({NON_FINITE}.z)")
@@ -337,7 +361,7 @@ impl Emitter<'_> {
         for k in &mut ks {
             k.nodes = group.nodes();
             if group.write_into().is_some() {
-                k.stored_bytes = Some(self.g.ty(result).numel() as u64 * 4);
+                k.stored_bytes = Some(wgslc_passes::stored_bytes(self.g, result));
             }
         }
         Ok(ks)

@@ -122,7 +122,7 @@ impl Emitter<'_> {
         let kept = dims(&|d| !axes.contains(&d));
         let reduced = dims(&|d| axes.contains(&d));
         let count: usize = axes.iter().map(|&a| xt.shape[a]).product();
-        let float = storage(g, x) == Storage::F32;
+        let float = storage(g, x).is_float();
         if storage(g, x) == Storage::U32 {
             // bool: max is "any", min is "all".
             let (init, comb) = match op {
@@ -220,7 +220,7 @@ impl Emitter<'_> {
         let mut reads = Vec::new();
         let fu = self.fused_body(group, Some(sout), &mut reads, &mut helpers)?;
         let shape = &g.ty(x).shape;
-        if storage(g, x) != Storage::F32 {
+        if !storage(g, x).is_float() {
             return Err(self.err(n, "Softmax needs a float input"));
         }
         let outer: usize = shape[..axis.min(shape.len())].iter().product();
@@ -351,7 +351,7 @@ impl Emitter<'_> {
             exclusive,
             reverse,
             prod,
-            zero: match (storage(g, x) == Storage::F32, prod) {
+            zero: match (storage(g, x).is_float(), prod) {
                 (true, false) => "0.0",
                 (true, true) => "1.0",
                 (false, false) => "0i",
