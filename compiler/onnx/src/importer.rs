@@ -63,9 +63,18 @@ impl Importer<'_> {
         if node.attribute.iter().any(|at| !at.ref_attr_name.is_empty() || at.g.is_some() || !at.graphs.is_empty()) {
             return Err(a.err("subgraph and reference attributes (If, Loop, Scan, functions) are not supported"));
         }
-        // Every ONNX op's first output is required (the composite imports below write it directly).
-        if node.output.first().is_none_or(|o| o.is_empty()) {
+        if node.output.iter().all(|o| o.is_empty()) {
             return Err(a.err("the node has no outputs"));
+        }
+        // wgslc needs every op's first output (ONNX lets some ops omit it, LSTM's Y for one). Refused once the op
+        // is known to be supported, so that an unsupported op is named as such; the imports that write their
+        // outputs themselves check first.
+        let omitted = || a.err("its first output is omitted (only later outputs are named), which wgslc needs");
+        let first_omitted = node.output[0].is_empty();
+        let writes_itself =
+            ["Constant", "Max", "Min", "Sum", "Mean", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"];
+        if first_omitted && writes_itself.contains(&node.op_type.as_str()) {
+            return Err(omitted());
         }
         let mut inputs = Vec::with_capacity(node.input.len());
         for n in &node.input {
@@ -442,6 +451,9 @@ impl Importer<'_> {
             "Range" => Op::Range,
             _ => return Err(ImportError::UnsupportedOp { node: name, op: node.op_type.clone() }),
         };
+        if first_omitted {
+            return Err(omitted());
+        }
         // Drop trailing absent inputs so ops see only what is there.
         while inputs.last() == Some(&None) {
             inputs.pop();

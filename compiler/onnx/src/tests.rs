@@ -181,3 +181,20 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn an_omitted_first_output_is_refused_after_the_op_is_known() {
+    let x = || vec![input("x", &[fixed(2), fixed(3)])];
+    // An unsupported op is named as such, whatever its outputs.
+    let m = model(vec![node("LSTM", &["x"], &["", "y_h"])], x(), &["y_h"], vec![]);
+    let err = import(&m, &ImportOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("unsupported op 'LSTM'"), "{err}");
+    // A supported op (and one imported as several nodes) says what is missing.
+    for op in ["Relu", "Sum"] {
+        let m = model(vec![node(op, &["x"], &["", "y"])], x(), &["y"], vec![]);
+        let err = import(&m, &ImportOptions::default()).unwrap_err().to_string();
+        assert!(err.contains(&format!("'{op}_node'")) && err.contains("first output is omitted"), "{err}");
+    }
+    let m = model(vec![node("Relu", &["x"], &["", ""])], x(), &[], vec![]);
+    assert!(import(&m, &ImportOptions::default()).unwrap_err().to_string().contains("has no outputs"));
+}
