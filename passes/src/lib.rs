@@ -1,6 +1,6 @@
 //! Graph passes. Each pass is a function over the IR whose doc comment states what it requires and what it
-//! establishes; [`verify`] checks the invariants of a [`Stage`] and runs after every pass in debug builds and
-//! tests. **Architecture Invariant:** passes do no I/O.
+//! establishes; [`GRAPH_PASSES`] lists them in order, and [`verify`] checks the invariants of a [`Stage`] after
+//! every one (in every build). **Architecture Invariant:** passes do no I/O.
 //!
 //! The analyses at the end of the pipeline return side tables ([`Schedule`], [`MemoryPlan`]) that the emitter
 //! takes by type, so nothing can be emitted from an unscheduled or unplanned graph.
