@@ -123,7 +123,7 @@ impl Emitter<'_> {
                     shapes.len() - 1
                 }
             };
-            let cname = |d: usize| format!("c{sid}_{d}");
+            let cname = |d: usize| Namer::coord(sid, d);
             let contiguous: Vec<i64> = contiguous_strides(&shape).iter().map(|&s| s as i64).collect();
             if node.op == Op::RotateHalf {
                 // One load at the rotated coordinate (j + h) mod 2h of the last axis, negated in the first half.
@@ -132,7 +132,7 @@ impl Emitter<'_> {
                     return Err(self.err(n, "RotateHalf reads a value computed in its own kernel (a scheduler bug)"));
                 }
                 let view = input_view(g, &self.sched.folded, n, 0);
-                let fresh = format!("in{}", reads.len());
+                let fresh = Namer::binding(reads.len());
                 let var = bind_once(reads, view.root, &fresh);
                 let r = shape.len();
                 let w = shape[r - 1];
@@ -145,12 +145,12 @@ impl Emitter<'_> {
                     })
                     .collect();
                 used_shapes[sid] = true;
-                let name = format!("x{}", loads.len());
+                let name = Namer::load(loads.len());
                 loads.push(FusedLoad { name: name.clone(), var, offset: view.offset.to_string(), terms });
                 // A key no other load shares.
                 load_keys.push((view.root, format!("{sid}:rotate_half:{n:?}"), vec![]));
                 let expr = format!("select(-{name}, {name}, {} >= {})", cname(r - 1), w / 2);
-                let t = format!("t{j}");
+                let t = Namer::stmt(j);
                 stmts.push(Stmt { name: t.clone(), expr });
                 exprs.insert(node.outputs[0], t);
                 continue;
@@ -163,7 +163,7 @@ impl Emitter<'_> {
                     continue;
                 }
                 let view = input_view(g, &self.sched.folded, n, slot);
-                let fresh = format!("in{}", reads.len());
+                let fresh = Namer::binding(reads.len());
                 let var = bind_once(reads, view.root, &fresh);
                 let (offset, terms): (String, Vec<(usize, i64, usize)>) = if node.op == Op::TileCopy {
                     // Each output coordinate wraps around the input's extent.
@@ -186,7 +186,7 @@ impl Emitter<'_> {
                     Some(p) => loads[p].name.clone(),
                     None => {
                         used_shapes[sid] |= !terms.is_empty();
-                        let name = format!("x{}", loads.len());
+                        let name = Namer::load(loads.len());
                         loads.push(FusedLoad {
                             name: name.clone(),
                             var,
@@ -206,7 +206,7 @@ impl Emitter<'_> {
             let out_ty = g.ty(node.outputs[0]).clone();
             used_shapes[sid] |= matches!(node.op, Op::Trilu { .. });
             let expr = self.op_expr(n, &args, &inputs, &out_ty, helpers, &cname)?;
-            let name = format!("t{j}");
+            let name = Namer::stmt(j);
             stmts.push(Stmt { name: name.clone(), expr });
             exprs.insert(node.outputs[0], name);
         }
@@ -218,7 +218,7 @@ impl Emitter<'_> {
             }
             let cs = contiguous_strides(shape);
             for d in 0..shape.len() {
-                coords.push(NamedCoord { name: format!("c{sid}_{d}"), stride: cs[d], extent: shape[d].max(1) });
+                coords.push(NamedCoord { name: Namer::coord(sid, d), stride: cs[d], extent: shape[d].max(1) });
             }
         }
         let mut fu = Fused {

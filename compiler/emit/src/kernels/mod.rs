@@ -226,6 +226,30 @@ fn i32_lit(x: i64) -> String {
     }
 }
 
+/// Every name the emitter makes up for WGSL, in one place, so that no two kinds of name can collide: bindings
+/// that a fused body reads are `in{n}`, its loads `x{n}`, its statements `t{n}`, the coordinates of its `s`-th
+/// distinct shape `c{s}_{d}`. Templates own the other names (`acc`, `i`, `o`, `out`, `a`, `b`, `bias`, …: each
+/// kernel family's operands, given by its file), none of which has a digit.
+struct Namer;
+
+impl Namer {
+    fn binding(n: usize) -> String {
+        format!("in{n}")
+    }
+
+    fn load(n: usize) -> String {
+        format!("x{n}")
+    }
+
+    fn stmt(n: usize) -> String {
+        format!("t{n}")
+    }
+
+    fn coord(shape: usize, d: usize) -> String {
+        format!("c{shape}_{d}")
+    }
+}
+
 /// A kernel's bindings in binding order: the op's own operands (`fixed`), then what its fused body reads
 /// (`reads`, each stored tensor once), then what it writes (`outs`).
 fn bindings<'a>(
