@@ -24,13 +24,13 @@ pub use memory::{
     MemoryStats, PlannedBuffer, Slot,
 };
 pub use schedule::{
-    anchor_kind, concat_placement, expand_tile, group_io, in_place_candidates, input_view, is_pointwise,
-    mm_batch_refinement, product_tiling, read_spec, refined_strides, scalar_op_data_slot, schedule, store_permutation,
-    takes_epilogue, verify_schedule, AnchorKind, AttentionMode, AttentionTail, Boundary, ExpandTile, Fold, FoldKind,
-    FoldedConv, FuseOptions, InvertedResidualMode, KernelGroup, ProductTiling, Readers, Recipe, Schedule,
-    StorePlacement, ATTENTION_MAX_DK, ATTENTION_MAX_DV, DEPTHWISE_MAX_CHANNELS, EXPAND_MAX_RECOMPUTE,
-    EXPAND_STEP_CHANNELS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP, PROJECT_MAX_CHANNELS, PROJECT_MAX_PER_THREAD,
-    WORKGROUP_FLOATS,
+    anchor_kind, attention_tiling, concat_placement, expand_tile, group_io, in_place_candidates, input_view,
+    is_pointwise, mm_batch_refinement, product_tiling, read_spec, refined_strides, scalar_op_data_slot, schedule,
+    store_permutation, takes_epilogue, verify_schedule, AnchorKind, AttentionMode, AttentionTail, AttentionTiling,
+    Boundary, ExpandTile, Fold, FoldKind, FoldedConv, FuseOptions, InvertedResidualMode, KernelGroup, ProductTiling,
+    Readers, Recipe, Schedule, StorePlacement, ATTENTION_MAX_DK, ATTENTION_MAX_DV, DEPTHWISE_MAX_CHANNELS,
+    EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP, PROJECT_MAX_CHANNELS,
+    PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
 };
 
 use wgslc_ir::{Graph, GraphError};

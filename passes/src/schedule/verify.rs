@@ -102,7 +102,11 @@ pub fn check_folds(g: &Graph, k: &KernelGroup) -> Result<(), String> {
         return Err("an expansion folded into a pointwise Conv without the depthwise Conv between them".into());
     }
     let stores = k.has(FoldKind::StoreCopy) || k.has(FoldKind::WriteInto);
-    if k.has(FoldKind::Expand) != k.recipe.expand.is_some() || stores != k.recipe.store.is_some() {
+    let recipe = &k.recipe;
+    if k.has(FoldKind::Expand) != recipe.expand.is_some()
+        || stores != recipe.store.is_some()
+        || k.has(FoldKind::Attention) != recipe.attention.is_some()
+    {
         return Err("the recipe does not match the folds".into());
     }
     Ok(())

@@ -83,14 +83,12 @@ impl Emitter<'_> {
         self.place_stores(group, &mut fu);
         let bindings = bindings(&[], &reads, &[(out, "out")]);
         let dv_pad = pv.nn.div_ceil(16) * 16;
-        // 32 rows per workgroup (each K and V load serves twice the rows) when that still gives a workgroup per SM
-        // of a large GPU (132 on an H100) and the accumulators stay few; else 16. On the H100 this took GPT-2 at
-        // 1024 tokens from 32.0 to 28.5 ms.
-        let row_lanes = if qk.batches * qk.m.div_ceil(32) >= 132 && dv_pad <= 128 { 2 } else { 1 };
+        let wgslc_passes::AttentionTiling { row_lanes, v_chunk } = group
+            .recipe
+            .attention
+            .ok_or_else(|| self.err(tail.pv, "attention without its tiling (a scheduler bug)"))?;
         let rows = 16 * row_lanes;
         let m_blocks = qk.m.div_ceil(rows);
-        // A power of two dividing the 64-key tile, within the K tile's 1088 floats.
-        let v_chunk = [16, 8, 4, 2, 1].into_iter().find(|&c| c * dv_pad <= 1088).unwrap_or(1);
         let blocks = qk.batches * m_blocks;
         let (h, wg, groups_x) = self.launch(tail.pv, Some(group), "attention.wgsl", &bindings, blocks)?;
         let tpl = AttentionTpl {
