@@ -3,7 +3,7 @@
 
 use crate::PassError;
 use std::collections::HashSet;
-use wgslc_ir::{BinaryOp, DType, Graph, NodeId, Op, Tensor, TensorType, ValueId};
+use wgslc_ir::{BinaryOp, Builder, DType, Graph, NodeId, Op, Tensor, TensorType, ValueId};
 
 /// How a logical dtype is stored on the GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,12 +76,8 @@ pub fn lower_batchnorm(g: &mut Graph) -> Result<(), PassError> {
         if params.iter().any(|&v| g.const_data(v).is_none()) {
             // (x - mean) / sqrt(var + eps) * scale + bias, with the [C] parameters viewed as [C, 1, …].
             let view = |g: &mut Graph, v: ValueId, what: &str| -> Result<ValueId, PassError> {
-                let r = g.add_value(
-                    g.fresh_name(&format!("{}.{what}", node.name)),
-                    Some(TensorType::new(xt.dtype, cshape.clone())),
-                );
-                g.add_node(format!("{}/{what}", node.name), Op::Alias, vec![Some(v)], vec![r])?;
-                Ok(r)
+                let ty = TensorType::new(xt.dtype, cshape.clone());
+                Ok(Builder::new(g, &node.name).op_typed(what, Op::Alias, &[Some(v)], ty)?)
             };
             let (s, bi, m, va) = (
                 view(g, params[0], "s")?,
@@ -89,7 +85,7 @@ pub fn lower_batchnorm(g: &mut Graph) -> Result<(), PassError> {
                 view(g, params[2], "m")?,
                 view(g, params[3], "v")?,
             );
-            let eps = g.add_const(g.fresh_name(&format!("{}.eps", node.name)), Tensor::f32(vec![], vec![epsilon]));
+            let eps = Builder::new(g, &node.name).const_named("eps", Tensor::f32(vec![], vec![epsilon]));
             g.remove_node(n);
             let step = |g: &mut Graph,
                         op: Op,
@@ -98,13 +94,9 @@ pub fn lower_batchnorm(g: &mut Graph) -> Result<(), PassError> {
                         shape: &[usize],
                         what: &str,
                         dst: Option<ValueId>| {
-                let o = dst.unwrap_or_else(|| {
-                    g.add_value(
-                        g.fresh_name(&format!("{}.{what}", node.name)),
-                        Some(TensorType::new(xt.dtype, shape.to_vec())),
-                    )
-                });
-                g.add_node(format!("{}/{what}", node.name), op, vec![Some(a), b], vec![o]).map(|_| o)
+                let mut bld = Builder::new(g, &node.name);
+                let o = dst.unwrap_or_else(|| bld.value(what, Some(TensorType::new(xt.dtype, shape.to_vec()))));
+                bld.op_into(what, op, &[Some(a), b], vec![o]).map(|_| o)
             };
             let ve = step(g, Op::Binary(BinaryOp::Add), va, Some(eps), &cshape, "var_eps", None)?;
             let sd = step(g, Op::Unary(wgslc_ir::UnaryOp::Sqrt), ve, None, &cshape, "std", None)?;
@@ -137,27 +129,21 @@ pub fn lower_batchnorm(g: &mut Graph) -> Result<(), PassError> {
             let old_b = cn.inputs.get(2).copied().flatten().map(|bv| g.const_data(bv).unwrap().to_f64());
             let folded_b: Vec<f32> =
                 (0..a.len()).map(|m| (old_b.as_ref().map_or(0.0, |ob| ob[m]) * a[m] + b[m]) as f32).collect();
-            let nw = g
-                .add_const(g.fresh_name(&format!("{}.folded_weight", cn.name)), Tensor::f32(w.shape.clone(), folded_w));
-            let nb =
-                g.add_const(g.fresh_name(&format!("{}.folded_bias", cn.name)), Tensor::f32(vec![a.len()], folded_b));
-            g.remove_node(n);
-            g.remove_node(c);
-            g.add_node(cn.name.clone(), cn.op.clone(), vec![cn.inputs[0], Some(nw), Some(nb)], vec![out])?;
+            let mut bld = Builder::new(g, &cn.name);
+            let nw = bld.const_named("folded_weight", Tensor::f32(w.shape.clone(), folded_w));
+            let nb = bld.const_named("folded_bias", Tensor::f32(vec![a.len()], folded_b));
+            bld.g.remove_node(n);
+            bld.g.remove_node(c);
+            bld.op_into("", cn.op.clone(), &[cn.inputs[0], Some(nw), Some(nb)], vec![out])?;
             continue;
         }
-        let av = g.add_const(
-            g.fresh_name(&format!("{}.scale", node.name)),
-            Tensor::f32(cshape.clone(), a.iter().map(|&v| v as f32).collect()),
-        );
-        let bv = g.add_const(
-            g.fresh_name(&format!("{}.shift", node.name)),
-            Tensor::f32(cshape, b.iter().map(|&v| v as f32).collect()),
-        );
-        let mid = g.add_value(g.fresh_name(&format!("{}.scaled", node.name)), Some(xt.clone()));
-        g.remove_node(n);
-        g.add_node(format!("{}/mul", node.name), Op::Binary(BinaryOp::Mul), vec![Some(x), Some(av)], vec![mid])?;
-        g.add_node(format!("{}/add", node.name), Op::Binary(BinaryOp::Add), vec![Some(mid), Some(bv)], vec![out])?;
+        let mut bld = Builder::new(g, &node.name);
+        let av = bld.const_named("scale", Tensor::f32(cshape.clone(), a.iter().map(|&v| v as f32).collect()));
+        let bv = bld.const_named("shift", Tensor::f32(cshape, b.iter().map(|&v| v as f32).collect()));
+        let mid = bld.value("scaled", Some(xt.clone()));
+        bld.g.remove_node(n);
+        bld.op_into("mul", Op::Binary(BinaryOp::Mul), &[Some(x), Some(av)], vec![mid])?;
+        bld.op_into("add", Op::Binary(BinaryOp::Add), &[Some(mid), Some(bv)], vec![out])?;
     }
     Ok(())
 }
@@ -308,12 +294,11 @@ pub fn merge_sibling_matmuls(g: &mut Graph) -> Result<(), PassError> {
             col += w;
         }
         let base = g.node(group[0]).name.clone();
-        let wv = g.add_const(g.fresh_name(&format!("{base}.merged_weight")), Tensor::f32(vec![k, total], wcat));
+        let wv = Builder::new(g, &base).const_named("merged_weight", Tensor::f32(vec![k, total], wcat));
         let mut shape = g.ty(a).shape.clone();
         *shape.last_mut().unwrap() = total;
-        let mut merged =
-            g.add_value(g.fresh_name(&format!("{base}.merged")), Some(TensorType::new(DType::F32, shape.clone())));
-        g.add_node(format!("{base}/merged"), Op::MatMul, vec![Some(a), Some(wv)], vec![merged])?;
+        let ty = TensorType::new(DType::F32, shape.clone());
+        let mut merged = Builder::new(g, &base).op_typed("merged", Op::MatMul, &[Some(a), Some(wv)], ty.clone())?;
         // The values the slices produce: the bias Adds' outputs, or the MatMuls' outputs.
         let mut results: Vec<ValueId> = group.iter().map(|&n| g.node(n).outputs[0]).collect();
         if let Some(bs) = &biases {
@@ -321,17 +306,10 @@ pub fn merge_sibling_matmuls(g: &mut Graph) -> Result<(), PassError> {
             for &(_, b) in bs {
                 bcat.extend(g.const_data(b).unwrap().to_f64().into_iter().map(|x| x as f32));
             }
-            let bv = g.add_const(g.fresh_name(&format!("{base}.merged_bias")), Tensor::f32(vec![total], bcat));
-            let biased = g.add_value(
-                g.fresh_name(&format!("{base}.merged_biased")),
-                Some(TensorType::new(DType::F32, shape.clone())),
-            );
-            g.add_node(
-                format!("{base}/merged_bias"),
-                Op::Binary(BinaryOp::Add),
-                vec![Some(merged), Some(bv)],
-                vec![biased],
-            )?;
+            let mut b = Builder::new(g, &base);
+            let bv = b.const_named("merged_bias", Tensor::f32(vec![total], bcat));
+            let biased = b.value("merged_biased", Some(ty));
+            b.op_into("merged_bias", Op::Binary(BinaryOp::Add), &[Some(merged), Some(bv)], vec![biased])?;
             merged = biased;
             results = bs.iter().map(|&(add, _)| g.node(add).outputs[0]).collect();
             for &(add, _) in bs {
@@ -345,7 +323,7 @@ pub fn merge_sibling_matmuls(g: &mut Graph) -> Result<(), PassError> {
         let mut start = 0i64;
         for (i, (&r, &w)) in results.iter().zip(&widths).enumerate() {
             let op = Op::StridedCopy { offset: start, strides: strides.clone() };
-            g.add_node(format!("{base}/part{i}"), op, vec![Some(merged)], vec![r])?;
+            Builder::new(g, &base).op_into(&format!("part{i}"), op, &[Some(merged)], vec![r])?;
             start += w as i64;
         }
     }
@@ -446,9 +424,9 @@ pub fn fuse_rms_norm(g: &mut Graph) -> Result<(), PassError> {
             Some(w) if g.ty(w).rank() == 1 => w,
             Some(w) => {
                 let t = g.const_data(w).unwrap().to_f64().into_iter().map(|v| v as f32).collect();
-                g.add_const(g.fresh_name(&format!("{name}.scale")), Tensor::f32(vec![d], t))
+                Builder::new(g, &name).const_named("scale", Tensor::f32(vec![d], t))
             }
-            None => g.add_const(g.fresh_name(&format!("{name}.scale")), Tensor::f32(vec![d], vec![1.0; d])),
+            None => Builder::new(g, &name).const_named("scale", Tensor::f32(vec![d], vec![1.0; d])),
         };
         for &n in &chain {
             g.remove_node(n);
@@ -499,13 +477,15 @@ pub fn hoist_matmul_scalars(g: &mut Graph) -> Result<(), PassError> {
             }
             let out = g.node(mm).outputs[0];
             let name = g.node(mm).name.clone();
-            let raw = g.add_value(g.fresh_name(&format!("{name}.unscaled")), Some(g.ty(out).clone()));
+            let out_ty = g.ty(out).clone();
+            let raw = Builder::new(g, &name).value("unscaled", Some(out_ty));
             let mut inputs = g.node(mm).inputs.clone();
             inputs[slot] = Some(x);
             g.remove_node(mm);
             g.remove_node(p);
-            mm = g.add_node(name.clone(), Op::MatMul, inputs, vec![raw])?;
-            g.add_node(format!("{name}/scale{slot}"), Op::Binary(op), vec![Some(raw), Some(c)], vec![out])?;
+            let mut b = Builder::new(g, &name);
+            mm = b.op_into("", Op::MatMul, &inputs, vec![raw])?;
+            b.op_into(&format!("scale{slot}"), Op::Binary(op), &[Some(raw), Some(c)], vec![out])?;
         }
     }
     Ok(())

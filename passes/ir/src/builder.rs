@@ -1,6 +1,6 @@
 //! [`Builder`]: how frontends and passes add nodes, so every new node and value is named one way.
 
-use crate::{BinaryOp, DType, Graph, GraphError, NodeId, Op, Tensor, ValueId};
+use crate::{BinaryOp, DType, Graph, GraphError, NodeId, Op, Tensor, TensorType, ValueId};
 
 /// Adds nodes on behalf of one source node (`base`): node `base/part` writes a fresh value `base.part`, and
 /// constants are `base.what`. Frontends name each part (`op_named`); passes that expand one node into several let
@@ -29,6 +29,24 @@ impl<'g> Builder<'g> {
     /// Node `base/part`, writing a fresh value `base.part`.
     pub fn op_named(&mut self, part: &str, op: Op, inputs: &[Option<ValueId>]) -> Result<ValueId, GraphError> {
         let out = self.g.add_value(self.g.fresh_name(&format!("{}.{part}", self.base)), None);
+        self.op_into(part, op, inputs, vec![out])?;
+        Ok(out)
+    }
+
+    /// A fresh value `base.part`, typed when the caller already knows its type (passes after inference).
+    pub fn value(&mut self, part: &str, ty: Option<TensorType>) -> ValueId {
+        self.g.add_value(self.g.fresh_name(&format!("{}.{part}", self.base)), ty)
+    }
+
+    /// Node `base/part` writing a fresh value `base.part` of type `ty`.
+    pub fn op_typed(
+        &mut self,
+        part: &str,
+        op: Op,
+        inputs: &[Option<ValueId>],
+        ty: TensorType,
+    ) -> Result<ValueId, GraphError> {
+        let out = self.value(part, Some(ty));
         self.op_into(part, op, inputs, vec![out])?;
         Ok(out)
     }
