@@ -8,7 +8,8 @@ For each model (by default an MLP, a CNN, nanoGPT and a GPT-2-style decoder with
 torchvision's squeezenet1_1, mobilenet_v2, shufflenet_v2_x0_5, mnasnet0_5 and resnet18, and a BERT-style encoder,
 all with random weights, since nothing is downloaded) and each exporter (TorchScript at opset 17, dynamo at
 opset 20) it writes OUT_DIR/<model>_<exporter>/ in testdata's case layout: model.onnx,
-input_<i>.npy, output_<i>.npy (onnxruntime's outputs). With --wgslc it also compiles and runs each case with
+input_<i>.npy, output_<i>.npy (onnxruntime's outputs). testdata/torch holds the default models' cases and
+bert_dynamo20 (`--models bert`). With --wgslc it also compiles and runs each case with
 that binary and prints a table (max abs error, rtol 1e-4 / atol 1e-5 verdict). Needs torch, transformers, onnx,
 onnxscript and onnxruntime; the GPU machine has them.
 """

@@ -651,6 +651,24 @@ def ops():
               [vi("a", F, [2, 6]), vi("b", F, [2, 3]), vi("c", F, [3, 6])], [vi("y1", F, None), vi("y2", F, None)]),
         [rand(2, 6), rand(2, 3), rand(3, 6)],
     )
+    # GatherND: run-time index tuples (negative components too) over the leading dims, with batch dims, and constant
+    # indices (which fold into the Gather's row indices).
+    gnd_idx = np.array([[[0, -1], [2, 1]], [[-3, 0], [1, 2]]], np.int64)
+    cases["gathernd_runtime_indices"] = (
+        model([helper.make_node("GatherND", ["x", "idx"], ["y"])], [vi("x", F, [3, 3, 5]), vi("idx", I64, [2, 2, 2])],
+              [vi("y", F, None)]),
+        [rand(3, 3, 5), gnd_idx],
+    )
+    cases["gathernd_batch_dims"] = (
+        model([helper.make_node("GatherND", ["x", "idx"], ["y"], batch_dims=1)],
+              [vi("x", F, [2, 4, 3, 2]), vi("idx", I64, [2, 3, 2])], [vi("y", F, None)]),
+        [rand(2, 4, 3, 2), np.array([[[0, 1], [3, -1], [-2, 0]], [[1, 1], [0, 0], [3, 2]]], np.int64)],
+    )
+    cases["gathernd_const_indices"] = (
+        model([helper.make_node("GatherND", ["x", "idx"], ["y"])], [vi("x", F, [4, 6])], [vi("y", F, None)],
+              [init("idx", np.array([[3], [-4], [1]], np.int64))]),
+        [rand(4, 6)],
+    )
     return cases
 
 

@@ -1,5 +1,5 @@
 //! Composite ops expanded into simpler ones once shapes are known: Attention, DepthToSpace, SpaceToDepth,
-//! LpNormalization, LRN, Hardmax, InstanceNormalization and GroupNormalization. Each expansion builds ordinary nodes
+//! LpNormalization, LRN, GatherND, Hardmax, InstanceNormalization and GroupNormalization. Each expansion builds ordinary nodes
 //! that shape inference then types and folds like any other.
 
 use crate::PassError;
@@ -117,6 +117,58 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             let base = b.bin(BinaryOp::Add, scaled, bi)?;
             let den = b.bin(BinaryOp::Pow, base, be)?;
             vec![Some(b.bin(BinaryOp::Div, x, den)?)]
+        }
+        Op::GatherNd { batch_dims } => {
+            // A Gather of rows: data viewed as [batches · Π indexed dims, rest…], each index tuple turned into its
+            // row (negative components wrapped, then Σ component · row stride, plus the batch element's first row).
+            // Every step folds when the indices are constants.
+            let ind = node.inputs.get(1).copied().flatten().ok_or_else(|| err("missing indices".into()))?;
+            let it = ty(b.g, 1)?;
+            let (bd, q, xs) = (*batch_dims, it.rank(), &xt.shape);
+            if !it.dtype.is_int() {
+                return Err(err(format!("indices must be integers, got {}", it.dtype)));
+            }
+            let k = match it.shape.last() {
+                Some(&k) if k >= 1 && bd < q && bd + k <= xs.len() => k,
+                _ => {
+                    return Err(err(format!("indices {:?} do not index data {:?} after {bd} batch dims", it.shape, xs)))
+                }
+            };
+            if it.shape[..bd] != xs[..bd] {
+                return Err(err(format!("the first {bd} dims of data {:?} and indices {:?} differ", xs, it.shape)));
+            }
+            let block: usize = xs[bd..bd + k].iter().product();
+            let batches: usize = xs[..bd].iter().product();
+            let mut lin: Option<ValueId> = None;
+            for j in 0..k {
+                let stride: usize = xs[bd + j + 1..bd + k].iter().product();
+                let jv = b.konst(Tensor::i64(vec![], vec![j as i64]));
+                let c = b.op(Op::Gather { axis: -1 }, &[Some(ind), Some(jv)])?;
+                let (zero, size) = (b.scalar(it.dtype, 0.0), b.scalar(it.dtype, xs[bd + j] as f64));
+                let neg = b.bin(BinaryOp::Less, c, zero)?;
+                let wrapped = b.bin(BinaryOp::Add, c, size)?;
+                let mut c = b.op(Op::Where, &[Some(neg), Some(wrapped), Some(c)])?;
+                if stride != 1 {
+                    let s = b.scalar(it.dtype, stride as f64);
+                    c = b.bin(BinaryOp::Mul, c, s)?;
+                }
+                lin = Some(match lin {
+                    Some(l) => b.bin(BinaryOp::Add, l, c)?,
+                    None => c,
+                });
+            }
+            let mut lin = lin.expect("k >= 1");
+            if batches > 1 {
+                let mut shape = xs[..bd].to_vec();
+                shape.extend(std::iter::repeat_n(1, q - 1 - bd));
+                let first = (0..batches).map(|i| (i * block) as f64).collect();
+                let first = b.konst(Tensor::from_f64(it.dtype, shape, first));
+                lin = b.bin(BinaryOp::Add, lin, first)?;
+            }
+            let mut rows = vec![batches * block];
+            rows.extend(&xs[bd + k..]);
+            let data = b.reshape(x, &rows)?;
+            vec![Some(b.op(Op::Gather { axis: 0 }, &[Some(data), Some(lin)])?)]
         }
         Op::CenterCropPad => {
             let shape_in = node.inputs.get(1).copied().flatten().ok_or_else(|| err("missing shape".into()))?;

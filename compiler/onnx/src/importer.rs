@@ -240,6 +240,12 @@ impl Importer<'_> {
             }
             "Trilu" => Op::Trilu { upper: a.int("upper", 1) != 0, k: None },
             "GatherElements" => Op::GatherElements { axis: a.int("axis", 0) },
+            "GatherND" => {
+                let b = a.int("batch_dims", 0);
+                Op::GatherNd {
+                    batch_dims: usize::try_from(b).map_err(|_| a.err(format!("batch_dims {b} is negative")))?,
+                }
+            }
             "CumSum" | "CumProd" => {
                 let (exclusive, reverse) = (a.int("exclusive", 0) != 0, a.int("reverse", 0) != 0);
                 Op::CumSum { axis: None, exclusive, reverse, prod: node.op_type == "CumProd" }

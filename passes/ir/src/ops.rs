@@ -45,6 +45,7 @@ macro_rules! composite {
             | $crate::Op::OneHot { .. }
             | $crate::Op::LpNormalization { .. }
             | $crate::Op::Lrn { .. }
+            | $crate::Op::GatherNd { .. }
             | $crate::Op::Hardmax { .. }
             | $crate::Op::InstanceNorm { .. }
             | $crate::Op::GroupNorm { .. }
@@ -400,6 +401,11 @@ pub enum Op {
         beta: f32,
         bias: f32,
     },
+    /// GatherND(data, indices): each index tuple (the last axis of `indices`) selects a slice of `data` after the
+    /// first `batch_dims` axes, which `data` and `indices` share.
+    GatherNd {
+        batch_dims: usize,
+    },
     /// Hardmax; `legacy` is the opset < 13 form that flattens to 2-D at `axis`.
     Hardmax {
         axis: i64,
@@ -536,6 +542,7 @@ impl Op {
             Op::LpNormalization { .. } => "LpNormalization",
             Op::Lrn { .. } => "LRN",
             Op::Hardmax { .. } => "Hardmax",
+            Op::GatherNd { .. } => "GatherND",
             Op::InstanceNorm { .. } => "InstanceNormalization",
             Op::GroupNorm { .. } => "GroupNormalization",
             Op::Tile => "Tile",
