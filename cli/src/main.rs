@@ -35,6 +35,10 @@ enum Cmd {
         /// Keep one kernel per op (no fusion), for comparison and debugging.
         #[arg(long = "no-fuse")]
         no_fuse: bool,
+        /// Write into DIR although it is not empty and holds no artifact (files already there are still never
+        /// replaced or deleted). Without it, DIR must be new, empty, or a previous artifact, which is replaced.
+        #[arg(long = "force")]
+        force: bool,
         /// Give every intermediate a buffer of its own (no reuse by lifetime), for comparison and debugging.
         #[arg(long = "no-reuse")]
         no_reuse: bool,
@@ -129,6 +133,7 @@ fn real_main() -> Result<()> {
             shapes,
             constants,
             no_fuse,
+            force,
             no_reuse,
             memory_budget,
             attention,
@@ -150,6 +155,7 @@ fn real_main() -> Result<()> {
             }
             let mut opts = wgslc::CompileOptions {
                 no_fuse,
+                force,
                 no_reuse,
                 memory_budget,
                 attention,

@@ -409,3 +409,69 @@ fn dump_after_reaches_schedule_and_memory() {
     assert_eq!(o.status.code(), Some(1));
     assert!(error_line(&o).contains("stages: import, infer, lower, dce, merge, legalize, schedule, memory, emit"));
 }
+
+/// Nothing a user owns is deleted or overwritten by `compile -o`: a non-empty directory without an artifact is
+/// refused (unless --force, which still touches none of its files), an earlier artifact is replaced file by file
+/// with the user's files beside it kept, and a failed compile leaves the directory as it was.
+#[test]
+fn compile_never_deletes_or_overwrites_a_users_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cnn, mlp) =
+        (common::testdata().join("models/cnn/model.onnx"), common::testdata().join("models/mlp/model.onnx"));
+    let (cnn, mlp) = (cnn.to_str().unwrap(), mlp.to_str().unwrap());
+    // A directory with the user's own kernels/ and no plan.json.
+    let dir = tmp.path().join("project");
+    std::fs::create_dir_all(dir.join("kernels")).unwrap();
+    std::fs::write(dir.join("kernels/my_kernel.cu"), "mine").unwrap();
+    let out = dir.to_str().unwrap();
+    let o = wgslc(&["compile", cnn, "-o", out]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(error_line(&o).contains("is not empty and holds no wgslc artifact"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(dir.join("kernels/my_kernel.cu")).unwrap(), "mine");
+    assert!(!dir.join("plan.json").exists());
+    // --force adds the artifact beside them.
+    let o = wgslc(&["compile", cnn, "-o", out, "--force"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(dir.join("kernels/my_kernel.cu")).unwrap(), "mine");
+    let cnn_kernels = std::fs::read_dir(dir.join("kernels")).unwrap().count() - 1;
+    assert_eq!(cnn_kernels, 5);
+    // Recompiling another model replaces the artifact: its stale kernels go, the user's files stay.
+    std::fs::write(dir.join("notes.txt"), "notes").unwrap();
+    let o = wgslc(&["compile", mlp, "-o", out, "--dim", "batch=2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("kernels"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert!(names.contains(&"my_kernel.cu".to_string()) && names.len() == 4, "{names:?}");
+    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "notes");
+    // A failed compile (an unbound dim) leaves the artifact as it was.
+    let plan = std::fs::read(dir.join("plan.json")).unwrap();
+    let o = wgslc(&["compile", cnn, "-o", out, "--dim", "nonsense=3"]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = wgslc(&["compile", mlp, "-o", out]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(std::fs::read(dir.join("plan.json")).unwrap(), plan);
+    assert!(std::fs::read_dir(tmp.path()).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .contains("wgslc-new")));
+    // A user's file where a new artifact file would go is not replaced, and nothing changes.
+    let fresh = tmp.path().join("fresh");
+    std::fs::create_dir_all(fresh.join("kernels")).unwrap();
+    std::fs::write(fresh.join("kernels/k000_conv.wgsl"), "mine").unwrap();
+    let o = wgslc(&["compile", cnn, "-o", fresh.to_str().unwrap(), "--force"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(error_line(&o).contains("is not part of the previous artifact"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(fresh.join("kernels/k000_conv.wgsl")).unwrap(), "mine");
+    assert!(!fresh.join("plan.json").exists());
+    // Every artifact file gets the same permissions (the weights were written private to their owner).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |f: &str| std::fs::metadata(dir.join(f)).unwrap().permissions().mode();
+        assert_eq!(mode("weights.safetensors"), mode("plan.json"));
+    }
+}

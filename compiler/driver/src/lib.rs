@@ -8,6 +8,7 @@
 //! the only files written are the artifact's (plan.json, kernels/, weights.safetensors) and report.json.
 
 mod dump;
+mod out_dir;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -30,6 +31,13 @@ pub enum CompileError {
     Format(String),
     #[error("unknown stage '{0}' for --dump-after (stages: {1})")]
     UnknownStage(String, String),
+    #[error(
+        "'{0}' is not empty and holds no wgslc artifact (no plan.json): compile into a new or empty directory, or \
+         pass --force to add the artifact's files to it"
+    )]
+    OutDir(String),
+    #[error("'{0}' exists and is not part of the previous artifact: not replaced (nothing was changed)")]
+    OutDirFile(String),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -54,6 +62,9 @@ pub struct CompileOptions {
     /// `--inverted-residual fused|unfused`: whether MobileNet's expansion → depthwise (→ projection) chains become
     /// one kernel each (the default).
     pub inverted_residual: wgslc_passes::InvertedResidualMode,
+    /// `--force`: write into a non-empty directory that holds no artifact (its other files are still never
+    /// replaced).
+    pub force: bool,
 }
 
 impl CompileOptions {
@@ -144,18 +155,31 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
 }
 
 /// Compiles a model into an artifact directory: every stage (every kernel naga-validated and checked against the
-/// limits), then plan.json, kernels/, weights.safetensors and report.json.
+/// limits), then plan.json, kernels/, weights.safetensors and report.json. `out_dir` must not exist, be empty or
+/// hold a previous artifact, which is replaced (files of the user's in it are never touched); see `out_dir.rs`.
 pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
+    let target = out_dir::check(out_dir, opts.force)?;
     let Compiled { graph: g, schedule, memory, kernels } = run(model, opts, None)?;
     let (sched, mem, kernels) = (schedule.expect("scheduled"), memory.expect("planned"), kernels.expect("emitted"));
     let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
-    std::fs::create_dir_all(out_dir)
-        .map_err(|source| wgslc_emit::EmitError::Io { path: out_dir.display().to_string(), source })?;
-    let plan = wgslc_emit::write_artifact(out_dir, &g, &mem, &kernels)?;
-    let report = wgslc_emit::report::build(&g, &sched, &mem, &kernels, &plan, source_nodes);
-    let rpath = out_dir.join("report.json");
-    std::fs::write(&rpath, report.to_json())
-        .map_err(|source| wgslc_emit::EmitError::Io { path: rpath.display().to_string(), source })?;
+    // Written beside the target first: a failure leaves the target as it was (see out_dir.rs).
+    let staged = target.staging()?;
+    let written = (|| {
+        let plan = wgslc_emit::write_artifact(&staged, &g, &mem, &kernels)?;
+        let report = wgslc_emit::report::build(&g, &sched, &mem, &kernels, &plan, source_nodes);
+        let rpath = staged.join("report.json");
+        std::fs::write(&rpath, report.to_json())
+            .map_err(|source| wgslc_emit::EmitError::Io { path: rpath.display().to_string(), source })?;
+        Ok::<_, CompileError>((plan, report))
+    })();
+    let (plan, report) = match written {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staged);
+            return Err(e);
+        }
+    };
+    target.install(&staged)?;
     Ok(Summary { source_nodes, kernels: kernels.len(), plan, report })
 }
 
