@@ -70,6 +70,9 @@ pub enum ImportError {
     UnknownDomain { node: String, op: String, domain: String },
     #[error("node '{node}': unsupported op '{op}'")]
     UnsupportedOp { node: String, op: String },
+    /// Several unsupported ops, each with how many nodes use it and the first of them.
+    #[error("unsupported ops: {0}")]
+    UnsupportedOps(String),
     #[error("tensor '{name}': {reason}")]
     Tensor { name: String, reason: String },
     #[error("input '{name}': {reason}")]
@@ -166,6 +169,25 @@ pub fn import_model(model: &ModelProto, model_dir: Option<&Path>, opts: &ImportO
             dtype_from_onnx(tt.elem_type).map_err(|reason| ImportError::Input { name: inp.name.clone(), reason })?;
         let shape = if let Some(s) = opts.shapes.get(&inp.name) {
             used_bindings.insert(inp.name.clone());
+            // A whole shape must fit what the model declares: its rank and every fixed dim.
+            if let Some(declared) = tt.shape.as_ref() {
+                let bad = |reason: String| ImportError::Input { name: inp.name.clone(), reason };
+                let shown = |v: &[usize]| v.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+                if declared.dim.len() != s.len() {
+                    return Err(bad(format!(
+                        "--shape {}={} has {} dims, the model declares {}",
+                        inp.name,
+                        shown(s),
+                        s.len(),
+                        declared.dim.len()
+                    )));
+                }
+                for (i, (d, &v)) in declared.dim.iter().zip(s).enumerate() {
+                    if let Some(f) = d.dim_value.filter(|&f| f >= 0 && f as usize != v) {
+                        return Err(bad(format!("--shape {}={}: dim {i} is fixed at {f}", inp.name, shown(s))));
+                    }
+                }
+            }
             Some(s.clone())
         } else {
             let mut shape = Vec::new();
@@ -208,17 +230,67 @@ pub fn import_model(model: &ModelProto, model_dir: Option<&Path>, opts: &ImportO
         }
         imp.g.inputs.push(v);
     }
+    let mut unused: Vec<&String> = opts
+        .dims
+        .keys()
+        .chain(opts.shapes.keys())
+        .chain(opts.constants.keys())
+        .filter(|k| !used_bindings.contains(*k))
+        .collect();
+    unused.sort();
     if !unbound.is_empty() {
-        return Err(ImportError::UnboundDims(unbound.into_iter().collect::<Vec<_>>().join(", ")));
-    }
-    for k in opts.dims.keys().chain(opts.shapes.keys()).chain(opts.constants.keys()) {
-        if !used_bindings.contains(k) {
-            return Err(ImportError::UnusedBinding(k.clone()));
+        // A misspelled binding is named too: it is often why a dim is unbound.
+        let mut list = unbound.into_iter().collect::<Vec<_>>().join(", ");
+        if !unused.is_empty() {
+            let names = unused.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ");
+            list.push_str(&format!(" (and {names}, given, matches nothing in the model)"));
         }
+        return Err(ImportError::UnboundDims(list));
+    }
+    if let Some(k) = unused.first() {
+        return Err(ImportError::UnusedBinding(k.to_string()));
     }
 
+    // Unsupported ops are all listed: each is recorded, its outputs stand in as untyped values so that later
+    // nodes still import, and the first other error after one is left for after they are supported.
+    let mut unsupported: Vec<(String, String)> = Vec::new();
     for (i, node) in graph.node.iter().enumerate() {
-        imp.node(i, node)?;
+        match imp.node(i, node) {
+            Ok(()) => {}
+            Err(ImportError::UnsupportedOp { node: name, op }) => {
+                unsupported.push((op, name));
+                for o in node.output.iter().filter(|o| !o.is_empty()) {
+                    if !imp.names.contains_key(o) {
+                        let v = imp.g.add_value(o.clone(), None);
+                        imp.names.insert(o.clone(), v);
+                    }
+                }
+            }
+            Err(e) if unsupported.is_empty() => return Err(e),
+            Err(_) => {}
+        }
+    }
+    match unsupported.as_slice() {
+        [] => {}
+        [(op, node)] => return Err(ImportError::UnsupportedOp { node: node.clone(), op: op.clone() }),
+        all => {
+            let mut ops: Vec<(&String, Vec<&String>)> = Vec::new();
+            for (op, node) in all {
+                match ops.iter_mut().find(|(o, _)| *o == op) {
+                    Some((_, nodes)) => nodes.push(node),
+                    None => ops.push((op, vec![node])),
+                }
+            }
+            let list = ops
+                .iter()
+                .map(|(op, nodes)| match nodes.as_slice() {
+                    [one] => format!("'{op}' (node '{one}')"),
+                    many => format!("'{op}' ({} nodes, the first '{}')", many.len(), many[0]),
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(ImportError::UnsupportedOps(list));
+        }
     }
 
     for out in &graph.output {

@@ -198,3 +198,47 @@ fn an_omitted_first_output_is_refused_after_the_op_is_known() {
     let m = model(vec![node("Relu", &["x"], &["", ""])], x(), &[], vec![]);
     assert!(import(&m, &ImportOptions::default()).unwrap_err().to_string().contains("has no outputs"));
 }
+
+#[test]
+fn shapes_and_bindings_are_checked_against_the_model() {
+    let m = model(vec![node("Relu", &["x"], &["y"])], vec![input("x", &[param("batch"), fixed(16)])], &["y"], vec![]);
+    let with_shape = |s: Vec<usize>| {
+        let mut o = ImportOptions::default();
+        o.shapes.insert("x".into(), s);
+        import(&m, &o).map(|_| ()).map_err(|e| e.to_string())
+    };
+    assert!(with_shape(vec![2, 16]).is_ok());
+    let err = with_shape(vec![2, 5]).unwrap_err();
+    assert!(err.contains("--shape x=2x5: dim 1 is fixed at 16"), "{err}");
+    let err = with_shape(vec![]).unwrap_err();
+    assert!(err.contains("has 0 dims, the model declares 2"), "{err}");
+    // A misspelled --dim is named next to the dim it failed to bind.
+    let mut o = ImportOptions::default();
+    o.dims.insert("bacth".into(), 2);
+    let err = import(&m, &o).unwrap_err().to_string();
+    assert!(err.contains("'batch'") && err.contains("'bacth', given, matches nothing"), "{err}");
+}
+
+#[test]
+fn every_unsupported_op_is_listed() {
+    let m = model(
+        vec![
+            node("LSTM", &["x"], &["a"]),
+            node("Relu", &["a"], &["b"]),
+            node("LSTM", &["b"], &["c"]),
+            node("Einsum2", &["c"], &["y"]),
+        ],
+        vec![input("x", &[fixed(2)])],
+        &["y"],
+        vec![],
+    );
+    let err = import(&m, &ImportOptions::default()).unwrap_err().to_string();
+    assert!(
+        err.contains("'LSTM' (2 nodes, the first 'LSTM_node')") && err.contains("'Einsum2' (node 'Einsum2_node')"),
+        "{err}"
+    );
+    // One unsupported op keeps the one-op message.
+    let m = model(vec![node("LSTM", &["x"], &["y"])], vec![input("x", &[fixed(2)])], &["y"], vec![]);
+    let err = import(&m, &ImportOptions::default()).unwrap_err().to_string();
+    assert_eq!(err, "node 'LSTM_node': unsupported op 'LSTM'");
+}
