@@ -93,9 +93,9 @@ enum Cmd {
         /// Inputs as for `run`; missing ones are filled with deterministic pseudo-random values.
         #[arg(long = "input", value_name = "FILE.npy")]
         inputs: Vec<String>,
-        /// Timed replays.
-        #[arg(long, default_value_t = 50)]
-        iterations: usize,
+        /// Timed replays (at least 1).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+        iterations: u64,
         /// Untimed replays first.
         #[arg(long, default_value_t = 5)]
         warmup: usize,
@@ -208,8 +208,10 @@ fn real_main() -> Result<()> {
             std::fs::create_dir_all(&out).with_context(|| format!("creating '{}'", out.display()))?;
             let mut names = serde_json::Map::new();
             for (i, (t, spec)) in outputs.iter().zip(session.outputs()).enumerate() {
-                wgslc::npy::write(&out.join(format!("output_{i}.npy")), t)?;
+                let file = out.join(format!("output_{i}.npy"));
+                wgslc::npy::write(&file, t)?;
                 names.insert(i.to_string(), serde_json::Value::String(spec.name.clone()));
+                eprintln!("wgslc: output '{}' {} {:?} -> {}", spec.name, spec.dtype, t.shape, file.display());
             }
             let json = serde_json::to_string_pretty(&serde_json::Value::Object(names))? + "\n";
             std::fs::write(out.join("outputs.json"), json).with_context(|| format!("writing '{}'", out.display()))?;
@@ -240,24 +242,34 @@ fn real_main() -> Result<()> {
             let tensors = load_inputs(&session, &inputs, true)?;
             session.run(&tensors)?;
             session.time_replay(warmup)?;
-            let t = session.time_replay(iterations)?;
-            println!(
-                "{{\"adapter\": {:?}, \"dispatches\": {}, \"iterations\": {iterations}, \"ms_per_inference\": {:.4}}}",
-                session.gpu().describe(),
-                session.plan().dispatches.len(),
-                t * 1e3
-            );
+            // One replay (one submit, waited for) per sample, as the mean over all of them always was.
+            let mut ms: Vec<f64> =
+                (0..iterations).map(|_| session.time_replay(1).map(|t| t * 1e3)).collect::<Result<_, _>>()?;
+            let mean = ms.iter().sum::<f64>() / ms.len() as f64;
+            ms.sort_by(f64::total_cmp);
+            let round = |x: f64| (x * 1e4).round() / 1e4;
+            let line = serde_json::json!({
+                "adapter": session.gpu().describe(),
+                "dispatches": session.plan().dispatches.len(),
+                "iterations": iterations,
+                "ms_per_inference": round(mean),
+                "min_ms": round(ms[0]),
+                "median_ms": round(ms[ms.len() / 2]),
+                "max_ms": round(ms[ms.len() - 1]),
+            });
+            println!("{line}");
             if profile {
-                let p = session.profile(iterations.min(50))?;
+                let p = session.profile(iterations.min(50) as usize)?;
                 let total: f64 = p.kernels.iter().map(|k| k.1).sum();
                 let method = if p.timestamps { "gpu timestamps in one pass" } else { "one submit per dispatch" };
-                println!("{{\"profile\": {method:?}, \"kernels_ms\": {total:.4}}}");
+                println!("{}", serde_json::json!({ "profile": method, "kernels_ms": round(total) }));
                 let mut times: Vec<(usize, &(String, f64))> = p.kernels.iter().enumerate().collect();
                 times.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
                 for (i, (name, ms)) in times.into_iter().take(15) {
+                    let share = ((ms / total.max(f64::MIN_POSITIVE)) * 1e3).round() / 1e3;
                     println!(
-                        "{{\"dispatch\": {i}, \"kernel\": {name:?}, \"ms\": {ms:.4}, \"share\": {:.3}}}",
-                        ms / total.max(f64::MIN_POSITIVE)
+                        "{}",
+                        serde_json::json!({ "dispatch": i, "kernel": name, "ms": round(*ms), "share": share })
                     );
                 }
             }

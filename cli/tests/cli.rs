@@ -367,6 +367,13 @@ fn bench_profile_times_every_dispatch() {
     let lines: Vec<serde_json::Value> =
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let dispatches = lines[0]["dispatches"].as_u64().unwrap() as usize;
+    // The summary: mean, min ≤ median ≤ max over the timed replays.
+    let ms = |k: &str| lines[0][k].as_f64().unwrap_or_else(|| panic!("{k} in {}", lines[0]));
+    assert!(ms("min_ms") <= ms("median_ms") && ms("median_ms") <= ms("max_ms") && ms("ms_per_inference") > 0.0);
+    assert_eq!(lines[0]["iterations"], 2);
+    // Zero iterations would time nothing.
+    let o0 = wgslc(&["bench", dir.to_str().unwrap(), "--iterations", "0"]);
+    assert!(!o0.status.success() && stderr(&o0).contains("--iterations"), "{}", stderr(&o0));
     // lavapipe has timestamp queries: one pass, a timestamp around every dispatch.
     assert_eq!(lines[1]["profile"], "gpu timestamps in one pass");
     let kernels = &lines[2..];
