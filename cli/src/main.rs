@@ -35,6 +35,11 @@ enum Cmd {
         /// Keep one kernel per op (no fusion), for comparison and debugging.
         #[arg(long = "no-fuse")]
         no_fuse: bool,
+        /// The device limits to compile for: `default` (WebGPU's defaults, which every device has) or a JSON file
+        /// of WebGPU limit names (maxStorageBufferBindingSize, maxBufferSize, …; others keep the default).
+        /// Weights larger than one binding are split into blocks.
+        #[arg(long = "limits", value_name = "default|FILE.json", default_value = "default")]
+        limits: String,
         /// Write into DIR although it is not empty and holds no artifact (files already there are still never
         /// replaced or deleted). Without it, DIR must be new, empty, or a previous artifact, which is replaced.
         #[arg(long = "force")]
@@ -133,6 +138,7 @@ fn real_main() -> Result<()> {
             shapes,
             constants,
             no_fuse,
+            limits,
             force,
             no_reuse,
             memory_budget,
@@ -153,8 +159,16 @@ fn real_main() -> Result<()> {
             if memory_budget.is_some_and(|b| !b.is_finite() || b < 1.0) {
                 bail!("--memory-budget takes a ratio of at least 1.0");
             }
+            let limits = match limits.as_str() {
+                "default" => wgslc::Limits::default(),
+                file => {
+                    let text = std::fs::read_to_string(file).with_context(|| format!("reading --limits '{file}'"))?;
+                    wgslc::Limits::from_json(&text).map_err(|e| anyhow::anyhow!("--limits '{file}': {e}"))?
+                }
+            };
             let mut opts = wgslc::CompileOptions {
                 no_fuse,
+                limits,
                 force,
                 no_reuse,
                 memory_budget,

@@ -414,7 +414,7 @@ fn dump_after_reaches_schedule_and_memory() {
     assert!(emit.contains("@compute"), "{emit}");
     let o = wgslc(&["compile", model, "-o", "/nonexistent/never-written", "--dump-after", "fusion"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(error_line(&o).contains("stages: import, infer, lower, dce, merge, legalize, schedule, memory, emit"));
+    assert!(error_line(&o).contains("stages: import, infer, lower, dce, merge, legalize, split, schedule, memory, emit"));
 }
 
 /// Nothing a user owns is deleted or overwritten by `compile -o`: a non-empty directory without an artifact is
@@ -481,4 +481,51 @@ fn compile_never_deletes_or_overwrites_a_users_files() {
         let mode = |f: &str| std::fs::metadata(dir.join(f)).unwrap().permissions().mode();
         assert_eq!(mode("weights.safetensors"), mode("plan.json"));
     }
+}
+
+/// Weights larger than one binding are split into blocks their readers address: with the binding limit made tiny,
+/// embedding lookups (negative indices too), products, a Gemm and a tied LM head (a transposed embedding) still
+/// reproduce onnxruntime, and no kernel binds more than the limit (emission checks every binding).
+#[test]
+fn weights_larger_than_one_binding_are_split() {
+    let cases = [
+        ("torch/gpt2_dynamo20", 65536),
+        ("torch/bert_dynamo20", 65536),
+        ("models/transformer", 16384),
+        ("models/mlp", 1024),
+        ("ops/gather_runtime_indices", 100),
+    ];
+    for (name, bytes) in cases {
+        let case = common::load_case(&common::testdata().join(name));
+        let limits = wgslc::Limits { max_storage_buffer_binding_size: bytes, ..Default::default() };
+        let opts = wgslc::CompileOptions { limits, ..case.opts.clone() };
+        let got = common::compile_and_run(&case, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        common::compare(&got, &case.expected, case.rtol, case.atol).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    // A weight whose reader cannot address blocks is refused by name.
+    let case = common::load_case(&common::testdata().join("models/cnn"));
+    let limits = wgslc::Limits { max_storage_buffer_binding_size: 256, ..Default::default() };
+    let opts = wgslc::CompileOptions { limits, ..case.opts.clone() };
+    let err = common::compile_and_run(&case, &opts).unwrap_err();
+    assert!(err.contains("more than one binding holds (256 bytes)") && err.contains("Conv"), "{err}");
+    // --limits takes a JSON file of WebGPU limit names.
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("limits.json");
+    std::fs::write(&file, r#"{"maxStorageBufferBindingSize": 65536}"#).unwrap();
+    let model = common::testdata().join("torch/gpt2_dynamo20/model.onnx");
+    let out = tmp.path().join("a");
+    let o =
+        wgslc(&["compile", model.to_str().unwrap(), "-o", out.to_str().unwrap(), "--limits", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&file, r#"{"maxStorageBufferBindingSize": 0}"#).unwrap();
+    let o = wgslc(&[
+        "compile",
+        model.to_str().unwrap(),
+        "-o",
+        tmp.path().join("b").to_str().unwrap(),
+        "--limits",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(error_line(&o).contains("maxStorageBufferBindingSize must be at least 1"), "{}", stderr(&o));
 }

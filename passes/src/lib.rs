@@ -13,6 +13,7 @@ mod memory;
 pub mod view;
 pub use memory::ALIGN;
 mod schedule;
+mod split;
 
 pub use infer::infer_shapes;
 pub use lower::{
@@ -32,6 +33,7 @@ pub use schedule::{
     EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP, PROJECT_MAX_CHANNELS,
     PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
 };
+pub use split::split_weights;
 
 use wgslc_ir::{Graph, GraphError};
 

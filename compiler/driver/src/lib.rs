@@ -1,5 +1,6 @@
 //! The pipeline from a model file to an artifact, as one list of named stages: the frontend (`import`), the graph
-//! passes of [`wgslc_passes::GRAPH_PASSES`], then `schedule` (fusion), `memory` (the buffer plan) and `emit`
+//! passes of [`wgslc_passes::GRAPH_PASSES`], then `split` (weights larger than one binding, in blocks: it needs
+//! the device limits), `schedule` (fusion), `memory` (the buffer plan) and `emit`
 //! (naga-validated WGSL). [`compile`] runs them all and writes the artifact; [`dump_after`] stops after any stage
 //! and prints what it produced. The `wgslc` binary and build scripts call this crate; it pulls in no CLI parser,
 //! no GPU runtime and no file formats beyond the model's and the artifact's.
@@ -99,7 +100,7 @@ pub struct Summary {
 }
 
 /// The stages after the graph passes, in order.
-const LATE_STAGES: &[&str] = &["schedule", "memory", "emit"];
+const LATE_STAGES: &[&str] = &["split", "schedule", "memory", "emit"];
 
 /// Every stage name, in pipeline order: `import`, the graph passes, `schedule`, `memory`, `emit`.
 pub fn stages() -> Vec<&'static str> {
@@ -140,6 +141,12 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
         let graph_stop = stop_after.filter(|s| !LATE_STAGES.contains(s));
         wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
         if graph_stop.is_none() {
+            // Weights larger than one binding, in blocks their readers address.
+            wgslc_passes::split_weights(&mut g, opts.limits.max_storage_buffer_binding_size)?;
+            wgslc_passes::verify(&g, wgslc_passes::Stage::Legalized)?;
+            if stop_after == Some("split") {
+                return Ok(Compiled { graph: g, schedule, memory, kernels });
+            }
             let sched = wgslc_passes::schedule(&g, &opts.fuse_options())?;
             if stop_after != Some("schedule") {
                 let mem = wgslc_passes::plan_memory_with(&g, &sched, &opts.memory_options())?;

@@ -17,15 +17,41 @@ use wgslc_ir::{Data, Graph, ValueId};
 use wgslc_passes::{binding_access, storage_of, BufferKind, MemoryPlan, Schedule, Storage};
 
 /// The device limits a compile targets. [`Limits::default`] is WebGPU's default limits, which every WebGPU
-/// device supports.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// device supports. As JSON (`--limits FILE.json`), WebGPU's names: `maxStorageBuffersPerShaderStage`,
+/// `maxStorageBufferBindingSize`, `maxBufferSize`, `maxComputeWorkgroupStorageSize`,
+/// `maxComputeInvocationsPerWorkgroup`, `maxComputeWorkgroupsPerDimension`; any left out keep the default.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Limits {
     pub max_storage_buffers_per_shader_stage: u32,
     pub max_storage_buffer_binding_size: u64,
     pub max_buffer_size: u64,
     pub max_compute_workgroup_storage_size: u32,
     pub max_compute_invocations_per_workgroup: u32,
+    #[serde(rename = "maxComputeWorkgroupsPerDimension")]
     pub max_workgroups_per_dimension: u32,
+}
+
+impl Limits {
+    /// Limits from JSON (see [`Limits`]); a limit WebGPU could not have (zero, or a binding larger than a
+    /// buffer) is refused by name.
+    pub fn from_json(text: &str) -> Result<Limits, String> {
+        let l: Limits = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let zero = [
+            ("maxStorageBuffersPerShaderStage", l.max_storage_buffers_per_shader_stage as u64),
+            ("maxStorageBufferBindingSize", l.max_storage_buffer_binding_size),
+            ("maxBufferSize", l.max_buffer_size),
+            ("maxComputeInvocationsPerWorkgroup", l.max_compute_invocations_per_workgroup as u64),
+            ("maxComputeWorkgroupsPerDimension", l.max_workgroups_per_dimension as u64),
+        ];
+        if let Some((name, _)) = zero.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{name} must be at least 1"));
+        }
+        if l.max_storage_buffer_binding_size > l.max_buffer_size {
+            return Err("maxStorageBufferBindingSize is larger than maxBufferSize".into());
+        }
+        Ok(l)
+    }
 }
 
 impl Default for Limits {
