@@ -235,6 +235,15 @@ fn real_main() -> Result<()> {
             let text = std::fs::read_to_string(&path).with_context(|| format!("reading '{}'", path.display()))?;
             let report: wgslc_emit::report::Report =
                 serde_json::from_str(&text).with_context(|| format!("'{}' is not a wgslc report", path.display()))?;
+            use wgslc_emit::report::{REPORT_FORMAT, REPORT_VERSION};
+            if report.format != REPORT_FORMAT || report.version > REPORT_VERSION {
+                bail!(
+                    "'{}' is a {} report of version {}; this wgslc reads {REPORT_FORMAT} up to version {REPORT_VERSION}",
+                    path.display(),
+                    report.format,
+                    report.version
+                );
+            }
             if !(bandwidth > 0.0 && bandwidth.is_finite()) {
                 bail!("--bandwidth must be a positive number of GB/s");
             }

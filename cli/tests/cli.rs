@@ -414,7 +414,9 @@ fn dump_after_reaches_schedule_and_memory() {
     assert!(emit.contains("@compute"), "{emit}");
     let o = wgslc(&["compile", model, "-o", "/nonexistent/never-written", "--dump-after", "fusion"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(error_line(&o).contains("stages: import, infer, lower, dce, merge, legalize, split, schedule, memory, emit"));
+    assert!(
+        error_line(&o).contains("stages: import, infer, lower, dce, merge, legalize, split, schedule, memory, emit")
+    );
 }
 
 /// Nothing a user owns is deleted or overwritten by `compile -o`: a non-empty directory without an artifact is
@@ -528,4 +530,27 @@ fn weights_larger_than_one_binding_are_split() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(error_line(&o).contains("maxStorageBufferBindingSize must be at least 1"), "{}", stderr(&o));
+}
+
+/// `wgslc report` renders report.json as text, JSON and HTML, and refuses a report it cannot read by name.
+#[test]
+fn report_renders_and_checks_its_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("a");
+    let model = common::testdata().join("models/cnn/model.onnx");
+    assert!(wgslc(&["compile", model.to_str().unwrap(), "-o", dir.to_str().unwrap()]).status.success());
+    let d = dir.to_str().unwrap();
+    let text = wgslc(&["report", d, "--format", "text"]);
+    assert!(text.status.success() && String::from_utf8_lossy(&text.stdout).contains("dispatches         5"));
+    let json = wgslc(&["report", d, "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!((v["format"].as_str(), v["version"].as_u64()), (Some("wgslc-report"), Some(1)));
+    let html = wgslc(&["report", d, "--format", "html"]);
+    assert!(html.status.success() && String::from_utf8_lossy(&html.stdout).contains("<svg"));
+    let mut newer = v.clone();
+    newer["version"] = 2.into();
+    std::fs::write(dir.join("report.json"), newer.to_string()).unwrap();
+    let o = wgslc(&["report", d]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(error_line(&o).contains("reads wgslc-report up to version 1"), "{}", stderr(&o));
 }

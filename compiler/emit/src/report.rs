@@ -10,8 +10,27 @@ use wgslc_passes::{MemoryPlan, MemoryStats, Schedule};
 /// The bandwidth the floor times assume unless told otherwise (GB/s, an H100's HBM3 roughly).
 pub const DEFAULT_BANDWIDTH_GBPS: f64 = 3000.0;
 
+/// What report.json is: [`REPORT_FORMAT`] at [`REPORT_VERSION`]. Reports written before these fields existed
+/// read as version 1 (the same fields).
+pub const REPORT_FORMAT: &str = "wgslc-report";
+pub const REPORT_VERSION: u32 = 1;
+
+fn report_format() -> String {
+    REPORT_FORMAT.into()
+}
+
+fn report_version() -> u32 {
+    REPORT_VERSION
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
+    /// Always [`REPORT_FORMAT`].
+    #[serde(default = "report_format")]
+    pub format: String,
+    /// [`REPORT_VERSION`]: a reader refuses a report of a newer version by name.
+    #[serde(default = "report_version")]
+    pub version: u32,
     /// ONNX nodes in the model file.
     pub source_nodes: usize,
     /// Nodes left after shape inference and constant folding (views included).
@@ -219,6 +238,8 @@ pub fn build(
     let mut folded: Vec<NodeId> = sched.folded.iter().copied().collect();
     folded.sort();
     Report {
+        format: report_format(),
+        version: REPORT_VERSION,
         source_nodes,
         graph_nodes: g.num_nodes(),
         dispatches: artifact.dispatches.len(),
