@@ -669,6 +669,29 @@ def ops():
               [init("idx", np.array([[3], [-4], [1]], np.int64))]),
         [rand(4, 6)],
     )
+    # Resize as the detectors export it (nearest, asymmetric, floor, scales [1, 1, 2, 2], into a Conv: the upsampling
+    # is a view), bilinear to sizes (half_pixel), and bicubic with align_corners on a downscale.
+    cases["resize_nearest_x2_then_conv"] = (
+        model([helper.make_node("Resize", ["x", "", "scales"], ["u"], mode="nearest",
+                                coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+               helper.make_node("Conv", ["u", "w"], ["y"], pads=[1, 1, 1, 1])],
+              [vi("x", F, [1, 4, 5, 6])], [vi("y", F, None)],
+              [init("scales", np.array([1, 1, 2, 2], np.float32)), init("w", rand(3, 4, 3, 3))], opset=13),
+        [rand(1, 4, 5, 6)],
+    )
+    cases["resize_linear_sizes"] = (
+        model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")],
+              [vi("x", F, [2, 3, 5, 4])], [vi("y", F, None)], [init("sizes", np.array([2, 3, 8, 7], np.int64))],
+              opset=13),
+        [rand(2, 3, 5, 4)],
+    )
+    cases["resize_cubic_align_corners_down"] = (
+        model([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="cubic",
+                                coordinate_transformation_mode="align_corners")],
+              [vi("x", F, [1, 2, 9, 8])], [vi("y", F, None)], [init("scales", np.array([1, 1, 0.6, 0.75], np.float32))],
+              opset=13),
+        [rand(1, 2, 9, 8)],
+    )
     return cases
 
 

@@ -1,5 +1,5 @@
 //! Composite ops expanded into simpler ones once shapes are known: Attention, DepthToSpace, SpaceToDepth,
-//! LpNormalization, LRN, GatherND, Hardmax, InstanceNormalization and GroupNormalization. Each expansion builds ordinary nodes
+//! LpNormalization, LRN, GatherND, Resize (and Upsample), Hardmax, InstanceNormalization and GroupNormalization. Each expansion builds ordinary nodes
 //! that shape inference then types and folds like any other.
 
 use crate::PassError;
@@ -169,6 +169,76 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             rows.extend(&xs[bd + k..]);
             let data = b.reshape(x, &rows)?;
             vec![Some(b.op(Op::Gather { axis: 0 }, &[Some(data), Some(lin)])?)]
+        }
+        Op::Resize(attrs) => {
+            let rank = xt.rank();
+            let konst = |v: Option<ValueId>, what: &str| -> Result<Option<Vec<f64>>, PassError> {
+                match v {
+                    Some(v) if b.g.ty(v).numel() > 0 => Ok(Some(need_const(b.g, v, what, &err)?.to_f64())),
+                    _ => Ok(None),
+                }
+            };
+            let input = |i: usize| node.inputs.get(i).copied().flatten();
+            let (scales, sizes) = (konst(input(2), "scales")?, konst(input(3), "sizes")?);
+            let axes: Vec<usize> = match &attrs.axes {
+                Some(a) => a
+                    .iter()
+                    .map(|&d| {
+                        let d = if d < 0 { d + rank as i64 } else { d };
+                        usize::try_from(d)
+                            .ok()
+                            .filter(|&d| d < rank)
+                            .ok_or_else(|| err(format!("axis {d} is out of range")))
+                    })
+                    .collect::<Result<_, _>>()?,
+                None => (0..rank).collect(),
+            };
+            let (scale, out) = resize_plan(&xt.shape, &axes, scales, sizes, &attrs.keep_aspect_ratio).map_err(&err)?;
+            if attrs.antialias {
+                return Err(err("antialias is not supported".into()));
+            }
+            if attrs.coordinates == "tf_crop_and_resize" {
+                return Err(err("coordinate_transformation_mode 'tf_crop_and_resize' is not supported".into()));
+            }
+            if attrs.mode != wgslc_ir::ResizeMode::Nearest && !xt.dtype.is_float() {
+                return Err(err(format!("{:?} resizing needs a float input, got {}", attrs.mode, xt.dtype)));
+            }
+            let mut plans = Vec::new();
+            for &a in &axes {
+                if xt.shape[a] != out[a] || (scale[a] - 1.0).abs() >= 1e-12 {
+                    plans.push((a, resize_taps(attrs, xt.shape[a], out[a], scale[a]).map_err(&err)?));
+                }
+            }
+            // Integer nearest upsampling on every resized axis (the detectors' ×2): one view of the input, each
+            // element repeated along a new axis after each resized one; a single copy where it materializes.
+            let repeats: Option<Vec<(usize, usize)>> =
+                plans.iter().map(|(a, taps)| upsample_factor(taps, xt.shape[*a]).map(|f| (*a, f))).collect();
+            let y = match repeats {
+                Some(reps) if !reps.is_empty() => {
+                    let (mut split, mut wide) = (Vec::new(), Vec::new());
+                    for (d, &e) in xt.shape.iter().enumerate() {
+                        split.push(e);
+                        wide.push(e);
+                        if let Some(&(_, f)) = reps.iter().find(|(a, _)| *a == d) {
+                            split.push(1);
+                            wide.push(f);
+                        }
+                    }
+                    let r = b.reshape(x, &split)?;
+                    let to = b.ints(&wide.iter().map(|&d| d as i64).collect::<Vec<_>>());
+                    let e = b.op(Op::Expand, &[Some(r), Some(to)])?;
+                    b.reshape(e, &out)?
+                }
+                _ => {
+                    let (mut y, mut shape) = (x, xt.shape.clone());
+                    for (a, taps) in &plans {
+                        y = resize_axis(&mut b, y, &shape, *a, out[*a], taps, xt.dtype)?;
+                        shape[*a] = out[*a];
+                    }
+                    y
+                }
+            };
+            vec![Some(b.un(Op::Identity, y)?)]
         }
         Op::CenterCropPad => {
             let shape_in = node.inputs.get(1).copied().flatten().ok_or_else(|| err("missing shape".into()))?;
@@ -488,4 +558,174 @@ fn attention(
         m => return Err(err(format!("unknown qk_matmul_output_mode {m}"))),
     };
     Ok(vec![Some(y), Some(present_k), Some(present_v), Some(qk_out)])
+}
+
+/// Resize's scale and output size per axis, as ONNX computes them: `floor(n · scale)` from scales; from sizes,
+/// scale = size / n, or under keep_aspect_ratio_policy the smallest (not_larger) or largest (not_smaller) of
+/// them for every resized axis, with sizes rounded half up.
+fn resize_plan(
+    shape: &[usize],
+    axes: &[usize],
+    scales: Option<Vec<f64>>,
+    sizes: Option<Vec<f64>>,
+    policy: &str,
+) -> Result<(Vec<f64>, Vec<usize>), String> {
+    let r = shape.len();
+    let mut scale = vec![1.0; r];
+    let mut out = shape.to_vec();
+    match (scales, sizes) {
+        (_, Some(sz)) => {
+            if sz.len() != axes.len() {
+                return Err(format!("sizes has {} values for {} axes", sz.len(), axes.len()));
+            }
+            for (&a, &s) in axes.iter().zip(&sz) {
+                scale[a] = s / shape[a].max(1) as f64;
+                out[a] = s as usize;
+            }
+            if policy != "stretch" {
+                let pick = axes.iter().map(|&a| scale[a]);
+                let s = match policy {
+                    "not_larger" => pick.fold(f64::INFINITY, f64::min),
+                    "not_smaller" => pick.fold(0.0, f64::max),
+                    p => return Err(format!("unknown keep_aspect_ratio_policy '{p}'")),
+                };
+                for &a in axes {
+                    scale[a] = s;
+                    out[a] = (s * shape[a] as f64 + 0.5) as usize;
+                }
+            }
+        }
+        (Some(sc), None) => {
+            if sc.len() != axes.len() {
+                return Err(format!("scales has {} values for {} axes", sc.len(), axes.len()));
+            }
+            for (&a, &s) in axes.iter().zip(&sc) {
+                if !(s > 0.0 && s.is_finite()) {
+                    return Err(format!("scale {s} is not positive"));
+                }
+                scale[a] = s;
+                out[a] = (s * shape[a] as f64) as usize;
+            }
+        }
+        (None, None) => return Err("needs scales or sizes".into()),
+    }
+    Ok((scale, out))
+}
+
+/// For each output position along one axis: the input positions it reads (clamped to the axis: ONNX pads with the
+/// edge values) and their weights.
+fn resize_taps(
+    attrs: &wgslc_ir::ResizeAttrs,
+    n: usize,
+    m: usize,
+    scale: f64,
+) -> Result<Vec<Vec<(usize, f64)>>, String> {
+    use wgslc_ir::ResizeMode;
+    let width = scale * n as f64;
+    let mut taps = Vec::with_capacity(m);
+    for j in 0..m {
+        let y = j as f64;
+        let x = match attrs.coordinates.as_str() {
+            "half_pixel" => (y + 0.5) / scale - 0.5,
+            // The resized length here is the integer output size, as onnxruntime takes it (ONNX's reference
+            // implementation takes n · scale, which differs when that is not whole).
+            "pytorch_half_pixel" if m == 1 => -0.5,
+            "pytorch_half_pixel" => (y + 0.5) / scale - 0.5,
+            "half_pixel_symmetric" => {
+                let adjustment = m as f64 / width;
+                let offset = n as f64 / 2.0 * (1.0 - adjustment);
+                offset + (y + 0.5) / scale - 0.5
+            }
+            "align_corners" if m == 1 => 0.0,
+            "align_corners" => y * (n as f64 - 1.0) / (m as f64 - 1.0),
+            "asymmetric" => y / scale,
+            c => return Err(format!("unknown coordinate_transformation_mode '{c}'")),
+        };
+        // The window starts left of x; at an integer x the left neighbour counts (ratio 1).
+        let x0 = x.ceil() as i64 - 1;
+        let ratio = x - x0 as f64;
+        let (start, weights): (i64, Vec<f64>) = match attrs.mode {
+            ResizeMode::Nearest => {
+                let right = ratio == 1.0
+                    || match attrs.nearest.as_str() {
+                        "round_prefer_floor" => ratio > 0.5,
+                        "round_prefer_ceil" => ratio >= 0.5,
+                        "floor" => false,
+                        "ceil" => true,
+                        mode => return Err(format!("unknown nearest_mode '{mode}'")),
+                    };
+                (x0 + right as i64, vec![1.0])
+            }
+            ResizeMode::Linear => (x0, vec![1.0 - ratio, ratio]),
+            ResizeMode::Cubic => {
+                let a = attrs.cubic_coeff_a as f64;
+                let (r, s) = (ratio, 1.0 - ratio);
+                let w = vec![
+                    ((a * (r + 1.0) - 5.0 * a) * (r + 1.0) + 8.0 * a) * (r + 1.0) - 4.0 * a,
+                    ((a + 2.0) * r - (a + 3.0)) * r * r + 1.0,
+                    ((a + 2.0) * s - (a + 3.0)) * s * s + 1.0,
+                    ((a * (s + 1.0) - 5.0 * a) * (s + 1.0) + 8.0 * a) * (s + 1.0) - 4.0 * a,
+                ];
+                (x0 - 1, w)
+            }
+        };
+        let mut t: Vec<(i64, f64)> = weights.into_iter().enumerate().map(|(i, w)| (start + i as i64, w)).collect();
+        if attrs.exclude_outside && attrs.mode != ResizeMode::Nearest {
+            for (i, w) in t.iter_mut() {
+                if *i < 0 || *i >= n as i64 {
+                    *w = 0.0;
+                }
+            }
+            let sum: f64 = t.iter().map(|&(_, w)| w).sum();
+            for (_, w) in t.iter_mut() {
+                *w /= sum;
+            }
+        }
+        taps.push(t.into_iter().map(|(i, w)| (i.clamp(0, n as i64 - 1) as usize, w)).collect());
+    }
+    Ok(taps)
+}
+
+/// `f` when output position j reads input j / f alone (nearest upsampling by a whole factor).
+fn upsample_factor(taps: &[Vec<(usize, f64)>], n: usize) -> Option<usize> {
+    let m = taps.len();
+    let f = m / n.max(1);
+    let whole = f >= 1 && m == f * n;
+    (whole && taps.iter().enumerate().all(|(j, t)| t.len() == 1 && t[0].0 == j / f)).then_some(f)
+}
+
+/// One axis of a resize: one Gather per tap, each weighted and summed (nearest: one Gather).
+fn resize_axis(
+    b: &mut Builder,
+    x: ValueId,
+    shape: &[usize],
+    axis: usize,
+    m: usize,
+    taps: &[Vec<(usize, f64)>],
+    dtype: DType,
+) -> Result<ValueId, PassError> {
+    let k = taps.first().map_or(0, Vec::len);
+    let mut wshape = vec![1usize; shape.len()];
+    wshape[axis] = m;
+    let mut sum: Option<ValueId> = None;
+    for t in 0..k {
+        let idx: Vec<i64> = taps.iter().map(|tp| tp[t].0 as i64).collect();
+        let w: Vec<f64> = taps.iter().map(|tp| tp[t].1).collect();
+        if k > 1 && w.iter().all(|&w| w == 0.0) {
+            continue;
+        }
+        let iv = b.ints(&idx);
+        let g = b.op(Op::Gather { axis: axis as i64 }, &[Some(x), Some(iv)])?;
+        let term = if k == 1 {
+            g
+        } else {
+            let wv = b.konst(Tensor::from_f64(dtype, wshape.clone(), w));
+            b.bin(BinaryOp::Mul, g, wv)?
+        };
+        sum = Some(match sum {
+            Some(s) => b.bin(BinaryOp::Add, s, term)?,
+            None => term,
+        });
+    }
+    Ok(sum.expect("a tap with weight"))
 }

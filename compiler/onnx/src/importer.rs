@@ -240,6 +240,53 @@ impl Importer<'_> {
             }
             "Trilu" => Op::Trilu { upper: a.int("upper", 1) != 0, k: None },
             "GatherElements" => Op::GatherElements { axis: a.int("axis", 0) },
+            "Resize" | "Upsample" => {
+                let upsample = node.op_type == "Upsample";
+                let mode = match a.string("mode").as_deref().unwrap_or("nearest") {
+                    "nearest" => wgslc_ir::ResizeMode::Nearest,
+                    "linear" | "bilinear" => wgslc_ir::ResizeMode::Linear,
+                    "cubic" | "bicubic" => wgslc_ir::ResizeMode::Cubic,
+                    m => return Err(a.err(format!("unknown mode '{m}'"))),
+                };
+                // Upsample and opset-10 Resize sample at x / scale, nearest rounding down.
+                let legacy = upsample || opset < 11;
+                let coordinates = if legacy {
+                    "asymmetric".into()
+                } else {
+                    a.string("coordinate_transformation_mode").unwrap_or("half_pixel".into())
+                };
+                let nearest = if legacy {
+                    "floor".into()
+                } else {
+                    a.string("nearest_mode").unwrap_or("round_prefer_floor".into())
+                };
+                // The one input form: X, roi, scales, sizes.
+                match (upsample, opset) {
+                    (true, o) if o < 9 => {
+                        let scales =
+                            a.get("scales").map(|s| s.floats.clone()).ok_or_else(|| a.err("missing scales"))?;
+                        let n = scales.len();
+                        let c = self
+                            .g
+                            .add_const(self.g.fresh_name(&format!("{name}.scales")), Tensor::f32(vec![n], scales));
+                        inputs = vec![inputs.first().copied().flatten(), None, Some(c)];
+                    }
+                    (true, _) | (false, 10) => {
+                        inputs = vec![inputs.first().copied().flatten(), None, inputs.get(1).copied().flatten()]
+                    }
+                    _ => {}
+                }
+                Op::Resize(wgslc_ir::ResizeAttrs {
+                    mode,
+                    coordinates,
+                    nearest,
+                    cubic_coeff_a: a.float("cubic_coeff_a", -0.75),
+                    exclude_outside: a.int("exclude_outside", 0) != 0,
+                    antialias: a.int("antialias", 0) != 0,
+                    axes: a.ints("axes"),
+                    keep_aspect_ratio: a.string("keep_aspect_ratio_policy").unwrap_or("stretch".into()),
+                })
+            }
             "GatherND" => {
                 let b = a.int("batch_dims", 0);
                 Op::GatherNd {

@@ -46,6 +46,7 @@ macro_rules! composite {
             | $crate::Op::LpNormalization { .. }
             | $crate::Op::Lrn { .. }
             | $crate::Op::GatherNd { .. }
+            | $crate::Op::Resize(_)
             | $crate::Op::Hardmax { .. }
             | $crate::Op::InstanceNorm { .. }
             | $crate::Op::GroupNorm { .. }
@@ -187,6 +188,32 @@ pub struct AttentionAttrs {
     pub scale: Option<f32>,
     pub softcap: f32,
     pub qk_matmul_output_mode: i64,
+}
+
+/// Resize's attributes (opsets 10–19; Upsample imports as one): how output coordinates map to input ones and
+/// how the input is sampled there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResizeAttrs {
+    pub mode: ResizeMode,
+    /// ONNX's coordinate_transformation_mode: half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners,
+    /// asymmetric or tf_crop_and_resize.
+    pub coordinates: String,
+    /// ONNX's nearest_mode: round_prefer_floor, round_prefer_ceil, floor or ceil.
+    pub nearest: String,
+    pub cubic_coeff_a: f32,
+    pub exclude_outside: bool,
+    pub antialias: bool,
+    /// The axes `scales`/`sizes` cover (all when `None`).
+    pub axes: Option<Vec<i64>>,
+    /// ONNX's keep_aspect_ratio_policy for `sizes`: stretch, not_larger or not_smaller.
+    pub keep_aspect_ratio: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResizeMode {
+    Nearest,
+    Linear,
+    Cubic,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -401,6 +428,8 @@ pub enum Op {
         beta: f32,
         bias: f32,
     },
+    /// Resize(X, roi, scales, sizes): every opset's inputs in this one form (Upsample's too).
+    Resize(ResizeAttrs),
     /// GatherND(data, indices): each index tuple (the last axis of `indices`) selects a slice of `data` after the
     /// first `batch_dims` axes, which `data` and `indices` share.
     GatherNd {
@@ -543,6 +572,7 @@ impl Op {
             Op::Lrn { .. } => "LRN",
             Op::Hardmax { .. } => "Hardmax",
             Op::GatherNd { .. } => "GatherND",
+            Op::Resize(_) => "Resize",
             Op::InstanceNorm { .. } => "InstanceNormalization",
             Op::GroupNorm { .. } => "GroupNormalization",
             Op::Tile => "Tile",
