@@ -139,6 +139,10 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             }
             let block: usize = xs[bd..bd + k].iter().product();
             let batches: usize = xs[..bd].iter().product();
+            // The batch elements' first rows are a constant, one per batch element.
+            if batches > 1 << 24 {
+                return Err(err(format!("{batches} batch elements are more than GatherND takes (2^24)")));
+            }
             let mut lin: Option<ValueId> = None;
             for j in 0..k {
                 let stride: usize = xs[bd + j + 1..bd + k].iter().product();
@@ -560,6 +564,10 @@ fn attention(
     Ok(vec![Some(y), Some(present_k), Some(present_v), Some(qk_out)])
 }
 
+/// The largest Resize output wgslc tabulates: elements (i32 indexing), and positions along one resized axis.
+const MAX_RESIZED_ELEMENTS: usize = 1 << 31;
+const MAX_RESIZED_AXIS: usize = 1 << 20;
+
 /// Resize's scale and output size per axis, as ONNX computes them: `floor(n · scale)` from scales; from sizes,
 /// scale = size / n, or under keep_aspect_ratio_policy the smallest (not_larger) or largest (not_smaller) of
 /// them for every resized axis, with sizes rounded half up.
@@ -608,6 +616,13 @@ fn resize_plan(
             }
         }
         (None, None) => return Err("needs scales or sizes".into()),
+    }
+    // The sampling positions are tabulated per output position at compile time: refuse what no device holds.
+    let numel = out.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    if numel.is_none_or(|n| n > MAX_RESIZED_ELEMENTS) || axes.iter().any(|&a| out[a] > MAX_RESIZED_AXIS) {
+        return Err(format!(
+            "the output {out:?} is too large (at most {MAX_RESIZED_ELEMENTS} elements and {MAX_RESIZED_AXIS} per resized axis)"
+        ));
     }
     Ok((scale, out))
 }
@@ -705,13 +720,25 @@ fn resize_axis(
     dtype: DType,
 ) -> Result<ValueId, PassError> {
     let k = taps.first().map_or(0, Vec::len);
+    if taps.is_empty() {
+        // No output positions: an empty axis.
+        let none = b.ints(&[]);
+        return Ok(b.op(Op::Gather { axis: axis as i64 }, &[Some(x), Some(none)])?);
+    }
     let mut wshape = vec![1usize; shape.len()];
     wshape[axis] = m;
     let mut sum: Option<ValueId> = None;
     for t in 0..k {
         let idx: Vec<i64> = taps.iter().map(|tp| tp[t].0 as i64).collect();
         let w: Vec<f64> = taps.iter().map(|tp| tp[t].1).collect();
-        if k > 1 && w.iter().all(|&w| w == 0.0) {
+        if w.iter().any(|w| !w.is_finite()) {
+            return Err(PassError::Value {
+                value: b.g.value(x).name.clone(),
+                reason: "resize weights that are not finite (cubic_coeff_a, exclude_outside)".into(),
+            });
+        }
+        // A tap that weighs nothing anywhere is left out (the first is kept, so there is a sum).
+        if t > 0 && w.iter().all(|&w| w == 0.0) {
             continue;
         }
         let iv = b.ints(&idx);
@@ -727,5 +754,5 @@ fn resize_axis(
             None => term,
         });
     }
-    Ok(sum.expect("a tap with weight"))
+    sum.ok_or_else(|| PassError::Value { value: b.g.value(x).name.clone(), reason: "a resize with no taps".into() })
 }
