@@ -737,8 +737,9 @@ fn resize_axis(
                 reason: "resize weights that are not finite (cubic_coeff_a, exclude_outside)".into(),
             });
         }
-        // A tap that weighs nothing anywhere is left out (the first is kept, so there is a sum).
-        if t > 0 && w.iter().all(|&w| w == 0.0) {
+        // A tap that weighs nothing anywhere is left out, unless all do (then the first makes the zeros).
+        let weighs = |t: usize| taps.iter().any(|tp| tp[t].1 != 0.0);
+        if !weighs(t) && (t > 0 || (0..k).any(weighs)) {
             continue;
         }
         let iv = b.ints(&idx);

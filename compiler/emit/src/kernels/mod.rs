@@ -372,14 +372,7 @@ impl Emitter<'_> {
         let mut ks = match group.anchor {
             _ if group.attention().is_some() => vec![self.attention(group)?],
             None => vec![self.elementwise_group(group)?],
-            Some(a) => match &self.g.node(a).op {
-                Op::MatMul | Op::Gemm { .. } => vec![self.matmul(group)?],
-                Op::Conv { .. } => vec![self.conv(group)?],
-                Op::Softmax { axis, legacy, log } => vec![self.softmax(group, *axis as usize, *legacy, *log)?],
-                Op::Gather { axis } => vec![self.gather(group, *axis as usize)?],
-                _ if group.elementwise.is_empty() => self.emit_node(a)?,
-                op => return Err(self.err(a, format!("{} takes no epilogue", op.name()))),
-            },
+            Some(a) => self.anchored(group, a)?,
         };
         let result = self.g.node(group.result()).outputs[0];
         for k in &mut ks {
@@ -391,14 +384,24 @@ impl Emitter<'_> {
         Ok(ks)
     }
 
-    /// Emits the kernels of one node (Concat gives one per input; everything else one).
-    pub fn emit_node(&self, n: NodeId) -> Result<Vec<EmittedKernel>, EmitError> {
+    /// The kernels of a group with anchor `n`: the anchors that take an epilogue get the whole group, the others
+    /// (Concat gives one kernel per input) none.
+    fn anchored(&self, group: &KernelGroup, n: NodeId) -> Result<Vec<EmittedKernel>, EmitError> {
         let node = self.g.node(n);
-        let out = node.outputs[0];
-        if self.g.ty(out).numel() == 0 {
-            return Ok(vec![]);
+        match &node.op {
+            Op::MatMul | Op::Gemm { .. } => return Ok(vec![self.matmul(group)?]),
+            Op::Conv { .. } => return Ok(vec![self.conv(group)?]),
+            Op::Softmax { axis, legacy, log } => {
+                return Ok(vec![self.softmax(group, *axis as usize, *legacy, *log)?])
+            }
+            Op::Gather { axis } => return Ok(vec![self.gather(group, *axis as usize)?]),
+            op if !group.elementwise.is_empty() => {
+                return Err(self.err(n, format!("{} takes no epilogue", op.name())));
+            }
+            _ => {}
         }
         match &node.op {
+            // Elementwise ops and layout copies are never anchors: the scheduler gives them elementwise groups.
             Op::Unary(_)
             | Op::Binary(_)
             | Op::Where
@@ -406,10 +409,13 @@ impl Emitter<'_> {
             | Op::StridedCopy { .. }
             | Op::TileCopy
             | Op::Trilu { .. }
-            | Op::RotateHalf => Ok(vec![self.elementwise_group(&KernelGroup::single(n, true))?]),
+            | Op::RotateHalf
+            | Op::MatMul
+            | Op::Gemm { .. }
+            | Op::Conv { .. }
+            | Op::Softmax { .. }
+            | Op::Gather { .. } => Err(self.err(n, "an anchor of the wrong kind (a scheduler bug)")),
             Op::Concat { axis } => self.concat(n, *axis as usize),
-            Op::Gather { axis } => Ok(vec![self.gather(&KernelGroup::single(n, false), *axis as usize)?]),
-            Op::MatMul | Op::Gemm { .. } => Ok(vec![self.matmul(&KernelGroup::single(n, false))?]),
             Op::Reduce { op, axes, .. } => {
                 let axes: Vec<usize> = axes.as_ref().expect("resolved").iter().map(|&a| a as usize).collect();
                 Ok(vec![self.reduce(n, *op, &axes)?])
@@ -418,9 +424,6 @@ impl Emitter<'_> {
                 let r = self.g.ty(node.inputs[0].unwrap()).rank();
                 let op = if *kind == PoolKind::Max { ReduceOp::Max } else { ReduceOp::Mean };
                 Ok(vec![self.reduce(n, op, &(2..r).collect::<Vec<_>>())?])
-            }
-            Op::Softmax { axis, legacy, log } => {
-                Ok(vec![self.softmax(&KernelGroup::single(n, false), *axis as usize, *legacy, *log)?])
             }
             Op::LayerNorm { axis, epsilon, rms } => Ok(vec![self.layernorm(n, *axis as usize, *epsilon, *rms)?]),
             Op::ArgReduce { max, axis, select_last, .. } => {
@@ -433,7 +436,6 @@ impl Emitter<'_> {
             Op::TopK { axis, largest, k } => Ok(vec![self.topk(n, *axis as usize, *largest, k.expect("resolved"))?]),
             Op::Scatter { axis, reduction } => Ok(vec![self.scatter(n, axis.map(|a| a as usize), *reduction)?]),
             Op::Pad { mode, pads, value } => Ok(vec![self.pad(n, *mode, pads.as_ref().expect("resolved"), *value)?]),
-            Op::Conv { .. } => Ok(vec![self.conv(&KernelGroup::single(n, false))?]),
             Op::Pool { .. } => Ok(vec![self.pool(n)?]),
             // Rewritten before emission: BatchNormalization by lowering, Alias nodes are views, import-level ops
             // by shape inference. Groups never hold them; `verify` checks it.
