@@ -60,6 +60,19 @@ enum Cmd {
         /// where the projection has at most 64 channels. `unfused` keeps a kernel per convolution, for comparison.
         #[arg(long = "inverted-residual", value_name = "fused|unfused", default_value = "fused")]
         inverted_residual: String,
+        /// Compile a decoder for generation with a KV cache of MAX tokens (prompt plus generated) held on the GPU:
+        /// a one-token decode step and a prefill step, replayed by `wgslc generate`. The model's inputs must be
+        /// input_ids, attention_mask, position_ids (cache_position optional) and past_key_values.N.key/value,
+        /// its outputs logits and present.N.key/value (other cache names with --state).
+        #[arg(long = "kv-cache", value_name = "MAX")]
+        kv_cache: Option<usize>,
+        /// With --kv-cache: tokens per prefill step (a longer prompt takes several). Default: min(64, MAX - 1).
+        #[arg(long = "prefill-chunk", value_name = "N", requires = "kv_cache")]
+        prefill_chunk: Option<usize>,
+        /// With --kv-cache: pair a cache output with its input when they are not named present.N.* and
+        /// past_key_values.N.* (repeatable).
+        #[arg(long = "state", value_name = "OUTPUT=INPUT", requires = "kv_cache")]
+        state: Vec<String>,
         /// Print what a stage produced to stdout and stop: the IR after import, infer, lower, dce, merge or
         /// legalize; with schedule also the kernels (folds, recipes) and why each boundary stands; with memory
         /// also the buffer plan; with emit also every kernel's WGSL.
@@ -74,6 +87,28 @@ enum Cmd {
         #[arg(long = "input", value_name = "FILE.npy")]
         inputs: Vec<String>,
         /// Output directory: output_0.npy, output_1.npy, … and outputs.json.
+        #[arg(short = 'o', long = "out")]
+        out: PathBuf,
+    },
+    /// Generate tokens greedily with a decoder artifact (`compile --kv-cache`): prefill the prompt, then one decode
+    /// step per token, the KV cache and the chosen tokens staying on the GPU. Writes OUTDIR/tokens.npy (int64
+    /// [1, prompt + generated]) and prints one JSON line with prefill_ms, decode_tokens, decode_ms, tokens_per_s.
+    Generate {
+        /// The artifact directory.
+        dir: PathBuf,
+        /// The prompt: an integer .npy of shape [1, L] or [L].
+        #[arg(long = "input-ids", value_name = "FILE.npy")]
+        input_ids: PathBuf,
+        /// Tokens to generate (prompt plus these may not exceed the --kv-cache capacity).
+        #[arg(long = "max-new-tokens", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        max_new_tokens: u64,
+        /// Stop after this token id.
+        #[arg(long, value_name = "ID")]
+        eos: Option<i64>,
+        /// Decode steps per submit; with --eos the tokens are read back after each submit.
+        #[arg(long = "steps-per-submit", value_name = "K", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+        steps_per_submit: u64,
+        /// Output directory for tokens.npy.
         #[arg(short = 'o', long = "out")]
         out: PathBuf,
     },
@@ -144,6 +179,9 @@ fn real_main() -> Result<()> {
             memory_budget,
             attention,
             inverted_residual,
+            kv_cache,
+            prefill_chunk,
+            state,
             dump_after,
         } => {
             let attention = match attention.as_str() {
@@ -201,6 +239,18 @@ fn real_main() -> Result<()> {
                 let t = wgslc::npy::read(Path::new(&v)).with_context(|| format!("--const {k}"))?;
                 opts.constants.insert(k.clone(), wgslc::constant_from_host(&t));
             }
+            if let Some(capacity) = kv_cache {
+                if prefill_chunk == Some(0) {
+                    bail!("--prefill-chunk takes a positive number of tokens");
+                }
+                let state = state.iter().map(|s| parse_kv(s, "--state")).collect::<Result<Vec<_>>>()?;
+                opts.kv_cache = Some(wgslc::KvCache {
+                    capacity,
+                    chunk: prefill_chunk.unwrap_or(64).min(capacity.saturating_sub(1)).max(1),
+                    state,
+                    fixed: Default::default(),
+                });
+            }
             if let Some(pass) = dump_after {
                 print!("{}", wgslc::dump_after(&model, &opts, &pass)?);
                 return Ok(());
@@ -229,6 +279,45 @@ fn real_main() -> Result<()> {
             }
             let json = serde_json::to_string_pretty(&serde_json::Value::Object(names))? + "\n";
             std::fs::write(out.join("outputs.json"), json).with_context(|| format!("writing '{}'", out.display()))?;
+        }
+        Cmd::Generate { dir, input_ids, max_new_tokens, eos, steps_per_submit, out } => {
+            use wgslc::runtime::{GenerateOptions, TensorData};
+            let t = wgslc::npy::read(&input_ids).with_context(|| format!("--input-ids '{}'", input_ids.display()))?;
+            if t.shape.len() > 2 || (t.shape.len() == 2 && t.shape[0] != 1) {
+                bail!("--input-ids: expected a prompt of shape [1, L] or [L], got {:?}", t.shape);
+            }
+            let prompt: Vec<i64> = match t.data {
+                TensorData::I64(v) => v,
+                TensorData::I32(v) => v.into_iter().map(i64::from).collect(),
+                _ => bail!("--input-ids: expected int64 or int32 token ids"),
+            };
+            let session = Session::load(&dir).with_context(|| format!("loading '{}'", dir.display()))?;
+            eprintln!("wgslc: generating on {}", session.gpu().describe());
+            let opts = GenerateOptions {
+                max_new_tokens: max_new_tokens as usize,
+                eos,
+                steps_per_submit: steps_per_submit as usize,
+            };
+            let g = session.generate(&prompt, &opts)?;
+            std::fs::create_dir_all(&out).with_context(|| format!("creating '{}'", out.display()))?;
+            let file = out.join("tokens.npy");
+            let tokens = HostTensor { shape: vec![1, g.tokens.len()], data: TensorData::I64(g.tokens.clone()) };
+            wgslc::npy::write(&file, &tokens)?;
+            let round = |x: f64| (x * 1e3).round() / 1e3;
+            let tps = if g.decode_ms > 0.0 { g.decode_steps as f64 / (g.decode_ms / 1e3) } else { 0.0 };
+            let line = serde_json::json!({
+                "adapter": session.gpu().describe(),
+                "prompt_tokens": prompt.len(),
+                "generated_tokens": g.tokens.len() - prompt.len(),
+                "prefill_ms": round(g.prefill_ms),
+                "decode_tokens": g.decode_steps,
+                "decode_ms": round(g.decode_ms),
+                "tokens_per_s": round(tps),
+                "steps_per_submit": steps_per_submit,
+                "submits": g.submits,
+            });
+            println!("{line}");
+            eprintln!("wgslc: {} tokens -> {}", g.tokens.len(), file.display());
         }
         Cmd::Report { dir, format, bandwidth, out } => {
             let path = dir.join("report.json");

@@ -9,6 +9,9 @@
 //! plan's buffers), so concurrent callers get the same results as sequential ones. Sessions that share one
 //! [`Gpu`] run independently.
 
+mod generate;
+
+pub use generate::{GenerateOptions, Generation};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use wgslc_artifact::{ArtifactError, BufferKind, Plan, StorageType, TensorSpec};

@@ -8,6 +8,7 @@
 //! **Architecture Invariant:** everything between reading the model and writing the artifact happens in memory;
 //! the only files written are the artifact's (plan.json, kernels/, weights.safetensors) and report.json.
 
+mod decoder;
 mod dump;
 mod out_dir;
 
@@ -18,6 +19,7 @@ use wgslc_ir::Graph;
 use wgslc_passes::{MemoryPlan, Schedule};
 
 pub use dump::{print_memory, print_schedule};
+pub use wgslc_onnx::decoder::KvCache;
 
 /// Everything that can stop a compile, by layer.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +41,8 @@ pub enum CompileError {
     OutDir(String),
     #[error("'{0}' exists and is not part of the previous artifact: not replaced (nothing was changed)")]
     OutDirFile(String),
+    #[error("--kv-cache: {0}")]
+    Decoder(String),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -66,6 +70,9 @@ pub struct CompileOptions {
     /// `--force`: write into a non-empty directory that holds no artifact (its other files are still never
     /// replaced).
     pub force: bool,
+    /// `--kv-cache MAX`: compile a decoder's decode and prefill steps around a GPU-resident cache (see
+    /// `wgslc_onnx::decoder`).
+    pub kv_cache: Option<KvCache>,
 }
 
 impl CompileOptions {
@@ -110,6 +117,8 @@ pub fn stages() -> Vec<&'static str> {
 /// How far a pipeline run got: the graph after the last stage run, and what the later stages produced.
 pub struct Compiled {
     pub graph: Graph,
+    /// `--kv-cache`: where the loop's tensors are.
+    pub decoder: Option<wgslc_onnx::decoder::DecoderLayout>,
     pub schedule: Option<Schedule>,
     pub memory: Option<MemoryPlan>,
     pub kernels: Option<Vec<Validated>>,
@@ -117,15 +126,43 @@ pub struct Compiled {
 
 /// Imports a model file into the IR.
 pub fn import(model: &Path, opts: &CompileOptions) -> Result<Graph, CompileError> {
+    Ok(import_model(model, opts)?.0)
+}
+
+/// Imports a model file, rewritten into a decoder's steps with `--kv-cache`.
+fn import_model(
+    model: &Path,
+    opts: &CompileOptions,
+) -> Result<(Graph, Option<wgslc_onnx::decoder::DecoderLayout>), CompileError> {
+    let mut io = wgslc_onnx::ImportOptions {
+        dims: opts.dims.clone(),
+        shapes: opts.shapes.clone(),
+        constants: opts.constants.clone(),
+    };
     match model.extension().and_then(|e| e.to_str()) {
-        Some("onnx") => Ok(wgslc_onnx::import_file(
-            model,
-            &wgslc_onnx::ImportOptions {
-                dims: opts.dims.clone(),
-                shapes: opts.shapes.clone(),
-                constants: opts.constants.clone(),
-            },
-        )?),
+        Some("onnx") => match &opts.kv_cache {
+            None => Ok((wgslc_onnx::import_file(model, &io)?, None)),
+            Some(kv) => {
+                let bytes = std::fs::read(model)
+                    .map_err(|source| wgslc_onnx::ImportError::Io { path: model.to_owned(), source })?;
+                let proto = wgslc_onnx::decode_model(&bytes)?;
+                drop(bytes);
+                let mut kv = kv.clone();
+                kv.fixed.extend(opts.constants.keys().cloned());
+                let wgslc_onnx::decoder::DecoderModel { model: proto, shapes, layout } =
+                    wgslc_onnx::decoder::decoder_model(proto, &kv)?;
+                for (k, v) in shapes {
+                    if io.shapes.get(&k).is_some_and(|s| *s != v) {
+                        return Err(CompileError::Decoder(format!(
+                            "--shape {k} conflicts with the shape --kv-cache gives it ({v:?})"
+                        )));
+                    }
+                    io.shapes.insert(k, v);
+                }
+                let dir = model.parent().map(Path::to_path_buf).unwrap_or_else(|| ".".into());
+                Ok((wgslc_onnx::import_model(&proto, Some(&dir), &io)?, Some(layout)))
+            }
+        },
         _ => Err(CompileError::Format(model.display().to_string())),
     }
 }
@@ -135,7 +172,7 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     if let Some(s) = stop_after.filter(|s| !stages().contains(s)) {
         return Err(CompileError::UnknownStage(s.into(), stages().join(", ")));
     }
-    let mut g = import(model, opts)?;
+    let (mut g, decoder) = import_model(model, opts)?;
     let (mut schedule, mut memory, mut kernels) = (None, None, None);
     if stop_after != Some("import") {
         let graph_stop = stop_after.filter(|s| !LATE_STAGES.contains(s));
@@ -145,7 +182,7 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
             wgslc_passes::split_weights(&mut g, opts.limits.max_storage_buffer_binding_size)?;
             wgslc_passes::verify(&g, wgslc_passes::Stage::Legalized)?;
             if stop_after == Some("split") {
-                return Ok(Compiled { graph: g, schedule, memory, kernels });
+                return Ok(Compiled { graph: g, decoder, schedule, memory, kernels });
             }
             let sched = wgslc_passes::schedule(&g, &opts.fuse_options())?;
             if stop_after != Some("schedule") {
@@ -158,7 +195,7 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
             schedule = Some(sched);
         }
     }
-    Ok(Compiled { graph: g, schedule, memory, kernels })
+    Ok(Compiled { graph: g, decoder, schedule, memory, kernels })
 }
 
 /// Compiles a model into an artifact directory: every stage (every kernel naga-validated and checked against the
@@ -166,13 +203,20 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
 /// hold a previous artifact, which is replaced (files of the user's in it are never touched); see `out_dir.rs`.
 pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
     let target = out_dir::check(out_dir, opts.force)?;
-    let Compiled { graph: g, schedule, memory, kernels } = run(model, opts, None)?;
+    let Compiled { graph: g, decoder, schedule, memory, kernels } = run(model, opts, None)?;
     let (sched, mem, kernels) = (schedule.expect("scheduled"), memory.expect("planned"), kernels.expect("emitted"));
     let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
     // Written beside the target first: a failure leaves the target as it was (see out_dir.rs).
     let staged = target.staging()?;
     let written = (|| {
-        let plan = wgslc_emit::write_artifact(&staged, &g, &mem, &kernels)?;
+        let mut plan = wgslc_emit::write_artifact(&staged, &g, &mem, &kernels)?;
+        if let Some(layout) = &decoder {
+            plan.decoder = Some(decoder::section(&g, &plan, &kernels, &mem, layout)?);
+            plan.check().map_err(|e| CompileError::Decoder(format!("the decoder section is invalid: {e}")))?;
+            let ppath = staged.join("plan.json");
+            std::fs::write(&ppath, plan.to_json())
+                .map_err(|source| wgslc_emit::EmitError::Io { path: ppath.display().to_string(), source })?;
+        }
         let report = wgslc_emit::report::build(&g, &sched, &mem, &kernels, &plan, source_nodes);
         let rpath = staged.join("report.json");
         std::fs::write(&rpath, report.to_json())

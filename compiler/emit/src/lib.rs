@@ -285,6 +285,7 @@ pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::P
             })
             .collect(),
         dispatches: (0..kernels.len()).collect(),
+        decoder: None,
         kernels,
     }
 }

@@ -4,6 +4,7 @@
 //! decodes tensors and normalises every attribute-vs-input variant (opsets 11–22) into the input form, so each
 //! IR op has one form. It infers no shapes beyond the graph inputs: that is `wgslc-passes`' job.
 
+pub mod decoder;
 mod importer;
 pub mod proto;
 mod tensor;
@@ -28,6 +29,11 @@ pub fn input_names(bytes: &[u8]) -> Result<Vec<String>, ImportError> {
     let g = m.graph.ok_or(ImportError::NoGraph)?;
     let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
     Ok(g.input.iter().filter(|i| !inits.contains(i.name.as_str())).map(|i| i.name.clone()).collect())
+}
+
+/// Decodes a serialized ModelProto (for rewriting it before import, as `--kv-cache` does).
+pub fn decode_model(bytes: &[u8]) -> Result<ModelProto, ImportError> {
+    <ModelProto as prost::Message>::decode(bytes).map_err(decode_error)
 }
 
 /// The op types of a model's main graph, in node order (for reports).

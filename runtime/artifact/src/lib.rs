@@ -37,6 +37,68 @@ pub struct Plan {
     pub kernels: Vec<Kernel>,
     /// The replay order: indices into `kernels`.
     pub dispatches: Vec<usize>,
+    /// Decoder artifacts (`wgslc compile --kv-cache`) only: the steps that generation replays and the cache they
+    /// share. A plain run replays every dispatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoder: Option<Decoder>,
+}
+
+/// How a decoder artifact generates. The cache inputs (`state`) hold `rows` rows each and belong to the session:
+/// they are zeroed at the start of a generation and never copied through the host. Each step reads the cache as a
+/// window whose rows `pos..rows` the loop masks out through `attention_mask` (the model sees its own new tokens at
+/// rows `rows..rows+tokens`, positions come from `position_ids`); after a step the runtime copies the step's new
+/// rows of each `present` output into the cache at `pos`. Prompt plus generated tokens may not exceed `capacity`
+/// (`rows + 1`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decoder {
+    pub capacity: usize,
+    pub rows: usize,
+    /// The cache: graph inputs shared by every step.
+    pub state: Vec<StateSpec>,
+    /// `decode` (one token) and `prefill` (`tokens` per step, the last chunk padded at its end).
+    pub steps: Vec<Step>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateSpec {
+    /// Index into `Plan::inputs`.
+    pub input: usize,
+    /// The axis the cache's rows run along.
+    pub axis: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub name: String,
+    /// Tokens per step.
+    pub tokens: usize,
+    /// This step's dispatches, in replay order (a subsequence of `Plan::dispatches`).
+    pub dispatches: Vec<usize>,
+    /// Indices into `Plan::inputs` that the loop fills.
+    pub input_ids: usize,
+    pub attention_mask: usize,
+    pub position_ids: Option<usize>,
+    pub cache_position: Option<usize>,
+    /// Prefill only: the index of the last real token in the step (the chunk is padded at its end).
+    pub last_index: Option<usize>,
+    /// Indices into `Plan::outputs`.
+    pub logits: usize,
+    /// The greedy next token (int64 `[1, 1]`), chosen on the GPU.
+    pub next_token: usize,
+    /// One per `Decoder::state` entry: the output holding the step's new rows.
+    pub present: Vec<Present>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Present {
+    /// Index into `Plan::outputs`.
+    pub output: usize,
+    /// The row of that output where the step's first token is (0 when the output is the new rows alone).
+    pub first_row: usize,
 }
 
 /// A graph input or output.
@@ -257,6 +319,70 @@ impl Plan {
         if let Some(&d) = self.dispatches.iter().find(|&&d| d >= self.kernels.len()) {
             return bad(format!("dispatch names kernel {d} of {}", self.kernels.len()));
         }
+        if let Some(d) = &self.decoder {
+            self.check_decoder(d)?;
+        }
+        Ok(())
+    }
+
+    /// The decoder section: indices in range, every loop input and output of the shape the loop writes and
+    /// reads, every present output shaped as its cache input but for the rows.
+    fn check_decoder(&self, d: &Decoder) -> Result<(), ArtifactError> {
+        let bad = |m: String| Err(ArtifactError::Invalid(format!("decoder: {m}")));
+        if d.capacity != d.rows + 1 || d.rows == 0 {
+            return bad(format!("capacity {} with {} cache rows", d.capacity, d.rows));
+        }
+        let input = |i: usize| self.inputs.get(i);
+        let output = |i: usize| self.outputs.get(i);
+        for s in &d.state {
+            match input(s.input) {
+                Some(t) if s.axis < t.shape.len() && t.shape[s.axis] == d.rows && t.storage == StorageType::F32 => {}
+                _ => return bad(format!("state input {} is not a float cache of {} rows", s.input, d.rows)),
+            }
+        }
+        for st in &d.steps {
+            let n = st.tokens;
+            if n == 0 || n > d.rows || st.dispatches.iter().any(|&k| k >= self.kernels.len()) {
+                return bad(format!("step '{}' has {n} tokens or a dispatch out of range", st.name));
+            }
+            let len = |t: &TensorSpec| t.shape.iter().product::<usize>();
+            let word = |t: &TensorSpec| t.storage != StorageType::F32;
+            let ok_in = |i: Option<usize>, want: usize| {
+                i.is_none_or(|i| input(i).is_some_and(|t| len(t) == want && (word(t) || t.dtype != "int64")))
+            };
+            if !ok_in(Some(st.input_ids), n)
+                || !ok_in(Some(st.attention_mask), d.rows + n)
+                || !ok_in(st.position_ids, n)
+                || !ok_in(st.cache_position, n)
+                || !ok_in(st.last_index, 1)
+                || input(st.input_ids).is_some_and(|t| !word(t))
+            {
+                return bad(format!("step '{}': a loop input is missing or not of the step's length", st.name));
+            }
+            if !output(st.next_token).is_some_and(|t| len(t) == 1 && word(t)) || output(st.logits).is_none() {
+                return bad(format!("step '{}': next_token or logits is not a valid output", st.name));
+            }
+            if st.present.len() != d.state.len() {
+                return bad(format!(
+                    "step '{}' has {} present outputs for {} caches",
+                    st.name,
+                    st.present.len(),
+                    d.state.len()
+                ));
+            }
+            for (p, s) in st.present.iter().zip(&d.state) {
+                let past = &self.inputs[s.input];
+                let fits = output(p.output).is_some_and(|t| {
+                    t.shape.len() == past.shape.len()
+                        && t.storage == StorageType::F32
+                        && (0..t.shape.len()).all(|a| a == s.axis || t.shape[a] == past.shape[a])
+                        && p.first_row.checked_add(n).is_some_and(|e| e <= t.shape[s.axis])
+                });
+                if !fits {
+                    return bad(format!("step '{}': present output {} does not match its cache", st.name, p.output));
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -281,6 +407,7 @@ mod tests {
                 workgroups: [1, 1, 1],
             }],
             dispatches: vec![0],
+            decoder: None,
         }
     }
 

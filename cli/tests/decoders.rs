@@ -1,0 +1,203 @@
+//! Decoders with a KV cache (`--kv-cache`, `Session::generate`, `wgslc generate`) on the bundled tiny decoders
+//! (testdata/decoders, made by scripts/make_decoders.py with both exporters): greedy generation must give torch's
+//! token ids exactly, and one cached step's logits and new cache rows must match onnxruntime's.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use wgslc::runtime::{GenerateOptions, HostTensor, Session, TensorData};
+
+const CASES: [&str; 4] = ["qwen2_torchscript17", "qwen2_dynamo20", "llama_torchscript17", "llama_dynamo20"];
+
+fn case(name: &str) -> PathBuf {
+    common::testdata().join("decoders").join(name)
+}
+
+fn ids(t: &HostTensor) -> Vec<i64> {
+    match &t.data {
+        TensorData::I64(v) => v.clone(),
+        d => panic!("expected int64 token ids, got {d:?}"),
+    }
+}
+
+fn npy(path: &Path) -> HostTensor {
+    wgslc::npy::read(path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn compile(name: &str, capacity: usize, chunk: usize) -> (tempfile::TempDir, Session) {
+    let out = tempfile::tempdir().unwrap();
+    let opts = wgslc::CompileOptions {
+        kv_cache: Some(wgslc::KvCache { capacity, chunk, state: vec![], fixed: Default::default() }),
+        ..Default::default()
+    };
+    wgslc::compile(&case(name).join("model.onnx"), out.path(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let session = Session::load_with(out.path(), common::gpu()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    (out, session)
+}
+
+/// Prompts of 1 and 5 tokens (the 5-token one in two prefill chunks, the second padded), 40 new tokens, several
+/// steps per submit and one; with an end-of-sequence token, generation stops right after it.
+#[test]
+fn generation_gives_torchs_greedy_tokens() {
+    let mut failures = Vec::new();
+    for name in CASES {
+        let (_dir, session) = compile(name, 46, 4);
+        for k in 0..2 {
+            let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));
+            let want = ids(&npy(&case(name).join(format!("tokens_{k}.npy"))));
+            let new = want.len() - prompt.len();
+            for steps_per_submit in [16, 1] {
+                let opts = GenerateOptions { max_new_tokens: new, eos: None, steps_per_submit };
+                let got = session.generate(&prompt, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+                if got.tokens != want {
+                    failures.push(format!(
+                        "{name} prompt {k}, {steps_per_submit}/submit: {:?}\n  torch {want:?}",
+                        got.tokens
+                    ));
+                }
+                assert_eq!(got.decode_steps, new - 1, "{name}: one decode step per token after the first");
+            }
+            // Stop at the first occurrence of a token that comes a few steps in.
+            let eos = want[prompt.len() + 3];
+            let stop = prompt.len() + want[prompt.len()..].iter().position(|&t| t == eos).unwrap() + 1;
+            let opts = GenerateOptions { max_new_tokens: new, eos: Some(eos), steps_per_submit: 2 };
+            let got = session.generate(&prompt, &opts).unwrap();
+            if got.tokens != want[..stop] {
+                failures.push(format!("{name} prompt {k}, eos {eos}: {:?}, expected {:?}", got.tokens, &want[..stop]));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Prompt plus new tokens may fill the cache exactly; one more is refused with the capacity named.
+#[test]
+fn generation_fills_the_cache_and_refuses_more() {
+    let name = "llama_dynamo20";
+    let (_dir, session) = compile(name, 12, 3);
+    let prompt = ids(&npy(&case(name).join("prompt_1.npy")));
+    let want = ids(&npy(&case(name).join("tokens_1.npy")));
+    let opts = GenerateOptions { max_new_tokens: 12 - prompt.len(), eos: None, steps_per_submit: 4 };
+    assert_eq!(session.generate(&prompt, &opts).unwrap().tokens, want[..12]);
+    let opts = GenerateOptions { max_new_tokens: 13 - prompt.len(), ..opts };
+    let e = session.generate(&prompt, &opts).unwrap_err().to_string();
+    assert!(e.contains("more than the 12 tokens of KV cache") && e.contains("--kv-cache 12"), "{e}");
+    let e = session.generate(&[], &opts).unwrap_err().to_string();
+    assert!(e.contains("prompt is empty"), "{e}");
+}
+
+/// One cached step (3 past rows, 2 new tokens; testdata's step/ case) through both compiled steps at once: the
+/// prefill step (chunk 2) takes both tokens, the decode step the first (causal: its logits and rows are the
+/// first token's of the 2-token step). The cache inputs hold the 3 rows in a window of 9, the rest masked.
+#[test]
+fn cached_steps_match_onnxruntime() {
+    let mut failures = Vec::new();
+    for name in CASES {
+        let (_dir, session) = compile(name, 10, 2);
+        let dir = case(name).join("step");
+        let input = |i: usize| npy(&dir.join(format!("input_{i}.npy")));
+        let want: Vec<HostTensor> = (0..5).map(|i| npy(&dir.join(format!("output_{i}.npy")))).collect();
+        let (step_ids, past_len, rows) = (ids(&input(0)), 3usize, 9usize);
+        let int = |v: Vec<i64>| HostTensor { shape: vec![1, v.len()], data: TensorData::I64(v) };
+        let mask = |new: usize| int((0..rows + new).map(|j| i64::from(j < past_len || j >= rows)).collect());
+        let mut feeds = Vec::new();
+        for spec in session.inputs() {
+            let t = match spec.name.as_str() {
+                "input_ids" => int(vec![step_ids[0]]),
+                "attention_mask" => mask(1),
+                "position_ids" => int(vec![3]),
+                "prefill/input_ids" => int(step_ids.clone()),
+                "prefill/attention_mask" => mask(2),
+                "prefill/position_ids" => int(vec![3, 4]),
+                "prefill/wgslc.last_index" => HostTensor { shape: vec![1], data: TensorData::I64(vec![1]) },
+                past => {
+                    // past_key_values.N.key|value: input 3 + 2N (+1), [1, 2, 3, 16] into [1, 2, 9, 16].
+                    let i = 3 + ["0.key", "0.value", "1.key", "1.value"]
+                        .iter()
+                        .position(|s| past.ends_with(s))
+                        .unwrap_or_else(|| panic!("unexpected input {past}"));
+                    let TensorData::F32(src) = input(i).data else { panic!("float cache") };
+                    let mut win = vec![0.0f32; 2 * rows * 16];
+                    for h in 0..2 {
+                        let n = past_len * 16;
+                        win[h * rows * 16..h * rows * 16 + n].copy_from_slice(&src[h * n..(h + 1) * n]);
+                    }
+                    HostTensor { shape: vec![1, 2, rows, 16], data: TensorData::F32(win) }
+                }
+            };
+            feeds.push(t);
+        }
+        let got = session.run(&feeds).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let out = |n: &str| &got[session.outputs().iter().position(|o| o.name == n).unwrap()];
+        // ORT's outputs restricted to new tokens `first..first+count` along the sequence axis.
+        let rows_of = |t: &HostTensor, axis: usize, first: usize, count: usize| {
+            let TensorData::F32(v) = &t.data else { panic!() };
+            let outer: usize = t.shape[..axis].iter().product();
+            let inner: usize = t.shape[axis + 1..].iter().product();
+            let mut r = Vec::new();
+            for o in 0..outer {
+                let base = (o * t.shape[axis] + first) * inner;
+                r.extend_from_slice(&v[base..base + count * inner]);
+            }
+            let mut shape = t.shape.clone();
+            shape[axis] = count;
+            HostTensor { shape, data: TensorData::F32(r) }
+        };
+        let mut check = |what: &str, got: &HostTensor, want: HostTensor| {
+            if let Err(e) = common::compare(std::slice::from_ref(got), &[want], 1e-3, 1e-4) {
+                failures.push(format!("{name} {what}: {e}"));
+            }
+        };
+        check("prefill logits", out("prefill/logits"), want[0].clone());
+        check("decode logits", out("logits"), rows_of(&want[0], 1, 0, 1));
+        for (i, p) in ["present.0.key", "present.0.value", "present.1.key", "present.1.value"].iter().enumerate() {
+            check(&format!("prefill {p}"), out(&format!("prefill/{p}")), rows_of(&want[i + 1], 2, past_len, 2));
+            check(&format!("decode {p}"), out(p), rows_of(&want[i + 1], 2, past_len, 1));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn wgslc(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_wgslc")).args(args).output().expect("run wgslc")
+}
+
+/// The CLI contract: `wgslc generate DIR --input-ids FILE.npy --max-new-tokens N [--eos ID] -o OUTDIR` writes
+/// OUTDIR/tokens.npy (int64 [1, prompt + generated]) and prints one JSON line with the timings.
+#[test]
+fn cli_generate_writes_tokens_and_prints_timings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (art, out) = (tmp.path().join("art"), tmp.path().join("out"));
+    let model = case("qwen2_torchscript17").join("model.onnx");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let r = wgslc(&["compile", &s(&model), "-o", &s(&art), "--kv-cache", "24"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let prompt = case("qwen2_torchscript17").join("prompt_1.npy");
+    let r = wgslc(&["generate", &s(&art), "--input-ids", &s(&prompt), "--max-new-tokens", "7", "-o", &s(&out)]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let line: serde_json::Value = serde_json::from_slice(&r.stdout).expect("one JSON line");
+    for key in ["prefill_ms", "decode_tokens", "decode_ms", "tokens_per_s"] {
+        assert!(line.get(key).is_some_and(|v| v.is_number()), "{key} missing in {line}");
+    }
+    assert_eq!(line["decode_tokens"], 6);
+    let want = ids(&npy(&case("qwen2_torchscript17").join("tokens_1.npy")));
+    let got = npy(&out.join("tokens.npy"));
+    assert_eq!(got.shape, vec![1, 12]);
+    assert_eq!(ids(&got), want[..12]);
+
+    // Past the capacity, and on an artifact compiled without --kv-cache: clear errors, no panic.
+    let r = wgslc(&["generate", &s(&art), "--input-ids", &s(&prompt), "--max-new-tokens", "20", "-o", &s(&out)]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("tokens of KV cache"), "{err}");
+    let plain = tmp.path().join("plain");
+    let mlp = common::testdata().join("models/mlp/model.onnx");
+    assert!(wgslc(&["compile", &s(&mlp), "-o", &s(&plain), "--dim", "batch=1"]).status.success());
+    let r = wgslc(&["generate", &s(&plain), "--input-ids", &s(&prompt), "--max-new-tokens", "2", "-o", &s(&out)]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("compile the model with --kv-cache"), "{err}");
+    // A model without a cache: --kv-cache says what it looks for.
+    let r = wgslc(&["compile", &s(&mlp), "-o", &s(&tmp.path().join("x")), "--kv-cache", "8"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("past_key_values.N.key"), "{err}");
+}

@@ -1,0 +1,79 @@
+//! The decoder section of plan.json (`--kv-cache`): each step's loop tensors as plan indices, and each step's
+//! dispatches.
+//!
+//! Both steps are compiled as one graph, scheduled and memory-planned as one sequence of kernels. A step runs the
+//! subsequence of kernels its outputs depend on: every value such a kernel reads was written earlier in the
+//! subsequence, and no kernel of the subsequence writes memory that the whole sequence keeps live across it, so
+//! the step computes what the whole sequence would (the memory plan's liveness covers both steps' values).
+
+use crate::CompileError;
+use std::collections::{HashMap, HashSet};
+use wgslc_artifact as art;
+use wgslc_emit::Validated;
+use wgslc_ir::{Graph, ValueId};
+use wgslc_onnx::decoder::DecoderLayout;
+
+pub(crate) fn section(
+    g: &Graph,
+    plan: &art::Plan,
+    kernels: &[Validated],
+    mem: &wgslc_passes::MemoryPlan,
+    layout: &DecoderLayout,
+) -> Result<art::Decoder, CompileError> {
+    // Values are compared by the value that owns their storage (an output may alias the value a kernel writes).
+    let root = |v: ValueId| wgslc_passes::storage_root(g, v);
+    let err = |m: String| CompileError::Decoder(m);
+    let input = |name: &str| plan.inputs.iter().position(|t| t.name == name);
+    let output = |name: &str| plan.outputs.iter().position(|t| t.name == name);
+    let need_in = |name: &str| input(name).ok_or_else(|| err(format!("the compiled graph has no input '{name}'")));
+    let need_out = |name: &str| output(name).ok_or_else(|| err(format!("the compiled graph has no output '{name}'")));
+    let state = layout
+        .state
+        .iter()
+        .map(|(name, axis)| Ok(art::StateSpec { input: need_in(name)?, axis: *axis }))
+        .collect::<Result<Vec<_>, CompileError>>()?;
+    let by_name: HashMap<&str, ValueId> = g.outputs.iter().map(|&v| (g.value(v).name.as_str(), v)).collect();
+    let mut steps = Vec::new();
+    for s in &layout.steps {
+        let mut outs = vec![s.logits.as_str(), s.next_token.as_str()];
+        outs.extend(s.present.iter().map(|(o, _)| o.as_str()));
+        let mut needed: HashSet<ValueId> = HashSet::new();
+        for o in &outs {
+            needed.insert(root(*by_name.get(o).ok_or_else(|| err(format!("the compiled graph has no output '{o}'")))?));
+        }
+        // Backwards over the kernels: one that writes a needed value is needed, and so is everything it reads
+        // (an in-place kernel reads its input through its output binding). Written values stay needed: several
+        // kernels may write parts of one value (a Concat written in place).
+        let mut dispatches = Vec::new();
+        for (i, k) in kernels.iter().enumerate().rev() {
+            if k.kernel.bindings.iter().any(|&(v, w)| w && needed.contains(&root(v))) {
+                dispatches.push(i);
+                for &(v, _) in &k.kernel.bindings {
+                    let r = root(v);
+                    needed.insert(r);
+                    needed.extend(mem.in_place.get(&r).copied());
+                }
+            }
+        }
+        dispatches.reverse();
+        steps.push(art::Step {
+            name: s.name.into(),
+            tokens: s.tokens,
+            dispatches,
+            input_ids: need_in(&s.input_ids)?,
+            attention_mask: need_in(&s.attention_mask)?,
+            // A loop input the model ignores was removed with the code that read it.
+            position_ids: s.position_ids.as_deref().and_then(input),
+            cache_position: s.cache_position.as_deref().and_then(input),
+            last_index: s.last_index.as_deref().and_then(input),
+            logits: need_out(&s.logits)?,
+            next_token: need_out(&s.next_token)?,
+            present: s
+                .present
+                .iter()
+                .map(|(o, r)| Ok(art::Present { output: need_out(o)?, first_row: *r }))
+                .collect::<Result<_, CompileError>>()?,
+        });
+    }
+    Ok(art::Decoder { capacity: layout.rows + 1, rows: layout.rows, state, steps })
+}

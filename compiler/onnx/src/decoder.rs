@@ -1,0 +1,368 @@
+//! Decoder models with a KV cache (`--kv-cache`): one ONNX graph holding both steps that generation replays.
+//!
+//! A decoder exported with its cache as inputs and outputs (`past_key_values.N.key` → `present.N.key`, the names
+//! HF/optimum and torch exports use) is compiled at fixed shapes: the cache inputs hold `rows = capacity - 1`
+//! rows, a *decode* step takes one token and a *prefill* step `chunk` tokens. Each step sees the cache as a window:
+//! rows `0..pos` hold the tokens so far, rows `pos..rows` are masked out through `attention_mask` (which is why
+//! the loop must own that input), and the step's own tokens come after the window, at rows `rows..rows+tokens`,
+//! where the model's causal mask (built from the shapes) places them. Attention over keys is invariant under
+//! moving keys together with their mask, so every real token sees exactly the keys it would see in a cache of
+//! `pos` rows; the model's positions come from `position_ids`, never from the window's shape. After a step the
+//! runtime copies its new rows into the cache at `pos`.
+//!
+//! [`decoder_model`] rewrites the model into one graph with both steps (the prefill step's values prefixed
+//! `prefill/`, the cache inputs and the weights shared), each step ending in an `ArgMax` over its last real
+//! token's logits (`next_token`), and each `present` output reduced to the step's new rows where the model writes
+//! it as `Concat(past, new)` (the runtime copies those rows; the full concatenation stays internal).
+
+use crate::proto::{
+    AttributeProto, Dimension, GraphProto, ModelProto, NodeProto, TensorShapeProto, TypeProto, TypeProtoTensor,
+    ValueInfoProto,
+};
+use crate::ImportError;
+use std::collections::{HashMap, HashSet};
+
+/// The prefix of the prefill step's names.
+pub const PREFILL: &str = "prefill/";
+
+/// What `--kv-cache` asks for.
+#[derive(Clone, Debug)]
+pub struct KvCache {
+    /// Tokens the cache holds: prompt plus generated.
+    pub capacity: usize,
+    /// Tokens per prefill step.
+    pub chunk: usize,
+    /// Extra state pairs `(output, input)` for names other than `present.N.*` ↔ `past_key_values.N.*`.
+    pub state: Vec<(String, String)>,
+    /// Inputs given a value at compile time (`--const`): neither cache nor loop inputs, shared by both steps.
+    pub fixed: HashSet<String>,
+}
+
+/// Where the loop's tensors are in the rewritten graph, by name.
+#[derive(Clone, Debug)]
+pub struct DecoderLayout {
+    /// Cache inputs (shared by both steps) and the axis their rows run along.
+    pub state: Vec<(String, usize)>,
+    pub steps: Vec<StepLayout>,
+    /// Rows in every cache input.
+    pub rows: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct StepLayout {
+    pub name: &'static str,
+    pub tokens: usize,
+    pub input_ids: String,
+    pub attention_mask: String,
+    pub position_ids: Option<String>,
+    pub cache_position: Option<String>,
+    pub last_index: Option<String>,
+    pub logits: String,
+    pub next_token: String,
+    /// Per state entry: the output with the step's rows, and the row of it where the step's first token is.
+    pub present: Vec<(String, usize)>,
+}
+
+const ROLES: [&str; 4] = ["input_ids", "attention_mask", "position_ids", "cache_position"];
+
+fn bad(name: &str, reason: impl Into<String>) -> ImportError {
+    ImportError::Input { name: name.to_string(), reason: reason.into() }
+}
+
+fn dims(v: &ValueInfoProto) -> Vec<Dimension> {
+    v.r#type
+        .as_ref()
+        .and_then(|t| t.tensor_type.as_ref())
+        .and_then(|t| t.shape.as_ref())
+        .map(|s| s.dim.clone())
+        .unwrap_or_default()
+}
+
+fn is_symbolic(d: &Dimension) -> bool {
+    d.dim_value.is_none_or(|v| v < 0)
+}
+
+/// The state pairs `(output, input)`: `present.N.key|value` ↔ `past_key_values.N.key|value` and the extra ones.
+fn state_pairs(g: &GraphProto, extra: &[(String, String)]) -> Result<Vec<(String, String)>, ImportError> {
+    let inputs: HashSet<&str> = g.input.iter().map(|i| i.name.as_str()).collect();
+    let outputs: HashSet<&str> = g.output.iter().map(|o| o.name.as_str()).collect();
+    let mut pairs = Vec::new();
+    for o in &g.output {
+        if let Some(rest) = o.name.strip_prefix("present.") {
+            let past = format!("past_key_values.{rest}");
+            if inputs.contains(past.as_str()) {
+                pairs.push((o.name.clone(), past));
+            }
+        }
+    }
+    for (out, inp) in extra {
+        if !outputs.contains(out.as_str()) {
+            return Err(bad(inp, format!("--state {out}={inp}: the model has no output '{out}'")));
+        }
+        if !inputs.contains(inp.as_str()) {
+            return Err(bad(inp, format!("--state {out}={inp}: the model has no input '{inp}'")));
+        }
+        if !pairs.iter().any(|(o, _)| o == out) {
+            pairs.push((out.clone(), inp.clone()));
+        }
+    }
+    if pairs.is_empty() {
+        return Err(bad(
+            "past_key_values",
+            "--kv-cache found no cache inputs: it pairs outputs present.N.key/value with inputs \
+             past_key_values.N.key/value; name other pairs with --state OUTPUT=INPUT",
+        ));
+    }
+    Ok(pairs)
+}
+
+/// A decoder rewritten for `--kv-cache`.
+pub struct DecoderModel {
+    /// The two-step graph.
+    pub model: ModelProto,
+    /// The shape of every run-time input.
+    pub shapes: HashMap<String, Vec<usize>>,
+    pub layout: DecoderLayout,
+}
+
+/// Rewrites a decoder into the two-step graph described in the module doc, with the input shapes to compile it
+/// at and where the loop's tensors are.
+pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel, ImportError> {
+    let mut g = model.graph.take().ok_or(ImportError::NoGraph)?;
+    if kv.capacity < 2 {
+        return Err(bad(
+            "past_key_values",
+            format!("--kv-cache {} holds no generated token: use 2 or more", kv.capacity),
+        ));
+    }
+    let rows = kv.capacity - 1;
+    let chunk = kv.chunk.clamp(1, rows);
+    if g.node.iter().any(|n| n.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty())) {
+        return Err(bad("past_key_values", "--kv-cache does not support models with subgraphs (If, Loop, Scan)"));
+    }
+    let inits: HashSet<String> = g.initializer.iter().map(|t| t.name.clone()).collect();
+    let pairs = state_pairs(&g, &kv.state)?;
+    let runtime_inputs: Vec<ValueInfoProto> = g.input.iter().filter(|i| !inits.contains(&i.name)).cloned().collect();
+    let find = |name: &str| runtime_inputs.iter().find(|i| i.name == name);
+
+    // The cache inputs: [batch, …, rows along the one symbolic axis after the batch, …].
+    let mut state = Vec::new();
+    let mut past_shapes = HashMap::new();
+    for (_, past) in &pairs {
+        let d = dims(find(past).ok_or_else(|| bad(past, "a cache input must be a run-time input"))?);
+        let sym: Vec<usize> = (1..d.len()).filter(|&i| is_symbolic(&d[i])).collect();
+        let [axis] = sym[..] else {
+            return Err(bad(
+                past,
+                format!(
+                    "a cache input needs exactly one symbolic dim after the batch dim (its length), it has {}",
+                    sym.len()
+                ),
+            ));
+        };
+        if d.first().is_some_and(|b| b.dim_value.is_some_and(|v| v != 1)) {
+            return Err(bad(past, "--kv-cache generates with batch 1; the cache's batch dim is fixed at another size"));
+        }
+        let shape: Vec<usize> = d
+            .iter()
+            .enumerate()
+            .map(|(i, x)| if i == axis { rows } else { x.dim_value.map_or(1, |v| v as usize) })
+            .collect();
+        past_shapes.insert(past.clone(), shape);
+        state.push((past.clone(), axis));
+    }
+    for r in &["input_ids", "attention_mask"] {
+        if find(r).is_none() {
+            let why = if *r == "attention_mask" {
+                "the cache has a fixed capacity and its unused rows are masked out through it"
+            } else {
+                "the loop feeds the tokens through it"
+            };
+            return Err(bad(r, format!("--kv-cache needs a model input named '{r}': {why}")));
+        }
+    }
+    if find("position_ids").is_none() {
+        return Err(bad(
+            "position_ids",
+            "--kv-cache needs a model input named 'position_ids': positions derived from the cache's length would \
+             be the fixed capacity's, not the token's",
+        ));
+    }
+    let states: HashSet<&str> = pairs.iter().map(|(_, p)| p.as_str()).collect();
+    let loop_input = |n: &str| states.contains(n) || ROLES.contains(&n) || kv.fixed.contains(n);
+    if let Some(other) = runtime_inputs.iter().find(|i| !loop_input(&i.name)) {
+        return Err(bad(
+            &other.name,
+            format!(
+                "--kv-cache fills the inputs {} and the cache; the model also takes '{}' (bind it with --const)",
+                ROLES.join(", "),
+                other.name
+            ),
+        ));
+    }
+    let logits = g
+        .output
+        .iter()
+        .find(|o| o.name == "logits")
+        .or_else(|| g.output.iter().find(|o| !pairs.iter().any(|(p, _)| *p == o.name)))
+        .map(|o| o.name.clone())
+        .ok_or_else(|| bad("logits", "--kv-cache needs a logits output"))?;
+
+    // present = Concat(past, new) along the cache axis: the step's output becomes `new` alone.
+    let mut producer: HashMap<String, usize> = HashMap::new();
+    for (i, n) in g.node.iter().enumerate() {
+        for o in &n.output {
+            producer.insert(o.clone(), i);
+        }
+    }
+    let mut present_rows = Vec::new();
+    let mut renames: HashMap<String, String> = HashMap::new();
+    let mut extra_nodes = Vec::new();
+    for ((present, past), (_, axis)) in pairs.iter().zip(&state) {
+        let rank = past_shapes[past].len() as i64;
+        let direct = producer.get(present).map(|&i| &g.node[i]).filter(|n| {
+            let a = n.attribute.iter().find(|a| a.name == "axis").map(|a| a.i).unwrap_or(0);
+            n.op_type == "Concat"
+                && n.domain.is_empty()
+                && n.input.len() == 2
+                && n.input[0] == *past
+                && (a == *axis as i64 || a + rank == *axis as i64)
+        });
+        match direct {
+            Some(n) => {
+                let new = n.input[1].clone();
+                let whole = format!("{present}/with_past");
+                renames.insert(present.clone(), whole);
+                extra_nodes.push(node("Identity", &format!("{present}/new_rows"), &[&new], present, vec![]));
+                present_rows.push(0);
+            }
+            None => present_rows.push(rows),
+        }
+    }
+    for n in &mut g.node {
+        for s in n.input.iter_mut().chain(n.output.iter_mut()) {
+            if let Some(r) = renames.get(s) {
+                *s = r.clone();
+            }
+        }
+    }
+    g.node.extend(extra_nodes);
+
+    // Both steps: the decode step keeps the names, the prefill step's are prefixed.
+    let shared: HashSet<String> =
+        inits.iter().chain(&kv.fixed).cloned().chain(states.iter().map(|s| s.to_string())).collect();
+    let mut prefill_nodes: Vec<NodeProto> = g.node.iter().map(|n| prefixed(n, &shared)).collect();
+    let mut shapes = past_shapes.clone();
+    let mut steps = Vec::new();
+    let mut inputs: Vec<ValueInfoProto> = Vec::new();
+    let mut outputs: Vec<ValueInfoProto> = Vec::new();
+    for (name, tokens, prefix) in [("decode", 1, ""), ("prefill", chunk, PREFILL)] {
+        let p = |s: &str| format!("{prefix}{s}");
+        for r in ROLES {
+            if let Some(i) = find(r) {
+                let rank = dims(i).len();
+                let len = if r == "attention_mask" { rows + tokens } else { tokens };
+                let shape = match (r, rank) {
+                    ("cache_position", 1) | (_, 1) => vec![len],
+                    (_, 2) => vec![1, len],
+                    _ => return Err(bad(r, format!("expected a rank-1 or rank-2 input, it has rank {rank}"))),
+                };
+                shapes.insert(p(r), shape);
+                inputs.push(ValueInfoProto { name: p(r), r#type: i.r#type.clone() });
+            }
+        }
+        let last_index = (prefix == PREFILL).then(|| p("wgslc.last_index"));
+        if let Some(li) = &last_index {
+            shapes.insert(li.clone(), vec![1]);
+            inputs.push(int64_input(li, 1));
+        }
+        // next_token = ArgMax(logits[:, last real token, :]) over the vocabulary.
+        let lg = p(&logits);
+        let row = match &last_index {
+            Some(li) => {
+                let row = p("wgslc.last_logits");
+                let n = node("Gather", &row, &[&lg, li], &row, vec![int_attr("axis", 1)]);
+                if prefix.is_empty() {
+                    g.node.push(n);
+                } else {
+                    prefill_nodes.push(n);
+                }
+                row
+            }
+            None => lg.clone(),
+        };
+        let next = p("next_token");
+        let argmax = node("ArgMax", &next, &[&row], &next, vec![int_attr("axis", -1), int_attr("keepdims", 0)]);
+        if prefix.is_empty() {
+            g.node.push(argmax);
+        } else {
+            prefill_nodes.push(argmax);
+        }
+        for o in &g.output {
+            outputs.push(ValueInfoProto { name: p(&o.name), r#type: o.r#type.clone() });
+        }
+        outputs.push(ValueInfoProto { name: next.clone(), r#type: None });
+        steps.push(StepLayout {
+            name,
+            tokens,
+            input_ids: p("input_ids"),
+            attention_mask: p("attention_mask"),
+            position_ids: find("position_ids").map(|_| p("position_ids")),
+            cache_position: find("cache_position").map(|_| p("cache_position")),
+            last_index,
+            logits: lg,
+            next_token: next,
+            present: pairs.iter().zip(&present_rows).map(|((o, _), &r)| (p(o), r)).collect(),
+        });
+    }
+    for (past, _) in &state {
+        let i = find(past).expect("checked");
+        inputs.push(i.clone());
+    }
+    // Initializers that the model also lists as inputs stay inputs (they are weights), as do --const inputs.
+    inputs.extend(g.input.iter().filter(|i| inits.contains(&i.name) || kv.fixed.contains(&i.name)).cloned());
+    g.node.extend(prefill_nodes);
+    g.input = inputs;
+    g.output = outputs;
+    g.value_info.clear();
+    model.graph = Some(g);
+    Ok(DecoderModel { model, shapes, layout: DecoderLayout { state, steps, rows } })
+}
+
+fn prefixed(n: &NodeProto, shared: &HashSet<String>) -> NodeProto {
+    let name = |s: &String| if s.is_empty() || shared.contains(s) { s.clone() } else { format!("{PREFILL}{s}") };
+    NodeProto {
+        input: n.input.iter().map(name).collect(),
+        output: n.output.iter().map(name).collect(),
+        name: format!("{PREFILL}{}", n.name),
+        ..n.clone()
+    }
+}
+
+fn node(op: &str, name: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.to_string()],
+        name: name.to_string(),
+        op_type: op.to_string(),
+        domain: String::new(),
+        attribute,
+    }
+}
+
+fn int_attr(name: &str, i: i64) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: 2, i, ..Default::default() }
+}
+
+fn int64_input(name: &str, len: i64) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: 7,
+                shape: Some(TensorShapeProto { dim: vec![Dimension { dim_value: Some(len), dim_param: None }] }),
+            }),
+            ..Default::default()
+        }),
+    }
+}

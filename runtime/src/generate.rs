@@ -1,0 +1,285 @@
+//! Token generation on a decoder artifact (`wgslc compile --kv-cache`): the plan's decoder section says which
+//! inputs the loop fills, which outputs hold each step's new cache rows and its chosen token, and which
+//! dispatches each step replays (see `wgslc_artifact::Decoder`).
+//!
+//! **Architecture Invariant:** after the prompt is written, nothing goes through the host per token. The token a
+//! step chooses (an ArgMax inside the plan) is copied on the GPU into the next step's `input_ids` and into a token
+//! history; the cache rows a step adds are copied on the GPU into the cache; `position_ids` and the mask's new
+//! row come from small constant buffers written once per generation. The host encodes `steps_per_submit` steps
+//! per submit and reads the history back only between submits when it must stop at an end-of-sequence token.
+
+use crate::{RuntimeError, Session};
+use wgslc_artifact::{Decoder, Step, StorageType, TensorSpec};
+
+/// How [`Session::generate`] runs.
+#[derive(Clone, Debug)]
+pub struct GenerateOptions {
+    /// Tokens to generate after the prompt (at least 1).
+    pub max_new_tokens: usize,
+    /// Stop after this token (it is kept in the output).
+    pub eos: Option<i64>,
+    /// Decode steps encoded into one submit (at least 1). Larger amortizes submission; with `eos` the run reads
+    /// the tokens back after each submit, so it overshoots an end-of-sequence token by fewer than this many steps
+    /// (the overshoot is discarded).
+    pub steps_per_submit: usize,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions { max_new_tokens: 32, eos: None, steps_per_submit: 16 }
+    }
+}
+
+/// What a generation produced.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// The prompt followed by the generated tokens.
+    pub tokens: Vec<i64>,
+    /// Wall time of the prefill (every chunk, to completion); it chooses the first generated token.
+    pub prefill_ms: f64,
+    /// Decode steps run (tokens after the first, including any overshoot past an end-of-sequence token).
+    pub decode_steps: usize,
+    /// Wall time of the decode steps, to the last token read back.
+    pub decode_ms: f64,
+    /// Submits of the decode loop.
+    pub submits: usize,
+}
+
+/// One 4-byte element in a tensor's storage type.
+fn word(spec: &TensorSpec, v: i64) -> [u8; 4] {
+    match spec.storage {
+        StorageType::F32 => (v as f32).to_le_bytes(),
+        StorageType::I32 => (v as i32).to_le_bytes(),
+        StorageType::U32 => (v as u32).to_le_bytes(),
+    }
+}
+
+fn words(spec: &TensorSpec, vals: impl IntoIterator<Item = i64>) -> Vec<u8> {
+    vals.into_iter().flat_map(|v| word(spec, v)).collect()
+}
+
+impl Session {
+    /// Generates greedily from `prompt` (token ids) on a decoder artifact: the prompt in prefill steps, then one
+    /// decode step per token, the cache and the chosen tokens staying on the GPU. Errors name what does not fit:
+    /// an artifact without a decoder section, an empty prompt, prompt plus new tokens over the cache's capacity.
+    pub fn generate(&self, prompt: &[i64], opts: &GenerateOptions) -> Result<Generation, RuntimeError> {
+        let bad = |m: String| RuntimeError::Input { name: "input_ids".into(), reason: m };
+        let d = self.plan.decoder.as_ref().ok_or_else(|| {
+            RuntimeError::Invalid("this artifact has no decoder section: compile the model with --kv-cache".into())
+        })?;
+        let step = |name: &str| {
+            d.steps
+                .iter()
+                .find(|s| s.name == name)
+                .ok_or_else(|| RuntimeError::Invalid(format!("the decoder section has no '{name}' step")))
+        };
+        let (decode, prefill) = (step("decode")?, step("prefill")?);
+        if decode.tokens != 1 {
+            return Err(RuntimeError::Invalid("the decode step must take one token".into()));
+        }
+        if prompt.is_empty() {
+            return Err(bad("the prompt is empty".into()));
+        }
+        if opts.max_new_tokens == 0 || opts.steps_per_submit == 0 {
+            return Err(bad("max_new_tokens and steps_per_submit must be at least 1".into()));
+        }
+        let total = prompt.len().saturating_add(opts.max_new_tokens);
+        if total > d.capacity {
+            return Err(bad(format!(
+                "the prompt ({} tokens) plus {} new tokens is {total}, more than the {} tokens of KV cache this \
+                 artifact was compiled for (--kv-cache {})",
+                prompt.len(),
+                opts.max_new_tokens,
+                d.capacity,
+                d.capacity
+            )));
+        }
+        if let Some(&t) = prompt.iter().find(|&&t| !(0..=i32::MAX as i64).contains(&t)) {
+            return Err(bad(format!("token id {t} is not a valid id")));
+        }
+        let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let gpu = &self.gpu;
+        let dev = &gpu.device;
+        let input = |i: usize| (&self.plan.inputs[i], &self.buffers[self.plan.inputs[i].buffer]);
+        let output = |i: usize| (&self.plan.outputs[i], &self.buffers[self.plan.outputs[i].buffer]);
+
+        // Per generation: the token history, one mask word of 1 and the positions 0..capacity.
+        let (history, readback, one, iota) = gpu.scoped("generation buffers", || {
+            let buf = |label: &str, size: u64, usage| {
+                dev.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size,
+                    usage,
+                    mapped_at_creation: false,
+                })
+            };
+            let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+            let bytes = 4 * d.capacity as u64;
+            (
+                buf("wgslc tokens", bytes, storage),
+                buf("wgslc tokens read-back", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST),
+                buf("wgslc mask one", 4, storage),
+                buf("wgslc positions", bytes, storage),
+            )
+        })?;
+        let (mask_spec, mask_buf) = input(decode.attention_mask);
+        gpu.queue.write_buffer(&one, 0, &word(mask_spec, 1));
+        if let Some(p) = decode.position_ids {
+            gpu.queue.write_buffer(&iota, 0, &words(input(p).0, 0..d.capacity as i64));
+        }
+
+        gpu.queue.write_buffer(&history, 0, &words(&self.plan.outputs[decode.next_token], prompt.iter().copied()));
+
+        // Prefill, one submit per chunk; the cache starts zeroed.
+        let start = std::time::Instant::now();
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc cache") });
+        for s in &d.state {
+            enc.clear_buffer(&self.buffers[self.plan.inputs[s.input].buffer], 0, None);
+        }
+        gpu.queue.submit([enc.finish()]);
+        let n = prefill.tokens;
+        for (c, chunk) in prompt.chunks(n).enumerate() {
+            let (pos, real) = (c * n, chunk.len());
+            let write = |i: usize, data: Vec<u8>| gpu.queue.write_buffer(input(i).1, 0, &data);
+            let pad = *chunk.last().expect("chunks are not empty");
+            write(
+                prefill.input_ids,
+                words(input(prefill.input_ids).0, (0..n).map(|i| chunk.get(i).copied().unwrap_or(pad))),
+            );
+            let mask = (0..d.rows + n).map(|j| i64::from(j < pos || (j >= d.rows && j < d.rows + real)));
+            write(prefill.attention_mask, words(input(prefill.attention_mask).0, mask));
+            if let Some(p) = prefill.position_ids {
+                write(p, words(input(p).0, (0..n).map(|i| (pos + i.min(real - 1)) as i64)));
+            }
+            if let Some(p) = prefill.cache_position {
+                write(p, words(input(p).0, (0..n).map(|i| (d.rows + i) as i64)));
+            }
+            if let Some(p) = prefill.last_index {
+                write(p, words(input(p).0, [real as i64 - 1]));
+            }
+            gpu.scoped("prefill", || {
+                let mut enc =
+                    dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc prefill") });
+                self.encode_step(&mut enc, prefill);
+                self.copy_rows(&mut enc, d, prefill, pos, real);
+                if pos + real == prompt.len() {
+                    let (_, next) = output(prefill.next_token);
+                    enc.copy_buffer_to_buffer(next, 0, &history, 4 * prompt.len() as u64, 4);
+                    enc.copy_buffer_to_buffer(next, 0, input(decode.input_ids).1, 0, 4);
+                }
+                gpu.queue.submit([enc.finish()]);
+            })?;
+        }
+        dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+        gpu.check_lost()?;
+        let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
+
+        // Decode: the mask holds the prompt's rows and the step's own; each step adds its row after it runs.
+        let start = std::time::Instant::now();
+        let mask = (0..d.rows + 1).map(|j| i64::from(j < prompt.len() || j == d.rows));
+        gpu.queue.write_buffer(mask_buf, 0, &words(mask_spec, mask));
+        if let Some(p) = decode.cache_position {
+            gpu.queue.write_buffer(input(p).1, 0, &words(input(p).0, [d.rows as i64]));
+        }
+        let mut produced = prompt.len() + 1; // tokens in the history
+        let mut steps = 0;
+        let mut submits = 0;
+        let mut tokens: Option<Vec<i64>> = None;
+        if opts.eos.is_some() {
+            tokens = self.read_tokens(&history, &readback, produced)?.into();
+        }
+        while produced < total && !self.stopped(tokens.as_deref(), prompt.len(), opts.eos) {
+            let k = opts.steps_per_submit.min(total - produced);
+            gpu.scoped("decode", || {
+                let mut enc =
+                    dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc decode") });
+                for i in 0..k {
+                    let pos = produced + i - 1; // the position of the token this step reads
+                    if let Some(p) = decode.position_ids {
+                        enc.copy_buffer_to_buffer(&iota, 4 * pos as u64, input(p).1, 0, 4);
+                    }
+                    self.encode_step(&mut enc, decode);
+                    let (_, next) = output(decode.next_token);
+                    enc.copy_buffer_to_buffer(next, 0, &history, 4 * (pos + 1) as u64, 4);
+                    enc.copy_buffer_to_buffer(next, 0, input(decode.input_ids).1, 0, 4);
+                    if pos < d.rows {
+                        self.copy_rows(&mut enc, d, decode, pos, 1);
+                        enc.copy_buffer_to_buffer(&one, 0, mask_buf, 4 * pos as u64, 4);
+                    }
+                }
+                gpu.queue.submit([enc.finish()]);
+            })?;
+            produced += k;
+            steps += k;
+            submits += 1;
+            if opts.eos.is_some() {
+                tokens = Some(self.read_tokens(&history, &readback, produced)?);
+            }
+        }
+        let mut tokens = match tokens {
+            Some(t) => t,
+            None => self.read_tokens(&history, &readback, produced)?,
+        };
+        let decode_ms = start.elapsed().as_secs_f64() * 1e3;
+        if let Some(eos) = opts.eos {
+            if let Some(i) = tokens[prompt.len()..].iter().position(|&t| t == eos) {
+                tokens.truncate(prompt.len() + i + 1);
+            }
+        }
+        Ok(Generation { tokens, prefill_ms, decode_steps: steps, decode_ms, submits })
+    }
+
+    fn stopped(&self, tokens: Option<&[i64]>, prompt: usize, eos: Option<i64>) -> bool {
+        matches!((tokens, eos), (Some(t), Some(e)) if t[prompt..].contains(&e))
+    }
+
+    /// One step's dispatches in one compute pass.
+    fn encode_step(&self, enc: &mut wgpu::CommandEncoder, step: &Step) {
+        let mut pass =
+            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&step.name), timestamp_writes: None });
+        for &d in &step.dispatches {
+            let k = &self.plan.kernels[d];
+            pass.set_pipeline(&self.pipelines[d]);
+            pass.set_bind_group(0, &self.bind_groups[d], &[]);
+            pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
+        }
+    }
+
+    /// Copies the step's first `count` new rows of every cache into the cache at row `pos`.
+    fn copy_rows(&self, enc: &mut wgpu::CommandEncoder, d: &Decoder, step: &Step, pos: usize, count: usize) {
+        for (s, p) in d.state.iter().zip(&step.present) {
+            let past = &self.plan.inputs[s.input];
+            let out = &self.plan.outputs[p.output];
+            let outer: usize = past.shape[..s.axis].iter().product();
+            let inner = past.shape[s.axis + 1..].iter().product::<usize>() as u64 * 4;
+            let (src_rows, dst_rows) = (out.shape[s.axis] as u64, d.rows as u64);
+            for o in 0..outer as u64 {
+                enc.copy_buffer_to_buffer(
+                    &self.buffers[out.buffer],
+                    (o * src_rows + p.first_row as u64) * inner,
+                    &self.buffers[past.buffer],
+                    (o * dst_rows + pos as u64) * inner,
+                    count as u64 * inner,
+                );
+            }
+        }
+    }
+
+    fn read_tokens(&self, history: &wgpu::Buffer, rb: &wgpu::Buffer, n: usize) -> Result<Vec<i64>, RuntimeError> {
+        let gpu = &self.gpu;
+        let bytes = 4 * n as u64;
+        gpu.scoped("reading tokens", || {
+            let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            enc.copy_buffer_to_buffer(history, 0, rb, 0, bytes);
+            gpu.queue.submit([enc.finish()]);
+        })?;
+        gpu.map_read(&[rb])?;
+        let t = rb
+            .slice(..bytes)
+            .get_mapped_range()
+            .map(|v| v.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect())
+            .map_err(|e| RuntimeError::Gpu(format!("reading tokens: {e}")));
+        rb.unmap();
+        t
+    }
+}
