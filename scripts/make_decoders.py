@@ -98,12 +98,12 @@ class Layer(torch.nn.Module):
 
 
 class Decoder(torch.nn.Module):
-    def __init__(self, style):
+    def __init__(self, style, c=CFG, layers=LAYERS):
         super().__init__()
-        c = CFG
         self.style = style
         self.embed = torch.nn.Embedding(c["vocab"], c["hidden"])
-        self.layers = torch.nn.ModuleList([Layer(c, qkv_bias=style == "qwen2") for _ in range(LAYERS)])
+        self.layers = torch.nn.ModuleList([Layer(c, qkv_bias=style == "qwen2") for _ in range(layers)])
+
         self.norm = RMSNorm(c["hidden"], c["eps"])
         if style == "llama":
             self.head = torch.nn.Linear(c["hidden"], c["vocab"], bias=False)

@@ -85,6 +85,48 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
             }
         }
     }
+    // The bundled decoders (`--kv-cache`): greedy generation through Session.generate must give torch's tokens.
+    let mut generations = Vec::new();
+    let decoders = common::testdata().join("decoders");
+    let mut names: Vec<String> = std::fs::read_dir(&decoders)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| decoders.join(n).join("model.onnx").exists())
+        .collect();
+    names.sort();
+    for name in names.into_iter().filter(|n| format!("decoders/{n}").contains(&only)) {
+        let id = format!("decoders__{name}");
+        let dir = root.path().join("cases").join(&id);
+        let kv_cache = Some(wgslc::KvCache { capacity: 46, chunk: 4, state: vec![], fixed: Default::default() });
+        let opts = wgslc::CompileOptions { kv_cache, ..Default::default() };
+        if let Err(e) = wgslc::compile(&decoders.join(&name).join("model.onnx"), &dir, &opts) {
+            failures.push(format!("{id}: compile: {e}"));
+            continue;
+        }
+        let ids = |file: &str| match wgslc::npy::read(&decoders.join(&name).join(file)).unwrap().data {
+            TensorData::I64(v) => v,
+            d => panic!("{file}: {d:?}"),
+        };
+        let mut jobs = Vec::new();
+        let mut expected = Vec::new();
+        for k in 0..2 {
+            let (prompt, want) = (ids(&format!("prompt_{k}.npy")), ids(&format!("tokens_{k}.npy")));
+            let new = want.len() - prompt.len();
+            jobs.push(
+                serde_json::json!({ "prompt": prompt, "max_new_tokens": new, "eos": null, "steps_per_submit": 4 }),
+            );
+            expected.push(want.clone());
+            // Stopping at an end-of-sequence token a few steps in (with one step per submit).
+            let eos = want[prompt.len() + 3];
+            let stop = prompt.len() + want[prompt.len()..].iter().position(|&t| t == eos).unwrap() + 1;
+            jobs.push(
+                serde_json::json!({ "prompt": prompt, "max_new_tokens": new, "eos": eos, "steps_per_submit": 1 }),
+            );
+            expected.push(want[..stop].to_vec());
+        }
+        listing.push(serde_json::json!({ "id": id, "generate": jobs }));
+        generations.push((id, expected));
+    }
     // The malformed artifacts the Rust runtime is tested with, each with the words its error must contain.
     let malformed: Vec<(String, String)> = if only.is_empty() {
         let text = std::fs::read_to_string(common::testdata().join("malformed/cases.json")).unwrap();
@@ -151,7 +193,12 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
         }
     }
     browser.0.kill().ok();
-    eprintln!("{} runs in Chromium in {:.0} s", runs.len(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "{} runs and {} decoders in Chromium in {:.0} s",
+        runs.len(),
+        generations.len(),
+        started.elapsed().as_secs_f64()
+    );
 
     for (file, expect) in &malformed {
         let id = format!("malformed__{file}");
@@ -160,6 +207,12 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
             Some((Some(msg), _)) => failures.push(format!("{id}: refused with '{msg}', which lacks '{expect}'")),
             Some((None, e)) => failures.push(format!("{id}: {}", e.unwrap_or("no error"))),
             None => failures.push(format!("{id}: no result")),
+        }
+    }
+    for (id, expected) in &generations {
+        match check_generations(results.get(id), expected) {
+            Ok(()) => eprintln!("ok   {id}: {} generations", expected.len()),
+            Err(e) => failures.push(format!("{id}: {e}")),
         }
     }
     let mut slowest = (0.0f64, String::new());
@@ -203,7 +256,7 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
         }
     }
     eprintln!("last pipeline ready (all compiled in parallel) after {:.0} ms in {}", slowest.0, slowest.1);
-    let total = runs.len() + malformed.len();
+    let total = runs.len() + malformed.len() + generations.len();
     eprintln!("chromium: {} passed, {} failed", total - failures.len(), failures.len());
     assert!(failures.is_empty(), "{} of {total} runs failed in Chromium:\n{}", failures.len(), failures.join("\n"));
 }
@@ -226,6 +279,40 @@ fn same_input_errors(run: &Run, dir: &Path, r: &serde_json::Value) -> Result<(),
         if js != rust {
             return Err(format!("{what}: wgslc.js says '{js}', the Rust runtime '{rust}'"));
         }
+    }
+    Ok(())
+}
+
+/// The page's generations: torch's tokens, each new token reported once through onToken in order, and a prompt
+/// past the cache's capacity refused with the Rust runtime's words.
+fn check_generations(r: Option<&serde_json::Value>, expected: &[Vec<i64>]) -> Result<(), String> {
+    let r = r.ok_or("no result")?;
+    if let Some(e) = r["error"].as_str() {
+        return Err(e.to_string());
+    }
+    let gens = r["generations"].as_array().ok_or("no generations posted")?;
+    for (i, (g, want)) in gens.iter().zip(expected).enumerate() {
+        let got: Vec<i64> = g["tokens"].as_array().ok_or("no tokens")?.iter().filter_map(|t| t.as_i64()).collect();
+        if got != *want {
+            return Err(format!("generation {i}: {got:?}, torch {want:?}"));
+        }
+        let seen: Vec<(i64, u64)> = g["seen"]
+            .as_array()
+            .ok_or("no onToken calls")?
+            .iter()
+            .map(|p| (p[0].as_i64().unwrap_or(-1), p[1].as_u64().unwrap_or(0)))
+            .collect();
+        let prompt = want.len() - seen.len();
+        if seen.iter().enumerate().any(|(j, &(t, at))| at as usize != prompt + j || t != want[prompt + j]) {
+            return Err(format!("generation {i}: onToken reported {seen:?}"));
+        }
+    }
+    if gens.len() != expected.len() {
+        return Err(format!("{} generations posted, {} expected", gens.len(), expected.len()));
+    }
+    let too_long = r["too_long"].as_str().unwrap_or("");
+    if !too_long.contains("tokens of KV cache this artifact was compiled for") {
+        return Err(format!("a prompt past the capacity: '{too_long}'"));
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! The analyses at the end of the pipeline return side tables ([`Schedule`], [`MemoryPlan`]) that the emitter
 //! takes by type, so nothing can be emitted from an unscheduled or unplanned graph.
 
+mod dedupe;
 mod eval;
 mod expand;
 mod infer;
@@ -15,6 +16,7 @@ pub use memory::ALIGN;
 mod schedule;
 mod split;
 
+pub use dedupe::dedupe_constants;
 pub use infer::infer_shapes;
 pub use lower::{
     eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, legalize, lower_batchnorm,
@@ -156,11 +158,14 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
     },
     GraphPass {
         name: "legalize",
-        about: "storage types (int64 → i32, bool → u32) and outputs that own their buffers",
+        about: "storage types (int64 → i32, bool → u32), outputs that own their buffers, identical constants \
+                stored once",
         without_fusion: true,
         run: |g| {
             legalize(g)?;
-            materialize_outputs(g)
+            materialize_outputs(g)?;
+            dedupe_constants(g);
+            Ok(())
         },
         establishes: Stage::Legalized,
     },

@@ -71,6 +71,27 @@ export interface RunOptions {
   profile?: boolean;
 }
 
+export interface GenerateOptions {
+  /** Tokens to generate after the prompt (default 32). */
+  maxNewTokens?: number;
+  /** Stop after this token id (kept in the result). */
+  eos?: number;
+  /** Decode steps per submit (default 16); with eos or onToken the tokens are read back after each submit. */
+  stepsPerSubmit?: number;
+  /** Called for each new token as it is read back, with its index in the result's tokens. */
+  onToken?: (id: number, index: number) => void;
+}
+
+export interface Generation {
+  /** The prompt followed by the generated tokens. */
+  tokens: number[];
+  prefillMs: number;
+  decodeMs: number;
+  /** Decode steps run (tokens after the first). */
+  decodeSteps: number;
+  submits: number;
+}
+
 export declare class Session {
   /** Graph inputs in model order. */
   readonly inputs: TensorInfo[];
@@ -91,6 +112,12 @@ export declare class Session {
    * time per replay spent encoding and submitting, in milliseconds. For benchmarks.
    */
   timeReplay(iterations: number): Promise<{ ms: number; encodeMs: number }>;
+  /**
+   * Greedy generation on a decoder artifact (`wgslc compile --kv-cache`): the prompt in prefill steps, then one
+   * decode step per token, the KV cache and the chosen tokens on the GPU. Rejects when prompt plus maxNewTokens
+   * exceeds the cache's capacity, or the artifact has no decoder section.
+   */
+  generate(promptIds: ArrayLike<number | bigint>, options?: GenerateOptions): Promise<Generation>;
   /** Frees the session's buffers (and its device, when the session requested it). */
   destroy(): void;
 }

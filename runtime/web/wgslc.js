@@ -1,7 +1,8 @@
 // wgslc.js: loads a wgslc artifact over HTTP and replays it on WebGPU (navigator.gpu), as the Rust runtime does.
 //
 // No dependencies and no build step: import it as an ES module. The artifact (plan.json, kernels/*.wgsl,
-// weights.safetensors) is its only contract with the compiler; it reads plan.json schema version 2.
+// weights.safetensors) is its only contract with the compiler; it reads plan.json schema version 2, including the
+// decoder section of `--kv-cache` artifacts, which Session.generate replays.
 //
 // Everything is built once in loadSession (buffers, weights, shader modules, pipelines, bind groups, read-back
 // buffers); Session.run writes the inputs, encodes one compute pass with every dispatch, submits once and reads the
@@ -311,6 +312,208 @@ export class Session {
     return { ms: (performance.now() - start) / n, encodeMs: encodeMs / n };
   }
 
+  /**
+   * Generates greedily from `promptIds` (an array or typed array of token ids) on a decoder artifact (compiled
+   * with --kv-cache), as the Rust runtime's Session::generate does: the prompt in prefill steps, then one decode step
+   * per token; the KV cache, the chosen tokens and the loop's inputs stay on the GPU. Options: maxNewTokens (default
+   * 32), eos (stop after this id), stepsPerSubmit (default 16; the tokens are read back after each submit when eos or
+   * onToken is given), onToken(id, index) called for each new token as it is read back. Resolves to { tokens (the
+   * prompt and the new tokens, numbers), prefillMs, decodeMs, decodeSteps, submits }.
+   */
+  generate(promptIds, options = {}) {
+    const r = this.#queue.then(() => this.#generate(promptIds, options));
+    this.#queue = r.catch(() => {});
+    return r;
+  }
+
+  async #generate(promptIds, options) {
+    const { device, plan, buffers } = this.#s;
+    if (!this.#s.pipelines) throw new Error("GPU error: the session was destroyed");
+    this.#checkLost();
+    const bad = (m) => new Error(`input 'input_ids': ${m}`);
+    const d = plan.decoder;
+    if (!d) throw new Error("artifact: this artifact has no decoder section: compile the model with --kv-cache");
+    const step = (name) => {
+      const s = d.steps.find((s) => s.name === name);
+      if (!s) throw new Error(`artifact: the decoder section has no '${name}' step`);
+      return s;
+    };
+    const decode = step("decode");
+    const prefill = step("prefill");
+    const prompt = Array.from(promptIds ?? [], Number);
+    const maxNew = options.maxNewTokens ?? 32;
+    const perSubmit = options.stepsPerSubmit ?? 16;
+    const eos = options.eos ?? null;
+    const onToken = options.onToken ?? null;
+    if (prompt.length === 0) throw bad("the prompt is empty");
+    if (!(Number.isInteger(maxNew) && maxNew >= 1 && Number.isInteger(perSubmit) && perSubmit >= 1)) {
+      throw bad("max_new_tokens and steps_per_submit must be at least 1");
+    }
+    const total = prompt.length + maxNew;
+    if (total > d.capacity) {
+      throw bad(`the prompt (${prompt.length} tokens) plus ${maxNew} new tokens is ${total}, more than the ${d.capacity} tokens of KV cache this artifact was compiled for (--kv-cache ${d.capacity})`);
+    }
+    const badId = prompt.find((t) => !(Number.isInteger(t) && t >= 0 && t <= 2147483647));
+    if (badId !== undefined) throw bad(`token id ${badId} is not a valid id`);
+
+    const input = (i) => ({ spec: plan.inputs[i], buf: buffers[plan.inputs[i].buffer] });
+    const output = (i) => ({ spec: plan.outputs[i], buf: buffers[plan.outputs[i].buffer] });
+    const words = (spec, vals) => {
+      const T = spec.storage === "f32" ? Float32Array : spec.storage === "u32" ? Uint32Array : Int32Array;
+      return T.from(vals);
+    };
+    const write = (i, vals) => device.queue.writeBuffer(input(i).buf, 0, words(input(i).spec, vals));
+    const range = (n, f) => Array.from({ length: n }, (_, i) => f(i));
+    const storage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+    const bytes = 4 * d.capacity;
+    const temp = [];
+    const make = (label, size, usage) => {
+      const b = device.createBuffer({ label, size, usage });
+      temp.push(b);
+      return b;
+    };
+    try {
+      const history = make("wgslc tokens", bytes, storage);
+      const readback = make("wgslc tokens read-back", bytes, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+      const one = make("wgslc mask one", 4, storage);
+      const iota = make("wgslc positions", bytes, storage);
+      const mask = input(decode.attention_mask);
+      device.queue.writeBuffer(one, 0, words(mask.spec, [1]));
+      if (decode.position_ids != null) device.queue.writeBuffer(iota, 0, words(input(decode.position_ids).spec, range(d.capacity, (i) => i)));
+      device.queue.writeBuffer(history, 0, Int32Array.from(prompt));
+
+      const t0 = performance.now();
+      {
+        const enc = device.createCommandEncoder({ label: "wgslc cache" });
+        for (const s of d.state) enc.clearBuffer(buffers[plan.inputs[s.input].buffer]);
+        device.queue.submit([enc.finish()]);
+      }
+      const n = prefill.tokens;
+      for (let pos = 0; pos < prompt.length; pos += n) {
+        const chunk = prompt.slice(pos, pos + n);
+        const real = chunk.length;
+        const pad = chunk[real - 1];
+        write(prefill.input_ids, range(n, (i) => (i < real ? chunk[i] : pad)));
+        write(prefill.attention_mask, range(d.rows + n, (j) => (j < pos || (j >= d.rows && j < d.rows + real) ? 1 : 0)));
+        if (prefill.position_ids != null) write(prefill.position_ids, range(n, (i) => pos + Math.min(i, real - 1)));
+        if (prefill.cache_position != null) write(prefill.cache_position, range(n, (i) => d.rows + i));
+        if (prefill.last_index != null) write(prefill.last_index, [real - 1]);
+        await scoped(device, "prefill", () => {
+          const enc = device.createCommandEncoder({ label: "wgslc prefill" });
+          this.#encodeStep(enc, prefill);
+          this.#copyRows(enc, prefill, pos, real);
+          if (pos + real === prompt.length) {
+            const next = output(prefill.next_token).buf;
+            enc.copyBufferToBuffer(next, 0, history, 4 * prompt.length, 4);
+            enc.copyBufferToBuffer(next, 0, input(decode.input_ids).buf, 0, 4);
+          }
+          device.queue.submit([enc.finish()]);
+        });
+      }
+      await device.queue.onSubmittedWorkDone();
+      this.#checkLost();
+      const prefillMs = performance.now() - t0;
+
+      const t1 = performance.now();
+      device.queue.writeBuffer(mask.buf, 0, words(mask.spec, range(d.rows + 1, (j) => (j < prompt.length || j === d.rows ? 1 : 0))));
+      if (decode.cache_position != null) write(decode.cache_position, [d.rows]);
+      const read = async (count) => {
+        const enc = device.createCommandEncoder();
+        enc.copyBufferToBuffer(history, 0, readback, 0, 4 * count);
+        device.queue.submit([enc.finish()]);
+        await readback.mapAsync(GPUMapMode.READ, 0, 4 * count);
+        const t = Array.from(new Int32Array(readback.getMappedRange(0, 4 * count).slice(0)));
+        readback.unmap();
+        return t;
+      };
+      const watch = eos !== null || onToken !== null;
+      let produced = prompt.length + 1;
+      let tokens = null;
+      let reported = prompt.length;
+      const report = (t) => {
+        for (; reported < t.length; reported++) onToken?.(t[reported], reported);
+      };
+      const stopped = () => eos !== null && tokens !== null && tokens.slice(prompt.length).includes(eos);
+      if (watch) {
+        tokens = await read(produced);
+        report(tokens);
+      }
+      let steps = 0;
+      let submits = 0;
+      while (produced < total && !stopped()) {
+        const k = Math.min(perSubmit, total - produced);
+        await scoped(device, "decode", () => {
+          const enc = device.createCommandEncoder({ label: "wgslc decode" });
+          const next = output(decode.next_token).buf;
+          for (let i = 0; i < k; i++) {
+            const pos = produced + i - 1;
+            if (decode.position_ids != null) enc.copyBufferToBuffer(iota, 4 * pos, input(decode.position_ids).buf, 0, 4);
+            this.#encodeStep(enc, decode);
+            enc.copyBufferToBuffer(next, 0, history, 4 * (pos + 1), 4);
+            enc.copyBufferToBuffer(next, 0, input(decode.input_ids).buf, 0, 4);
+            if (pos < d.rows) {
+              this.#copyRows(enc, decode, pos, 1);
+              enc.copyBufferToBuffer(one, 0, mask.buf, 4 * pos, 4);
+            }
+          }
+          device.queue.submit([enc.finish()]);
+        });
+        produced += k;
+        steps += k;
+        submits += 1;
+        if (watch) {
+          tokens = await read(produced);
+          if (eos !== null) {
+            const at = tokens.slice(prompt.length).indexOf(eos);
+            report(at >= 0 ? tokens.slice(0, prompt.length + at + 1) : tokens);
+          } else {
+            report(tokens);
+          }
+        }
+      }
+      if (!watch) tokens = await read(produced);
+      this.#checkLost();
+      const decodeMs = performance.now() - t1;
+      if (eos !== null) {
+        const at = tokens.slice(prompt.length).indexOf(eos);
+        if (at >= 0) tokens = tokens.slice(0, prompt.length + at + 1);
+      }
+      return { tokens, prefillMs, decodeMs, decodeSteps: steps, submits };
+    } finally {
+      for (const b of temp) b.destroy();
+    }
+  }
+
+  // One decoder step's dispatches in one compute pass.
+  #encodeStep(enc, step) {
+    const { plan, pipelines, bindGroups } = this.#s;
+    const pass = enc.beginComputePass({ label: step.name });
+    for (const d of step.dispatches) {
+      const w = plan.kernels[d].workgroups;
+      pass.setPipeline(pipelines[d]);
+      pass.setBindGroup(0, bindGroups[d]);
+      pass.dispatchWorkgroups(w[0], w[1], w[2]);
+    }
+    pass.end();
+  }
+
+  // Copies the step's first `count` new rows of every cache into the cache at row `pos`.
+  #copyRows(enc, step, pos, count) {
+    const { plan, buffers } = this.#s;
+    const d = plan.decoder;
+    for (const [i, s] of d.state.entries()) {
+      const p = step.present[i];
+      const past = plan.inputs[s.input];
+      const out = plan.outputs[p.output];
+      const outer = past.shape.slice(0, s.axis).reduce((a, x) => a * x, 1);
+      const inner = 4 * past.shape.slice(s.axis + 1).reduce((a, x) => a * x, 1);
+      const srcRows = out.shape[s.axis];
+      for (let o = 0; o < outer; o++) {
+        enc.copyBufferToBuffer(buffers[out.buffer], (o * srcRows + p.first_row) * inner, buffers[past.buffer], (o * d.rows + pos) * inner, count * inner);
+      }
+    }
+  }
+
   #checkLost() {
     if (this.#s.lost.reason) throw new Error(`GPU error: device lost: ${this.#s.lost.reason}`);
   }
@@ -357,7 +560,7 @@ export function parsePlan(text) {
     const extra = Object.keys(obj ?? {}).find((f) => !fields.includes(f));
     if (extra !== undefined) throw new Error(`plan.json is not a valid plan: unknown field \`${extra}\` in ${what}`);
   };
-  known("the plan", plan, ["format", "version", "inputs", "outputs", "buffers", "weights", "kernels", "dispatches"]);
+  known("the plan", plan, ["format", "version", "inputs", "outputs", "buffers", "weights", "kernels", "dispatches", "decoder"]);
   for (const t of [...plan.inputs, ...plan.outputs]) known(`'${t.name}'`, t, ["name", "dtype", "shape", "storage", "buffer"]);
   for (const b of plan.buffers) known(`buffer '${b.name}'`, b, ["name", "size", "kind"]);
   for (const w of plan.weights) known(`weight '${w.name}'`, w, ["name", "shape", "storage", "buffer", "offset"]);
@@ -412,7 +615,53 @@ export function parsePlan(text) {
   }
   const d = plan.dispatches.find((d) => !(d >= 0 && d < plan.kernels.length));
   if (d !== undefined) bad(`dispatch names kernel ${d} of ${plan.kernels.length}`);
+  if (plan.decoder !== undefined && plan.decoder !== null) checkDecoder(plan, known);
   return plan;
+}
+
+// The decoder section (`wgslc compile --kv-cache`), checked as wgslc_artifact::Plan::check_decoder does.
+function checkDecoder(plan, known) {
+  const d = plan.decoder;
+  const bad = (m) => {
+    throw new Error(`plan.json: decoder: ${m}`);
+  };
+  known("the decoder section", d, ["capacity", "rows", "state", "steps"]);
+  if (!Array.isArray(d.state) || !Array.isArray(d.steps)) throw new Error("plan.json is not a valid plan: decoder without state or steps");
+  if (d.capacity !== d.rows + 1 || !(d.rows > 0)) bad(`capacity ${d.capacity} with ${d.rows} cache rows`);
+  const len = (t) => t.shape.reduce((a, x) => a * x, 1);
+  for (const s of d.state) {
+    known("a decoder state entry", s, ["input", "axis"]);
+    const t = plan.inputs[s.input];
+    if (!(t && s.axis < t.shape.length && t.shape[s.axis] === d.rows && t.storage === "f32")) {
+      bad(`state input ${s.input} is not a float cache of ${d.rows} rows`);
+    }
+  }
+  for (const st of d.steps) {
+    known(`decoder step '${st.name}'`, st, ["name", "tokens", "dispatches", "input_ids", "attention_mask", "position_ids", "cache_position", "last_index", "logits", "next_token", "present"]);
+    const n = st.tokens;
+    if (!(n > 0 && n <= d.rows) || !st.dispatches.every((k) => k >= 0 && k < plan.kernels.length)) {
+      bad(`step '${st.name}' has ${n} tokens or a dispatch out of range`);
+    }
+    const okIn = (i, want) => i === null || i === undefined || (plan.inputs[i] && len(plan.inputs[i]) === want);
+    if (!okIn(st.input_ids, n) || !okIn(st.attention_mask, d.rows + n) || !okIn(st.position_ids, n) ||
+        !okIn(st.cache_position, n) || !okIn(st.last_index, 1) || plan.inputs[st.input_ids]?.storage === "f32") {
+      bad(`step '${st.name}': a loop input is missing or not of the step's length`);
+    }
+    const next = plan.outputs[st.next_token];
+    if (!(next && len(next) === 1 && next.storage !== "f32") || !plan.outputs[st.logits]) {
+      bad(`step '${st.name}': next_token or logits is not a valid output`);
+    }
+    if (st.present.length !== d.state.length) bad(`step '${st.name}' has ${st.present.length} present outputs for ${d.state.length} caches`);
+    for (const [i, p] of st.present.entries()) {
+      known(`a present output of step '${st.name}'`, p, ["output", "first_row"]);
+      const s = d.state[i];
+      const past = plan.inputs[s.input];
+      const t = plan.outputs[p.output];
+      const fits = t && t.shape.length === past.shape.length && t.storage === "f32" &&
+        t.shape.every((x, a) => a === s.axis || x === past.shape[a]) && p.first_row + n <= t.shape[s.axis];
+      if (!fits) bad(`step '${st.name}': present output ${p.output} does not match its cache`);
+    }
+  }
 }
 
 // ---- device -------------------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ fn input(g: &mut Graph, name: &str, shape: &[usize]) -> wgslc_ir::ValueId {
 
 fn weight(g: &mut Graph, name: &str, shape: &[usize]) -> wgslc_ir::ValueId {
     let n: usize = shape.iter().product();
-    g.add_const(name, Tensor::f32(shape.to_vec(), (0..n).map(|i| i as f32 * 0.01).collect()))
+    // Distinct per name: identical constants would be stored (and bound) once.
+    let seed = name.bytes().map(f32::from).sum::<f32>();
+    g.add_const(name, Tensor::f32(shape.to_vec(), (0..n).map(|i| (i as f32 + seed) * 0.01).collect()))
 }
 
 fn node(g: &mut Graph, op: Op, ins: &[wgslc_ir::ValueId]) -> wgslc_ir::ValueId {

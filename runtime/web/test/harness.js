@@ -49,6 +49,27 @@ async function main() {
       await post("/result", r);
       continue;
     }
+    if (c.generate) {
+      // Decoder artifacts: greedy generations; the server compares the tokens with torch's.
+      try {
+        const session = await loadSession(`/cases/${c.id}/`);
+        r.generations = [];
+        for (const g of c.generate) {
+          const seen = [];
+          const opts = { maxNewTokens: g.max_new_tokens, stepsPerSubmit: g.steps_per_submit, onToken: (t, i) => seen.push([t, i]) };
+          if (g.eos !== null) opts.eos = g.eos;
+          const out = await session.generate(g.prompt, opts);
+          r.generations.push({ tokens: out.tokens, seen, decode_steps: out.decodeSteps });
+        }
+        r.too_long = await session.generate(c.generate[0].prompt, { maxNewTokens: 1000 }).then(() => "accepted", (e) => e.message);
+        session.destroy();
+      } catch (e) {
+        r.error = String(e?.message ?? e);
+      }
+      log(`${c.id}: ${r.error ?? "generated"}`);
+      await post("/result", r);
+      continue;
+    }
     try {
       const t0 = performance.now();
       const session = await loadSession(`/cases/${c.id}/`);
