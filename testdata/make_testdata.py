@@ -692,6 +692,24 @@ def ops():
               opset=13),
         [rand(1, 2, 9, 8)],
     )
+    # ArgMax/ArgMin along a long axis (an LLM's vocabulary: a workgroup per output), values rounded so the extreme
+    # repeats and the tie rule (first index, or the last with select_last_index) decides.
+    ties = lambda *shape: np.round(rand(*shape) * 4) / 4
+    cases["argmax_long_axis_ties"] = (
+        model([helper.make_node("ArgMax", ["x"], ["y"], axis=-1, keepdims=0)], [vi("x", F, [3, 5000])],
+              [vi("y", I64, None)]),
+        [ties(3, 5000).astype(np.float32)],
+    )
+    cases["argmin_long_axis_select_last"] = (
+        model([helper.make_node("ArgMin", ["x"], ["y"], axis=1, select_last_index=1)], [vi("x", F, [2, 3000, 3])],
+              [vi("y", I64, None)]),
+        [ties(2, 3000, 3).astype(np.float32)],
+    )
+    cases["argmax_long_axis_int64"] = (
+        model([helper.make_node("ArgMax", ["x"], ["y"], axis=1, keepdims=1)], [vi("x", I64, [2, 4099])],
+              [vi("y", I64, None)]),
+        [np.random.default_rng(5).integers(-50, 50, (2, 4099)).astype(np.int64)],
+    )
     return cases
 
 

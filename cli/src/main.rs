@@ -143,6 +143,9 @@ enum Cmd {
         /// has them, else each dispatch submitted and timed on its own (per-submit overhead included).
         #[arg(long)]
         profile: bool,
+        /// Decoder artifacts (`compile --kv-cache`): replay only this step (`decode` or `prefill`).
+        #[arg(long, value_name = "STEP")]
+        step: Option<String>,
     },
 }
 
@@ -348,9 +351,13 @@ fn real_main() -> Result<()> {
                 None => print!("{body}"),
             }
         }
-        Cmd::Bench { dir, inputs, iterations, warmup, profile } => {
+        Cmd::Bench { dir, inputs, iterations, warmup, profile, step } => {
             let gpu = Gpu::new()?;
-            let session = Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()))?;
+            let mut session =
+                Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()))?;
+            if let Some(step) = &step {
+                session.replay_step(step)?;
+            }
             let tensors = load_inputs(&session, &inputs, true)?;
             session.run(&tensors)?;
             session.time_replay(warmup)?;
@@ -362,7 +369,7 @@ fn real_main() -> Result<()> {
             let round = |x: f64| (x * 1e4).round() / 1e4;
             let line = serde_json::json!({
                 "adapter": session.gpu().describe(),
-                "dispatches": session.plan().dispatches.len(),
+                "dispatches": session.replayed(),
                 "iterations": iterations,
                 "ms_per_inference": round(mean),
                 "min_ms": round(ms[0]),

@@ -174,6 +174,8 @@ pub struct Session {
     pipelines: Vec<wgpu::ComputePipeline>,
     bind_groups: Vec<wgpu::BindGroup>,
     readback: Vec<wgpu::Buffer>,
+    /// What `run`, `profile` and `time_replay` replay: the plan's dispatches, or one decoder step's.
+    dispatches: Vec<usize>,
     run_lock: Mutex<()>,
 }
 
@@ -350,7 +352,8 @@ impl Session {
             })
             .collect::<Result<Vec<_>, _>>()?;
         gpu.check_lost()?;
-        Ok(Session { gpu, plan, buffers, pipelines, bind_groups, readback, run_lock: Mutex::new(()) })
+        let dispatches = plan.dispatches.clone();
+        Ok(Session { gpu, plan, buffers, pipelines, bind_groups, readback, dispatches, run_lock: Mutex::new(()) })
     }
 
     pub fn inputs(&self) -> &[TensorSpec] {
@@ -367,6 +370,25 @@ impl Session {
 
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// Dispatches per replay.
+    pub fn replayed(&self) -> usize {
+        self.dispatches.len()
+    }
+
+    /// Makes `run`, `profile` and `time_replay` replay only one step of a decoder artifact (`decode` or
+    /// `prefill`), e.g. to time a decode step; `run` still takes and returns every input and output.
+    pub fn replay_step(&mut self, name: &str) -> Result<(), RuntimeError> {
+        let d = self.plan.decoder.as_ref().ok_or_else(|| {
+            RuntimeError::Invalid("this artifact has no decoder section: compile the model with --kv-cache".into())
+        })?;
+        let step = d.steps.iter().find(|s| s.name == name).ok_or_else(|| {
+            let names: Vec<&str> = d.steps.iter().map(|s| s.name.as_str()).collect();
+            RuntimeError::Invalid(format!("no step '{name}' (steps: {})", names.join(", ")))
+        })?;
+        self.dispatches = step.dispatches.clone();
+        Ok(())
     }
 
     /// Runs the plan once: inputs in graph-input order, outputs in graph-output order.
@@ -413,7 +435,7 @@ impl Session {
     fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
         let mut pass =
             enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
-        for (i, &d) in self.plan.dispatches.iter().enumerate() {
+        for (i, &d) in self.dispatches.iter().enumerate() {
             if let Some(q) = timestamps {
                 pass.write_timestamp(q, i as u32);
             }
@@ -423,7 +445,7 @@ impl Session {
             pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
         }
         if let Some(q) = timestamps {
-            pass.write_timestamp(q, self.plan.dispatches.len() as u32);
+            pass.write_timestamp(q, self.dispatches.len() as u32);
         }
     }
 
@@ -434,15 +456,15 @@ impl Session {
     /// and submit of its own, waited for, which adds the per-submit overhead to every kernel (also for plans of
     /// more dispatches than one query set holds).
     pub fn profile(&self, iterations: usize) -> Result<Profile, RuntimeError> {
-        let queries = self.plan.dispatches.len() + 1;
+        let queries = self.dispatches.len() + 1;
         if self.gpu.device.features().contains(TIMING) && queries > 1 && queries <= wgpu::QUERY_SET_MAX_QUERIES as usize
         {
             return self.profile_timestamps(iterations);
         }
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
         let gpu = &self.gpu;
-        let mut out = Vec::with_capacity(self.plan.dispatches.len());
-        for &d in &self.plan.dispatches {
+        let mut out = Vec::with_capacity(self.dispatches.len());
+        for &d in &self.dispatches {
             let k = &self.plan.kernels[d];
             let start = std::time::Instant::now();
             for _ in 0..iterations.max(1) {
@@ -467,7 +489,7 @@ impl Session {
     fn profile_timestamps(&self, iterations: usize) -> Result<Profile, RuntimeError> {
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
         let gpu = &self.gpu;
-        let n = self.plan.dispatches.len();
+        let n = self.dispatches.len();
         let count = n as u32 + 1;
         let bytes = u64::from(count) * wgpu::QUERY_SIZE as u64;
         let (queries, resolve, read) = gpu.scoped("profile setup", || {
@@ -511,7 +533,6 @@ impl Session {
             }
         }
         let kernels = self
-            .plan
             .dispatches
             .iter()
             .zip(samples)

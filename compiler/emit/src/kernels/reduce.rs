@@ -70,6 +70,23 @@ pub(super) struct ArgReduceTpl {
 }
 
 #[derive(Template)]
+#[template(path = "argreduce_rows.wgsl", escape = "none")]
+pub(super) struct ArgReduceRowsTpl {
+    pub(super) h: Header,
+    pub(super) kind: &'static str,
+    pub(super) ty: &'static str,
+    pub(super) cmp: &'static str,
+    pub(super) strict: &'static str,
+    pub(super) tie: &'static str,
+    pub(super) last: bool,
+    pub(super) groups_x: u32,
+    pub(super) rows: usize,
+    pub(super) n: usize,
+    pub(super) inner: usize,
+    pub(super) span: usize,
+}
+
+#[derive(Template)]
 #[template(path = "cumsum.wgsl", escape = "none")]
 pub(super) struct CumSumTpl {
     pub(super) h: Header,
@@ -305,6 +322,35 @@ impl Emitter<'_> {
         let inner: usize = shape[axis + 1..].iter().product();
         let numel = g.ty(out).numel();
         let b = [(x, false, "x"), (out, true, "out")];
+        // A long axis with few outputs (an LLM's next token over its vocabulary): a workgroup per output.
+        if shape[axis] >= 1024 && numel <= 4096 {
+            let (h, wg, groups_x) = self.launch(n, None, "argreduce_rows.wgsl", &b, numel)?;
+            let ty = match storage(g, x) {
+                Storage::F32 => "f32",
+                Storage::I32 => "i32",
+                Storage::U32 => "u32",
+            };
+            let tpl = ArgReduceRowsTpl {
+                h,
+                kind: if max { "Max" } else { "Min" },
+                ty,
+                cmp: match (max, last) {
+                    (true, false) => ">",
+                    (true, true) => ">=",
+                    (false, false) => "<",
+                    (false, true) => "<=",
+                },
+                strict: if max { ">" } else { "<" },
+                tie: if last { ">" } else { "<" },
+                last,
+                groups_x,
+                rows: numel,
+                n: shape[axis],
+                inner,
+                span: shape[axis] * inner,
+            };
+            return self.kernel(n, node.name.clone(), "argreduce", tpl.render(), &b, wg);
+        }
         let (h, wg, groups_x) = self.launch(n, None, "argreduce.wgsl", &b, numel.div_ceil(256))?;
         let cmp = match (max, last) {
             (true, false) => ">",

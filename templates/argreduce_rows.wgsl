@@ -1,0 +1,42 @@
+{% include "header.wgsl" %}
+// Arg{{ kind }} along an axis of {{ n }} elements spaced {{ inner }} apart; one workgroup of 256 threads per output
+// element (a long axis: an LLM's vocabulary). Each thread scans a strided share, then a tree keeps the best value,
+// ties going to the {% if last %}last{% else %}first{% endif %} index as in one sequential scan.
+var<workgroup> best_v: array<{{ ty }}, 256>;
+var<workgroup> best_i: array<u32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * {{ groups_x }}u + wid.x;
+    if (row >= {{ rows }}u) {
+        return;
+    }
+    let base = (row / {{ inner }}u) * {{ span }}u + row % {{ inner }}u;
+    // Every thread starts from one of the row's elements (rows have at least 256), so no sentinel value is needed.
+    var best = x[base + lid * {{ inner }}u];
+    var at = lid;
+    for (var j = lid + 256u; j < {{ n }}u; j = j + 256u) {
+        let v = x[base + j * {{ inner }}u];
+        if (v {{ cmp }} best) {
+            best = v;
+            at = j;
+        }
+    }
+    best_v[lid] = best;
+    best_i[lid] = at;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            let v = best_v[lid + s];
+            let k = best_i[lid + s];
+            if (v {{ strict }} best_v[lid] || (v == best_v[lid] && k {{ tie }} best_i[lid])) {
+                best_v[lid] = v;
+                best_i[lid] = k;
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        out[row] = i32(best_i[0]);
+    }
+}
