@@ -133,10 +133,15 @@ def main():
     rows, notes = [], []
     torch.manual_seed(0)
     m = Decoder("qwen2", QWEN05, a.layers).eval()
-    with torch.no_grad():  # layer outputs comparable to the tied embedding: the greedy path does not repeat one token
-        for layer in m.layers:
-            for lin in (layer.o, layer.down):
-                torch.nn.init.normal_(lin.weight, std=4 * QWEN05["hidden"] ** -0.5)
+    with torch.no_grad():  # transformers' initialization (normal, std 0.02; zero biases; unit norms)
+        for mod in m.modules():
+            if isinstance(mod, (torch.nn.Linear, torch.nn.Embedding)):
+                torch.nn.init.normal_(mod.weight, std=0.02)
+            if isinstance(mod, torch.nn.Linear) and mod.bias is not None:
+                torch.nn.init.zeros_(mod.bias)
+        for name, p in m.named_parameters():
+            if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name == "norm.weight":
+                p.fill_(1.0)
     params = sum(p.numel() for p in m.parameters())
     prompt = np.random.default_rng(0).integers(0, QWEN05["vocab"], (1, a.prompt)).astype(np.int64)
     np.save(os.path.join(a.out, "prompt.npy"), prompt)

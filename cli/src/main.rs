@@ -353,8 +353,7 @@ fn real_main() -> Result<()> {
         }
         Cmd::Bench { dir, inputs, iterations, warmup, profile, step } => {
             let gpu = Gpu::new()?;
-            let mut session =
-                Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()))?;
+            let mut session = Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()))?;
             if let Some(step) = &step {
                 session.replay_step(step)?;
             }
