@@ -188,42 +188,14 @@ impl Session {
     /// Loads an artifact on an existing device. Every check happens before any GPU work.
     pub fn load_with(dir: &Path, gpu: Arc<Gpu>) -> Result<Session, RuntimeError> {
         let plan = Plan::read(dir)?;
-        let limits = gpu.device.limits();
-        for b in &plan.buffers {
-            if b.size > limits.max_buffer_size {
-                return Err(RuntimeError::Limits(format!(
-                    "buffer '{}' is {} bytes, the device allows {}",
-                    b.name, b.size, limits.max_buffer_size
-                )));
-            }
-        }
+        check_limits(&plan, &gpu)?;
         let mut sources = Vec::with_capacity(plan.kernels.len());
         for k in &plan.kernels {
-            if k.bindings.len() as u32 > limits.max_storage_buffers_per_shader_stage {
-                return Err(RuntimeError::Limits(format!(
-                    "kernel '{}' binds {} storage buffers",
-                    k.name,
-                    k.bindings.len()
-                )));
-            }
-            if let Some(b) = k.bindings.iter().find(|b| b.size > limits.max_storage_buffer_binding_size) {
-                return Err(RuntimeError::Limits(format!(
-                    "kernel '{}' binds {} bytes at binding {}",
-                    k.name, b.size, b.binding
-                )));
-            }
-            if k.workgroups.iter().any(|&w| w > limits.max_compute_workgroups_per_dimension) {
-                return Err(RuntimeError::Limits(format!(
-                    "kernel '{}' dispatches {:?} workgroups",
-                    k.name, k.workgroups
-                )));
-            }
             let path = dir.join(&k.wgsl);
             let src = std::fs::read_to_string(&path)
                 .map_err(|e| RuntimeError::Invalid(format!("kernel '{}': cannot read '{}': {e}", k.name, k.wgsl)))?;
             sources.push(src);
         }
-
         // Weights: memory-mapped, copied straight into buffers mapped at creation (one host copy: the map).
         let wpath = dir.join("weights.safetensors");
         let file = std::fs::File::open(&wpath)
@@ -232,7 +204,34 @@ impl Session {
         // of the artifact directory that at worst yields wrong weights, which the size checks below bound.
         let mmap = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|e| RuntimeError::Invalid(format!("cannot map weights: {e}")))?;
-        let weights = safetensors::SafeTensors::deserialize(&mmap)
+        Session::build(plan, sources, &mmap, gpu)
+    }
+
+    /// Loads an artifact from memory: plan.json's text, each kernel's WGSL by its path in the plan
+    /// (`kernels/…`), and weights.safetensors' bytes (e.g. all `include_bytes!`'d into a binary, or fetched).
+    pub fn from_parts(
+        plan_json: &str,
+        kernels: &[(&str, &str)],
+        weights: &[u8],
+        gpu: Arc<Gpu>,
+    ) -> Result<Session, RuntimeError> {
+        let plan = Plan::parse(plan_json)?;
+        check_limits(&plan, &gpu)?;
+        let sources = plan
+            .kernels
+            .iter()
+            .map(|k| {
+                kernels.iter().find(|(p, _)| *p == k.wgsl).map(|(_, s)| s.to_string()).ok_or_else(|| {
+                    RuntimeError::Invalid(format!("kernel '{}': no source given for '{}'", k.name, k.wgsl))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Session::build(plan, sources, weights, gpu)
+    }
+
+    /// Everything after reading: weights into buffers, modules, pipelines, bind groups, read-back buffers.
+    fn build(plan: Plan, sources: Vec<String>, weight_bytes: &[u8], gpu: Arc<Gpu>) -> Result<Session, RuntimeError> {
+        let weights = safetensors::SafeTensors::deserialize(weight_bytes)
             .map_err(|e| RuntimeError::Invalid(format!("weights.safetensors: {e}")))?;
 
         // Every tensor the plan names must be in the file with the plan's dtype and shape, before any GPU work.
@@ -295,7 +294,6 @@ impl Session {
         }
         drop(tensors);
         drop(weights);
-        drop(mmap);
 
         let mut pipelines = Vec::with_capacity(plan.kernels.len());
         let mut bind_groups = Vec::with_capacity(plan.kernels.len());
@@ -560,6 +558,38 @@ impl Session {
         gpu.check_lost()?;
         Ok(start.elapsed().as_secs_f64() / iterations.max(1) as f64)
     }
+}
+
+/// The plan against the device's real limits, before any GPU work.
+fn check_limits(plan: &Plan, gpu: &Gpu) -> Result<(), RuntimeError> {
+    let limits = gpu.device.limits();
+    for b in &plan.buffers {
+        if b.size > limits.max_buffer_size {
+            return Err(RuntimeError::Limits(format!(
+                "buffer '{}' is {} bytes, the device allows {}",
+                b.name, b.size, limits.max_buffer_size
+            )));
+        }
+    }
+    for k in &plan.kernels {
+        if k.bindings.len() as u32 > limits.max_storage_buffers_per_shader_stage {
+            return Err(RuntimeError::Limits(format!(
+                "kernel '{}' binds {} storage buffers",
+                k.name,
+                k.bindings.len()
+            )));
+        }
+        if let Some(b) = k.bindings.iter().find(|b| b.size > limits.max_storage_buffer_binding_size) {
+            return Err(RuntimeError::Limits(format!(
+                "kernel '{}' binds {} bytes at binding {}",
+                k.name, b.size, b.binding
+            )));
+        }
+        if k.workgroups.iter().any(|&w| w > limits.max_compute_workgroups_per_dimension) {
+            return Err(RuntimeError::Limits(format!("kernel '{}' dispatches {:?} workgroups", k.name, k.workgroups)));
+        }
+    }
+    Ok(())
 }
 
 /// Converts one input to its storage bytes, checking shape, dtype and (for narrowed integers) range.

@@ -36,6 +36,21 @@ pub fn decode_model(bytes: &[u8]) -> Result<ModelProto, ImportError> {
     <ModelProto as prost::Message>::decode(bytes).map_err(decode_error)
 }
 
+/// The files a model's initializers keep their data in (external data `location`s, relative to the model's
+/// directory), each once, in first-use order: what a build script must watch besides the model.
+pub fn external_data_files(bytes: &[u8]) -> Result<Vec<String>, ImportError> {
+    let m = decode_model(bytes)?;
+    let mut files: Vec<String> = Vec::new();
+    for t in m.graph.iter().flat_map(|g| &g.initializer) {
+        for e in t.external_data.iter().filter(|e| e.key == "location") {
+            if !files.contains(&e.value) {
+                files.push(e.value.clone());
+            }
+        }
+    }
+    Ok(files)
+}
+
 /// The op types of a model's main graph, in node order (for reports).
 pub fn op_types(bytes: &[u8]) -> Result<Vec<String>, ImportError> {
     let m = <ModelProto as prost::Message>::decode(bytes).map_err(decode_error)?;

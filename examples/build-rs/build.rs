@@ -1,0 +1,18 @@
+// Compiles two bundled models into OUT_DIR, each with a typed module:
+// - the MLP (x: float32 [batch, 16] → y: float32 [batch, 8]) at batch 4, as `Mlp` (MlpInputs, MlpOutputs), its
+//   artifact also embedded into the binary (`Mlp::from_embedded`);
+// - a tiny Llama-style decoder with a KV cache of 48 tokens, as `TinyLlama` (with `generate`).
+fn main() {
+    let testdata = std::path::Path::new("../../testdata");
+    wgslc_build::Model::new(testdata.join("models/mlp/model.onnx"))
+        .name("Mlp")
+        .dim("batch", 4)
+        .embed(true)
+        .generate()
+        .unwrap_or_else(|e| panic!("wgslc-build: {e}"));
+    wgslc_build::Model::new(testdata.join("decoders/llama_dynamo20/model.onnx"))
+        .name("TinyLlama")
+        .kv_cache(48, 4)
+        .generate()
+        .unwrap_or_else(|e| panic!("wgslc-build: {e}"));
+}

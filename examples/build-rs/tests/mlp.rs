@@ -1,0 +1,43 @@
+//! The typed API against onnxruntime's reference outputs of the bundled MLP, through both ways of loading.
+
+use wgslc_example_build_rs::{Mlp, MlpInputs};
+use wgslc_runtime::TensorData;
+
+fn npy(name: &str) -> Vec<f32> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models/mlp").join(name);
+    match wgslc::npy::read(&path).unwrap().data {
+        TensorData::F32(v) => v,
+        d => panic!("{name}: {d:?}"),
+    }
+}
+
+#[test]
+fn the_typed_model_matches_onnxruntime() {
+    let gpu = wgslc_runtime::Gpu::new().expect("a Vulkan adapter");
+    let (x, want) = (npy("input_0.npy"), npy("output_0.npy"));
+    for mlp in [Mlp::from_embedded(gpu.clone()).unwrap(), Mlp::load(gpu).unwrap()] {
+        let y = mlp.run(MlpInputs { x: x.clone() }).unwrap().y;
+        assert_eq!(y.len(), want.len());
+        for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= 1e-5 + 1e-4 * b.abs(), "y[{i}] = {a}, onnxruntime {b}");
+        }
+    }
+    // A wrong length is refused by the runtime, not read out of bounds.
+    let mlp = Mlp::load(wgslc_runtime::Gpu::new().unwrap()).unwrap();
+    let e = mlp.run(MlpInputs { x: vec![0.0; 3] }).unwrap_err().to_string();
+    assert!(e.contains("expected shape") || e.contains("elements"), "{e}");
+}
+
+/// The decoder's typed `generate` gives torch's greedy tokens (testdata/decoders, made by scripts/make_decoders.py).
+#[test]
+fn the_typed_decoder_generates_torchs_tokens() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/decoders/llama_dynamo20");
+    let ids = |f: &str| match wgslc::npy::read(&dir.join(f)).unwrap().data {
+        TensorData::I64(v) => v,
+        d => panic!("{f}: {d:?}"),
+    };
+    let (prompt, want) = (ids("prompt_1.npy"), ids("tokens_1.npy"));
+    let llama = wgslc_example_build_rs::TinyLlama::load(wgslc_runtime::Gpu::new().unwrap()).unwrap();
+    let opts = wgslc_runtime::GenerateOptions { max_new_tokens: 30, ..Default::default() };
+    assert_eq!(llama.generate(&prompt, &opts).unwrap().tokens, want[..prompt.len() + 30]);
+}
