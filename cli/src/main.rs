@@ -53,13 +53,13 @@ enum Cmd {
         memory_budget: Option<f64>,
         /// Whether Q·Kᵀ → softmax → ·V becomes one attention kernel with an online softmax (the default) or three
         /// kernels, for comparison.
-        #[arg(long = "attention", value_name = "fused|unfused", default_value = "fused")]
-        attention: String,
+        #[arg(long = "attention", value_enum, default_value_t = Mode::Fused)]
+        attention: Mode,
         /// Whether MobileNet-style inverted-residual blocks are fused (the default): a 1x1 expansion computed inside
         /// the depthwise convolution that reads it, and the whole expansion → depthwise → projection as one kernel
         /// where the projection has at most 64 channels. `unfused` keeps a kernel per convolution, for comparison.
-        #[arg(long = "inverted-residual", value_name = "fused|unfused", default_value = "fused")]
-        inverted_residual: String,
+        #[arg(long = "inverted-residual", value_enum, default_value_t = Mode::Fused)]
+        inverted_residual: Mode,
         /// Compile a decoder for generation with a KV cache of MAX tokens (prompt plus generated) held on the GPU:
         /// a one-token decode step and a prefill step, replayed by `wgslc generate`. The model's inputs must be
         /// input_ids, attention_mask, position_ids (cache_position optional) and past_key_values.N.key/value,
@@ -116,9 +116,8 @@ enum Cmd {
     Report {
         /// The artifact directory.
         dir: PathBuf,
-        /// text, json or html.
-        #[arg(long, default_value = "text")]
-        format: String,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
         /// Memory bandwidth for the floor times, GB/s.
         #[arg(long, default_value_t = 3000.0)]
         bandwidth: f64,
@@ -147,6 +146,20 @@ enum Cmd {
         #[arg(long, value_name = "STEP")]
         step: Option<String>,
     },
+}
+
+/// Whether a fusion is applied (`--attention`, `--inverted-residual`).
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Mode {
+    Fused,
+    Unfused,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ReportFormat {
+    Text,
+    Json,
+    Html,
 }
 
 fn main() {
@@ -187,15 +200,13 @@ fn real_main() -> Result<()> {
             state,
             dump_after,
         } => {
-            let attention = match attention.as_str() {
-                "fused" => wgslc_passes::AttentionMode::Fused,
-                "unfused" => wgslc_passes::AttentionMode::Unfused,
-                other => bail!("--attention takes fused or unfused, not '{other}'"),
+            let attention = match attention {
+                Mode::Fused => wgslc_passes::AttentionMode::Fused,
+                Mode::Unfused => wgslc_passes::AttentionMode::Unfused,
             };
-            let inverted_residual = match inverted_residual.as_str() {
-                "fused" => wgslc_passes::InvertedResidualMode::Fused,
-                "unfused" => wgslc_passes::InvertedResidualMode::Unfused,
-                other => bail!("--inverted-residual takes fused or unfused, not '{other}'"),
+            let inverted_residual = match inverted_residual {
+                Mode::Fused => wgslc_passes::InvertedResidualMode::Fused,
+                Mode::Unfused => wgslc_passes::InvertedResidualMode::Unfused,
             };
             if memory_budget.is_some_and(|b| !b.is_finite() || b < 1.0) {
                 bail!("--memory-budget takes a ratio of at least 1.0");
@@ -340,11 +351,10 @@ fn real_main() -> Result<()> {
                 bail!("--bandwidth must be a positive number of GB/s");
             }
             let report = report.with_bandwidth(bandwidth);
-            let body = match format.as_str() {
-                "text" => report.to_text(),
-                "json" => report.to_json(),
-                "html" => report.to_html(),
-                f => bail!("unknown --format '{f}' (text, json or html)"),
+            let body = match format {
+                ReportFormat::Text => report.to_text(),
+                ReportFormat::Json => report.to_json(),
+                ReportFormat::Html => report.to_html(),
             };
             match out {
                 Some(p) => std::fs::write(&p, body).with_context(|| format!("writing '{}'", p.display()))?,

@@ -39,6 +39,7 @@ pub struct Slot {
 
 /// Totals of a plan; the report's `memory` section holds them as they are.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MemoryStats {
     /// Bytes of the arenas intermediates are placed in.
     pub planned_bytes: u64,

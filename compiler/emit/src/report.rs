@@ -24,6 +24,7 @@ fn report_version() -> u32 {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Report {
     /// Always [`REPORT_FORMAT`].
     #[serde(default = "report_format")]
@@ -56,6 +57,7 @@ pub struct Report {
 
 /// The memory plan: totals and every intermediate's lifetime and buffer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MemoryReport {
     /// The plan's totals (flattened: `planned_bytes`, `lower_bound_bytes`, `naive_bytes`, `weights_bytes`,
     /// `io_bytes`, `split_arenas`, `in_place_kernels`).
@@ -66,6 +68,7 @@ pub struct MemoryReport {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BufferReport {
     pub name: String,
     pub bytes: u64,
@@ -74,6 +77,7 @@ pub struct BufferReport {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LifetimeReport {
     pub name: String,
     pub bytes: u64,
@@ -84,12 +88,14 @@ pub struct LifetimeReport {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NodeRef {
     pub name: String,
     pub op: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct KernelReport {
     pub name: String,
     pub wgsl: String,
@@ -102,6 +108,7 @@ pub struct KernelReport {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BoundaryReport {
     pub producer: NodeRef,
     pub consumer: NodeRef,

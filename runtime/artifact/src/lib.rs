@@ -19,6 +19,7 @@ pub const VERSION: u32 = 2;
 
 /// The whole replay plan.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
     /// Always [`FORMAT`].
@@ -50,6 +51,7 @@ pub struct Plan {
 /// rows of each `present` output into the cache at `pos`. Prompt plus generated tokens may not exceed `capacity`
 /// (`rows + 1`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Decoder {
     pub capacity: usize,
@@ -61,6 +63,7 @@ pub struct Decoder {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct StateSpec {
     /// Index into `Plan::inputs`.
@@ -70,6 +73,7 @@ pub struct StateSpec {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Step {
     pub name: String,
@@ -93,6 +97,7 @@ pub struct Step {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Present {
     /// Index into `Plan::outputs`.
@@ -103,6 +108,7 @@ pub struct Present {
 
 /// A graph input or output.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TensorSpec {
     pub name: String,
@@ -117,6 +123,7 @@ pub struct TensorSpec {
 
 /// A constant: a tensor of weights.safetensors copied into a weight buffer at load.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WeightSpec {
     /// The tensor's name in weights.safetensors.
@@ -130,6 +137,7 @@ pub struct WeightSpec {
 
 /// GPU element types; every one is 4 bytes wide.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum StorageType {
     F32,
@@ -138,6 +146,7 @@ pub enum StorageType {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum BufferKind {
     Input,
@@ -147,6 +156,7 @@ pub enum BufferKind {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Buffer {
     /// Informative (inputs and outputs are named as the tensor they hold).
@@ -157,6 +167,7 @@ pub struct Buffer {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Kernel {
     pub name: String,
@@ -170,6 +181,7 @@ pub struct Kernel {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Access {
     Read,
@@ -177,6 +189,7 @@ pub enum Access {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Binding {
     pub binding: u32,
