@@ -9,6 +9,9 @@ use wgslc::runtime::{Gpu, HostTensor, Session};
 #[derive(Parser)]
 #[command(name = "wgslc", version, about = "Compile ONNX models to fused WGSL and replay them on WebGPU")]
 struct Cli {
+    /// No progress display and no informational lines on stderr (errors still go there).
+    #[arg(long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -179,8 +182,38 @@ fn parse_kv(s: &str, what: &str) -> Result<(String, String)> {
     Ok((k.to_string(), v.to_string()))
 }
 
+/// A spinner on stderr while something slow runs (a compile, a weight load). indicatif draws it only on a
+/// terminal; `--quiet` hides it everywhere.
+fn spinner(quiet: bool, msg: &str) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        pb.set_style(style);
+    }
+    pb.set_message(msg.to_string());
+    pb.enable_steady_tick(std::time::Duration::from_millis(120));
+    pb
+}
+
+/// Loads an artifact behind a spinner.
+fn load(dir: &Path, quiet: bool) -> Result<Session> {
+    let pb = spinner(quiet, &format!("loading {}", dir.display()));
+    let r = Session::load(dir).with_context(|| format!("loading '{}'", dir.display()));
+    pb.finish_and_clear();
+    r
+}
+
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
+    let quiet = cli.quiet;
+    // Informational lines on stderr, which --quiet silences.
+    let info = |line: String| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    };
     match cli.cmd {
         Cmd::Compile {
             model,
@@ -269,18 +302,23 @@ fn real_main() -> Result<()> {
                 print!("{}", wgslc::dump_after(&model, &opts, &pass)?);
                 return Ok(());
             }
-            let s = wgslc::compile(&model, &out, &opts).with_context(|| format!("compiling '{}'", model.display()))?;
-            eprintln!(
+            let pb = spinner(quiet, "compiling");
+            let bar = pb.clone();
+            opts.progress = wgslc::Progress::new(move |stage| bar.set_message(format!("compiling: {stage}")));
+            let s = wgslc::compile(&model, &out, &opts).with_context(|| format!("compiling '{}'", model.display()));
+            pb.finish_and_clear();
+            let s = s?;
+            info(format!(
                 "wgslc: compiled {} ONNX nodes into {} kernels ({} dispatches) in {}",
                 s.source_nodes,
                 s.kernels,
                 s.plan.dispatches.len(),
                 out.display()
-            );
+            ));
         }
         Cmd::Run { dir, inputs, out } => {
-            let session = Session::load(&dir).with_context(|| format!("loading '{}'", dir.display()))?;
-            eprintln!("wgslc: running on {}", session.gpu().describe());
+            let session = load(&dir, quiet)?;
+            info(format!("wgslc: running on {}", session.gpu().describe()));
             let tensors = load_inputs(&session, &inputs, false)?;
             let outputs = session.run(&tensors)?;
             std::fs::create_dir_all(&out).with_context(|| format!("creating '{}'", out.display()))?;
@@ -289,7 +327,7 @@ fn real_main() -> Result<()> {
                 let file = out.join(format!("output_{i}.npy"));
                 wgslc::npy::write(&file, t)?;
                 names.insert(i.to_string(), serde_json::Value::String(spec.name.clone()));
-                eprintln!("wgslc: output '{}' {} {:?} -> {}", spec.name, spec.dtype, t.shape, file.display());
+                info(format!("wgslc: output '{}' {} {:?} -> {}", spec.name, spec.dtype, t.shape, file.display()));
             }
             let json = serde_json::to_string_pretty(&serde_json::Value::Object(names))? + "\n";
             std::fs::write(out.join("outputs.json"), json).with_context(|| format!("writing '{}'", out.display()))?;
@@ -305,8 +343,8 @@ fn real_main() -> Result<()> {
                 TensorData::I32(v) => v.into_iter().map(i64::from).collect(),
                 _ => bail!("--input-ids: expected int64 or int32 token ids"),
             };
-            let session = Session::load(&dir).with_context(|| format!("loading '{}'", dir.display()))?;
-            eprintln!("wgslc: generating on {}", session.gpu().describe());
+            let session = load(&dir, quiet)?;
+            info(format!("wgslc: generating on {}", session.gpu().describe()));
             let opts = GenerateOptions {
                 max_new_tokens: max_new_tokens as usize,
                 eos,
@@ -331,7 +369,7 @@ fn real_main() -> Result<()> {
                 "submits": g.submits,
             });
             println!("{line}");
-            eprintln!("wgslc: {} tokens -> {}", g.tokens.len(), file.display());
+            info(format!("wgslc: {} tokens -> {}", g.tokens.len(), file.display()));
         }
         Cmd::Report { dir, format, bandwidth, out } => {
             let path = dir.join("report.json");
@@ -363,7 +401,10 @@ fn real_main() -> Result<()> {
         }
         Cmd::Bench { dir, inputs, iterations, warmup, profile, step } => {
             let gpu = Gpu::new()?;
-            let mut session = Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()))?;
+            let pb = spinner(quiet, &format!("loading {}", dir.display()));
+            let session = Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()));
+            pb.finish_and_clear();
+            let mut session = session?;
             if let Some(step) = &step {
                 session.replay_step(step)?;
             }

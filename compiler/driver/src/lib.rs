@@ -45,6 +45,31 @@ pub enum CompileError {
     Decoder(String),
 }
 
+/// What [`Progress`] calls.
+type StageFn = dyn Fn(&str) + Send + Sync;
+
+/// A callback told the name of each stage as it starts (for progress display); none by default.
+#[derive(Clone, Default)]
+pub struct Progress(Option<std::sync::Arc<StageFn>>);
+
+impl Progress {
+    pub fn new(f: impl Fn(&str) + Send + Sync + 'static) -> Progress {
+        Progress(Some(std::sync::Arc::new(f)))
+    }
+
+    fn stage(&self, name: &str) {
+        if let Some(f) = &self.0 {
+            f(name);
+        }
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Progress(callback)" } else { "Progress(none)" })
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct CompileOptions {
     /// Values for named symbolic dims (`--dim NAME=N`).
@@ -73,6 +98,8 @@ pub struct CompileOptions {
     /// `--kv-cache MAX`: compile a decoder's decode and prefill steps around a GPU-resident cache (see
     /// `wgslc_onnx::decoder`).
     pub kv_cache: Option<KvCache>,
+    /// Told each stage's name as it starts.
+    pub progress: Progress,
 }
 
 impl CompileOptions {
@@ -172,22 +199,28 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     if let Some(s) = stop_after.filter(|s| !stages().contains(s)) {
         return Err(CompileError::UnknownStage(s.into(), stages().join(", ")));
     }
+    opts.progress.stage("import");
     let (mut g, decoder) = import_model(model, opts)?;
     let (mut schedule, mut memory, mut kernels) = (None, None, None);
     if stop_after != Some("import") {
         let graph_stop = stop_after.filter(|s| !LATE_STAGES.contains(s));
+        opts.progress.stage("graph passes");
         wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
         if graph_stop.is_none() {
+            opts.progress.stage("split");
             // Weights larger than one binding, in blocks their readers address.
             wgslc_passes::split_weights(&mut g, opts.limits.max_storage_buffer_binding_size)?;
             wgslc_passes::verify(&g, wgslc_passes::Stage::Legalized)?;
             if stop_after == Some("split") {
                 return Ok(Compiled { graph: g, decoder, schedule, memory, kernels });
             }
+            opts.progress.stage("schedule");
             let sched = wgslc_passes::schedule(&g, &opts.fuse_options())?;
             if stop_after != Some("schedule") {
+                opts.progress.stage("memory");
                 let mem = wgslc_passes::plan_memory_with(&g, &sched, &opts.memory_options())?;
                 if stop_after != Some("memory") {
+                    opts.progress.stage("emit");
                     kernels = Some(wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?);
                 }
                 memory = Some(mem);
@@ -207,6 +240,7 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     let (sched, mem, kernels) = (schedule.expect("scheduled"), memory.expect("planned"), kernels.expect("emitted"));
     let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
     // Written beside the target first: a failure leaves the target as it was (see out_dir.rs).
+    opts.progress.stage("write");
     let staged = target.staging()?;
     let written = (|| {
         let mut plan = wgslc_emit::write_artifact(&staged, &g, &mem, &kernels)?;
