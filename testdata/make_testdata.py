@@ -710,6 +710,20 @@ def ops():
               [vi("y", I64, None)]),
         [np.random.default_rng(5).integers(-50, 50, (2, 4099)).astype(np.int64)],
     )
+    # Inputs of the narrow dtypes a .npy can hold (an image model's uint8 pixels, int8/int16/uint16 indices,
+    # float16 activations), as `wgslc run` reads them.
+    for dt, elem, data in [
+        ("uint8", TensorProto.UINT8, np.arange(24, dtype=np.uint8).reshape(2, 3, 4) * 10),
+        ("int8", TensorProto.INT8, (np.arange(24, dtype=np.int8) - 12).reshape(2, 3, 4)),
+        ("int16", TensorProto.INT16, (np.arange(24, dtype=np.int16) * -300).reshape(2, 3, 4)),
+        ("uint16", TensorProto.UINT16, (np.arange(24, dtype=np.uint16) * 2000).reshape(2, 3, 4)),
+        ("float16", TensorProto.FLOAT16, (rand(2, 3, 4) * 8).astype(np.float16)),
+    ]:
+        cases[f"input_{dt}_cast"] = (
+            model([helper.make_node("Cast", ["x"], ["c"], to=F), helper.make_node("Mul", ["c", "s"], ["y"])],
+                  [vi("x", elem, [2, 3, 4])], [vi("y", F, None)], [init("s", np.array([0.5], np.float32))]),
+            [data],
+        )
     return cases
 
 

@@ -16,7 +16,8 @@ pub enum NpyError {
 /// The largest .npy input accepted (elements); WebGPU buffers hold at most 64 Mi f32 by default.
 const MAX_ELEMENTS: u64 = 1 << 30;
 
-/// Reads float32, float64 (narrowed to f32), int64, int32 and bool arrays in C order, little-endian.
+/// Reads float16/32/64 (as f32), int8/16/32 and uint8/16 (as i32), int64, uint32/64 (as i64, range-checked by the
+/// runtime where the model narrows them) and bool arrays in C order, little-endian.
 pub fn read(path: &Path) -> Result<HostTensor, NpyError> {
     let err = |reason: String| NpyError::Read { path: path.display().to_string(), reason };
     let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
@@ -53,8 +54,36 @@ pub fn read(path: &Path) -> Result<HostTensor, NpyError> {
         (TypeChar::Int, 4) => {
             TensorData::I32(bytes.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect())
         }
+        (TypeChar::Float, 2) => TensorData::F32(
+            bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes(c.try_into().unwrap()).to_f32()).collect(),
+        ),
+        // Narrower integers widen to i32; uint32 and uint64 go in as i64, which the runtime range-checks into i32.
+        (TypeChar::Int, 1) => TensorData::I32(bytes.iter().map(|&b| i32::from(b as i8)).collect()),
+        (TypeChar::Int, 2) => TensorData::I32(
+            bytes.chunks_exact(2).map(|c| i32::from(i16::from_le_bytes(c.try_into().unwrap()))).collect(),
+        ),
+        (TypeChar::Uint, 1) => TensorData::I32(bytes.iter().map(|&b| i32::from(b)).collect()),
+        (TypeChar::Uint, 2) => TensorData::I32(
+            bytes.chunks_exact(2).map(|c| i32::from(u16::from_le_bytes(c.try_into().unwrap()))).collect(),
+        ),
+        (TypeChar::Uint, 4) => TensorData::I64(
+            bytes.chunks_exact(4).map(|c| i64::from(u32::from_le_bytes(c.try_into().unwrap()))).collect(),
+        ),
+        (TypeChar::Uint, 8) => TensorData::I64(
+            bytes
+                .chunks_exact(8)
+                .map(|c| {
+                    let v = u64::from_le_bytes(c.try_into().unwrap());
+                    i64::try_from(v).map_err(|_| err(format!("uint64 value {v} does not fit in int64")))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
         (TypeChar::Bool, 1) => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
-        _ => return Err(err(format!("dtype {ts} is not supported (float32, float64, int64, int32 or bool)"))),
+        _ => {
+            return Err(err(format!(
+                "dtype {ts} is not supported (float16/32/64, int8/16/32/64, uint8/16/32/64 or bool)"
+            )))
+        }
     };
     Ok(HostTensor { shape, data })
 }
