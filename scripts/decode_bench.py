@@ -9,6 +9,8 @@
   `wgslc generate` at several steps per submit;
 - torch eager, HF-style: the same module with a growing cache (torch.cat per step), greedy, one step per token;
 - torch eager, transformers' Qwen2ForCausalLM.generate with the same shape (its own random weights);
+- sampled (`--sample T,K`): wgslc generate with --temperature T --top-k K, and transformers' generate with
+  do_sample, the same temperature and top_k;
 - gpt-fast style: a static cache (index_copy_ at the position, attention over the whole cache with a mask),
   eager and under torch.compile(mode="reduce-overhead") (Inductor + CUDA graphs).
 Prints a markdown table (tok/s, ms/token) and whether wgslc's tokens equal torch eager's (greedy over random
@@ -128,6 +130,7 @@ def main():
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--steps-per-submit", default="1,4,16,64")
     ap.add_argument("--skip-compile", action="store_true", help="no torch.compile run")
+    ap.add_argument("--sample", default="0.8,50", help="TEMPERATURE,TOP_K of the sampled runs ('' for none)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows, notes = [], []
@@ -169,21 +172,31 @@ def main():
                  f"layer incl. head), {copies} buffer copies; prefill step ({a.chunk} tokens): "
                  f"{len(pre['dispatches'])} dispatches")
 
-    wg_tokens = None
-    for k in [int(x) for x in a.steps_per_submit.split(",")]:
-        outd = os.path.join(a.out, f"gen{k}")
+    def generate(k, outd, extra=()):
         best = None
         for _ in range(2):  # the first run also warms the driver's pipeline caches
             r = subprocess.run([a.wgslc, "generate", art, "--input-ids", os.path.join(a.out, "prompt.npy"),
-                                "--max-new-tokens", str(a.new), "--steps-per-submit", str(k), "-o", outd],
+                                "--max-new-tokens", str(a.new), "--steps-per-submit", str(k), "-o", outd, *extra],
                                capture_output=True, text=True)
             if r.returncode:
                 sys.exit("generate failed: " + r.stderr[-2000:])
             j = json.loads(r.stdout.strip().splitlines()[-1])
             best = j if best is None or j["tokens_per_s"] > best["tokens_per_s"] else best
-        wg_tokens = np.load(os.path.join(outd, "tokens.npy"))[0].tolist()
+        return best, np.load(os.path.join(outd, "tokens.npy"))[0].tolist()
+
+    wg_tokens = None
+    for k in [int(x) for x in a.steps_per_submit.split(",")]:
+        best, wg_tokens = generate(k, os.path.join(a.out, f"gen{k}"))
         rows.append((f"wgslc generate, {k} step(s)/submit", best["tokens_per_s"],
                      best["decode_ms"] / max(best["decode_tokens"], 1), f"prefill {best['prefill_ms']:.1f} ms"))
+    if a.sample:
+        temp, top_k = a.sample.split(",")
+        k = int(a.steps_per_submit.split(",")[-1])
+        best, sampled = generate(k, os.path.join(a.out, "sampled"),
+                                 ["--temperature", temp, "--top-k", top_k, "--seed", "1"])
+        rows.append((f"wgslc generate, sampled (T {temp}, top-k {top_k}), {k}/submit", best["tokens_per_s"],
+                     best["decode_ms"] / max(best["decode_tokens"], 1), f"prefill {best['prefill_ms']:.1f} ms"))
+        notes.append(f"wgslc sampled tokens: {sampled[a.prompt:a.prompt + 12]} …")
 
     m = m.cuda()
     p = prompt[0].tolist()
@@ -247,6 +260,21 @@ def main():
             t2 = time.perf_counter()
         dt = (t2 - t1) - (t1 - t0)
         rows.append(("transformers Qwen2ForCausalLM.generate, eager", (a.new - 1) / dt, dt * 1e3 / (a.new - 1), ""))
+        if a.sample:
+            temp, top_k = a.sample.split(",")
+            kw = dict(do_sample=True, temperature=float(temp), top_k=int(top_k), top_p=1.0)
+            with torch.no_grad():
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                hf.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
+                torch.cuda.synchronize()
+                t1 = time.perf_counter()
+                hf.generate(ids, max_new_tokens=a.new, min_new_tokens=a.new, **kw)
+                torch.cuda.synchronize()
+                t2 = time.perf_counter()
+            dt = (t2 - t1) - (t1 - t0)
+            rows.append((f"transformers generate, eager, sampled (T {temp}, top-k {top_k})", (a.new - 1) / dt,
+                         dt * 1e3 / (a.new - 1), ""))
     except Exception as e:  # a missing transformers is a note, not a failure
         notes.append(f"transformers: {type(e).__name__}: {e}")
 

@@ -111,6 +111,16 @@ enum Cmd {
         /// Decode steps per submit; with --eos the tokens are read back after each submit.
         #[arg(long = "steps-per-submit", value_name = "K", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
         steps_per_submit: u64,
+        /// Sample at this temperature instead of taking the most likely token (0: greedy). Any of --temperature,
+        /// --top-k and --seed samples; the others default to 1.0, 0 (the whole vocabulary) and a fresh seed.
+        #[arg(long, value_name = "T", allow_negative_numbers = true)]
+        temperature: Option<f32>,
+        /// Sample from the K most likely tokens only.
+        #[arg(long = "top-k", value_name = "K")]
+        top_k: Option<u32>,
+        /// The sampling seed (printed in the JSON line; the same seed gives the same tokens on any device).
+        #[arg(long, value_name = "S")]
+        seed: Option<u64>,
         /// Output directory for tokens.npy.
         #[arg(short = 'o', long = "out")]
         out: PathBuf,
@@ -332,8 +342,19 @@ fn real_main() -> Result<()> {
             let json = serde_json::to_string_pretty(&serde_json::Value::Object(names))? + "\n";
             std::fs::write(out.join("outputs.json"), json).with_context(|| format!("writing '{}'", out.display()))?;
         }
-        Cmd::Generate { dir, input_ids, max_new_tokens, eos, steps_per_submit, out } => {
-            use wgslc::runtime::{GenerateOptions, TensorData};
+        Cmd::Generate { dir, input_ids, max_new_tokens, eos, steps_per_submit, temperature, top_k, seed, out } => {
+            use wgslc::runtime::{GenerateOptions, Sampling, TensorData};
+            if let Some(t) = temperature.filter(|t| !(t.is_finite() && *t >= 0.0)) {
+                bail!("--temperature must be 0 or more, not {t}");
+            }
+            let sampling = (temperature.is_some() || top_k.is_some() || seed.is_some()).then(|| Sampling {
+                temperature: temperature.unwrap_or(1.0),
+                top_k: top_k.unwrap_or(0) as usize,
+                seed: seed.unwrap_or_else(|| {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    now.as_nanos() as u64 ^ u64::from(std::process::id())
+                }),
+            });
             let t = wgslc::npy::read(&input_ids).with_context(|| format!("--input-ids '{}'", input_ids.display()))?;
             if t.shape.len() > 2 || (t.shape.len() == 2 && t.shape[0] != 1) {
                 bail!("--input-ids: expected a prompt of shape [1, L] or [L], got {:?}", t.shape);
@@ -349,6 +370,7 @@ fn real_main() -> Result<()> {
                 max_new_tokens: max_new_tokens as usize,
                 eos,
                 steps_per_submit: steps_per_submit as usize,
+                sampling,
             };
             let g = session.generate(&prompt, &opts)?;
             std::fs::create_dir_all(&out).with_context(|| format!("creating '{}'", out.display()))?;
@@ -357,7 +379,7 @@ fn real_main() -> Result<()> {
             wgslc::npy::write(&file, &tokens)?;
             let round = |x: f64| (x * 1e3).round() / 1e3;
             let tps = if g.decode_ms > 0.0 { g.decode_steps as f64 / (g.decode_ms / 1e3) } else { 0.0 };
-            let line = serde_json::json!({
+            let mut line = serde_json::json!({
                 "adapter": session.gpu().describe(),
                 "prompt_tokens": prompt.len(),
                 "generated_tokens": g.tokens.len() - prompt.len(),
@@ -368,6 +390,11 @@ fn real_main() -> Result<()> {
                 "steps_per_submit": steps_per_submit,
                 "submits": g.submits,
             });
+            if let Some(s) = sampling {
+                line["temperature"] = s.temperature.into();
+                line["top_k"] = s.top_k.into();
+                line["seed"] = s.seed.into();
+            }
             println!("{line}");
             info(format!("wgslc: {} tokens -> {}", g.tokens.len(), file.display()));
         }

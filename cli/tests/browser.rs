@@ -85,7 +85,8 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
             }
         }
     }
-    // The bundled decoders (`--kv-cache`): greedy generation through Session.generate must give torch's tokens.
+    // The bundled decoders (`--kv-cache`): greedy generation through Session.generate must give torch's tokens, and
+    // sampling with a seed the Rust runtime's.
     let mut generations = Vec::new();
     let decoders = common::testdata().join("decoders");
     let mut names: Vec<String> = std::fs::read_dir(&decoders)
@@ -124,6 +125,24 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
             );
             expected.push(want[..stop].to_vec());
         }
+        // Sampling: top-k 1 draws torch's greedy tokens; a flat draw (temperature 50, seed 2^32 + 7 to check the
+        // seed's folding) draws the Rust runtime's tokens on this artifact.
+        let (prompt, want) = (ids("prompt_1.npy"), ids("tokens_1.npy"));
+        let new = want.len() - prompt.len();
+        let job = |t: f32, k: usize, seed: u64| {
+            serde_json::json!({ "prompt": prompt, "max_new_tokens": new, "eos": null, "steps_per_submit": 4,
+                                "temperature": t, "top_k": k, "seed": seed })
+        };
+        jobs.push(job(1.0, 1, 5));
+        expected.push(want.clone());
+        let seed = (1u64 << 32) + 7;
+        let rust = wgslc::runtime::Session::load_with(&dir, common::gpu()).expect("the Rust runtime loads it");
+        let sampling = Some(wgslc::runtime::Sampling { temperature: 50.0, top_k: 0, seed });
+        let opts = wgslc::runtime::GenerateOptions { max_new_tokens: new, sampling, ..Default::default() };
+        let drawn = rust.generate(&prompt, &opts).expect("the Rust runtime generates").tokens;
+        assert_ne!(drawn, want, "{id}: temperature 50 drew the greedy tokens");
+        jobs.push(job(50.0, 0, seed));
+        expected.push(drawn);
         listing.push(serde_json::json!({ "id": id, "generate": jobs }));
         generations.push((id, expected));
     }
@@ -283,8 +302,8 @@ fn same_input_errors(run: &Run, dir: &Path, r: &serde_json::Value) -> Result<(),
     Ok(())
 }
 
-/// The page's generations: torch's tokens, each new token reported once through onToken in order, and a prompt
-/// past the cache's capacity refused with the Rust runtime's words.
+/// The page's generations: the expected tokens (torch's, or the Rust runtime's draw), each new token reported once
+/// through onToken in order, and a prompt past the cache's capacity refused with the Rust runtime's words.
 fn check_generations(r: Option<&serde_json::Value>, expected: &[Vec<i64>]) -> Result<(), String> {
     let r = r.ok_or("no result")?;
     if let Some(e) = r["error"].as_str() {
@@ -294,7 +313,7 @@ fn check_generations(r: Option<&serde_json::Value>, expected: &[Vec<i64>]) -> Re
     for (i, (g, want)) in gens.iter().zip(expected).enumerate() {
         let got: Vec<i64> = g["tokens"].as_array().ok_or("no tokens")?.iter().filter_map(|t| t.as_i64()).collect();
         if got != *want {
-            return Err(format!("generation {i}: {got:?}, torch {want:?}"));
+            return Err(format!("generation {i}: {got:?}, expected {want:?}"));
         }
         let seen: Vec<(i64, u64)> = g["seen"]
             .as_array()

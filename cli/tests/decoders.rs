@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use wgslc::runtime::{GenerateOptions, HostTensor, Session, TensorData};
+use wgslc::runtime::{GenerateOptions, HostTensor, Sampling, Session, TensorData};
 
 const CASES: [&str; 4] = ["qwen2_torchscript17", "qwen2_dynamo20", "llama_torchscript17", "llama_dynamo20"];
 
@@ -48,7 +48,7 @@ fn generation_gives_torchs_greedy_tokens() {
             let want = ids(&npy(&case(name).join(format!("tokens_{k}.npy"))));
             let new = want.len() - prompt.len();
             for steps_per_submit in [16, 1] {
-                let opts = GenerateOptions { max_new_tokens: new, eos: None, steps_per_submit };
+                let opts = GenerateOptions { max_new_tokens: new, steps_per_submit, ..Default::default() };
                 let got = session.generate(&prompt, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
                 if got.tokens != want {
                     failures.push(format!(
@@ -61,7 +61,7 @@ fn generation_gives_torchs_greedy_tokens() {
             // Stop at the first occurrence of a token that comes a few steps in.
             let eos = want[prompt.len() + 3];
             let stop = prompt.len() + want[prompt.len()..].iter().position(|&t| t == eos).unwrap() + 1;
-            let opts = GenerateOptions { max_new_tokens: new, eos: Some(eos), steps_per_submit: 2 };
+            let opts = GenerateOptions { max_new_tokens: new, eos: Some(eos), steps_per_submit: 2, sampling: None };
             let got = session.generate(&prompt, &opts).unwrap();
             if got.tokens != want[..stop] {
                 failures.push(format!("{name} prompt {k}, eos {eos}: {:?}, expected {:?}", got.tokens, &want[..stop]));
@@ -78,7 +78,7 @@ fn generation_fills_the_cache_and_refuses_more() {
     let (_dir, session) = compile(name, 12, 3);
     let prompt = ids(&npy(&case(name).join("prompt_1.npy")));
     let want = ids(&npy(&case(name).join("tokens_1.npy")));
-    let opts = GenerateOptions { max_new_tokens: 12 - prompt.len(), eos: None, steps_per_submit: 4 };
+    let opts = GenerateOptions { max_new_tokens: 12 - prompt.len(), steps_per_submit: 4, ..Default::default() };
     assert_eq!(session.generate(&prompt, &opts).unwrap().tokens, want[..12]);
     let opts = GenerateOptions { max_new_tokens: 13 - prompt.len(), ..opts };
     let e = session.generate(&prompt, &opts).unwrap_err().to_string();
@@ -111,6 +111,8 @@ fn cached_steps_match_onnxruntime() {
                 "prefill/attention_mask" => mask(2),
                 "prefill/position_ids" => int(vec![3, 4]),
                 "prefill/wgslc.last_index" => HostTensor { shape: vec![1], data: TensorData::I64(vec![1]) },
+                "wgslc.temperature" => HostTensor { shape: vec![1], data: TensorData::F32(vec![0.0]) },
+                "wgslc.sampling" => HostTensor { shape: vec![2], data: TensorData::I64(vec![0, 0]) },
                 past => {
                     // past_key_values.N.key|value: input 3 + 2N (+1), [1, 2, 3, 16] into [1, 2, 9, 16].
                     let i = 3 + ["0.key", "0.value", "1.key", "1.value"]
@@ -159,6 +161,181 @@ fn cached_steps_match_onnxruntime() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Sampled generation: top-k 1 and a temperature far below the logits' gaps (meta.json `min_top2_gap` ≥ 32) give
+/// torch's greedy tokens; a seed gives the same tokens at any steps per submit, another seed others.
+#[test]
+fn sampled_generation_is_reproducible_and_top_1_is_greedy() {
+    let mut failures = Vec::new();
+    for name in ["qwen2_torchscript17", "llama_dynamo20"] {
+        let (_dir, session) = compile(name, 46, 4);
+        let prompt = ids(&npy(&case(name).join("prompt_1.npy")));
+        let want = ids(&npy(&case(name).join("tokens_1.npy")));
+        let new = want.len() - prompt.len();
+        let run = |temperature: f32, top_k: usize, seed: u64, steps_per_submit: usize| {
+            let sampling = Some(Sampling { temperature, top_k, seed });
+            let opts = GenerateOptions { max_new_tokens: new, eos: None, steps_per_submit, sampling };
+            session.generate(&prompt, &opts).unwrap_or_else(|e| panic!("{name}: {e}")).tokens
+        };
+        for (t, k) in [(1.0, 1), (1000.0, 1), (1e-3, 0), (0.0, 0)] {
+            let got = run(t, k, 5, 16);
+            if got != want {
+                failures.push(format!("{name} temperature {t} top-k {k}: {got:?}\n  torch greedy {want:?}"));
+            }
+        }
+        // Flat enough to draw other tokens than the greedy ones.
+        let a = run(50.0, 0, 1, 16);
+        assert_eq!(a, run(50.0, 0, 1, 1), "{name}: one seed, other steps per submit");
+        assert_eq!(a[..prompt.len()], prompt[..]);
+        let b = run(50.0, 0, 2, 16);
+        let differ = |x: &[i64], y: &[i64]| x.iter().zip(y).filter(|(p, q)| p != q).count();
+        assert!(differ(&a, &want) > new / 2, "{name}: temperature 50 drew the greedy tokens {a:?}");
+        assert!(differ(&a, &b) > new / 2, "{name}: seeds 1 and 2 drew {a:?} and {b:?}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One `wgslc.Sample` node over `rows` rows of `v` logits, with its temperature, params and counter as inputs.
+fn sample_session(rows: usize, v: usize) -> (tempfile::TempDir, Session) {
+    use prost::Message;
+    use wgslc_onnx::proto::{
+        Dimension, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor,
+        ValueInfoProto,
+    };
+    let input = |name: &str, elem_type: i32, dims: &[usize]| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type,
+                shape: Some(TensorShapeProto {
+                    dim: dims.iter().map(|&d| Dimension { dim_value: Some(d as i64), dim_param: None }).collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+    };
+    let model = ModelProto {
+        ir_version: 8,
+        opset_import: vec![
+            OperatorSetIdProto { domain: String::new(), version: 17 },
+            OperatorSetIdProto { domain: "wgslc".into(), version: 1 },
+        ],
+        graph: Some(GraphProto {
+            node: vec![NodeProto {
+                input: ["logits", "temperature", "params", "counter"].map(String::from).to_vec(),
+                output: vec!["token".into()],
+                name: "sample".into(),
+                op_type: "Sample".into(),
+                domain: "wgslc".into(),
+                ..Default::default()
+            }],
+            input: vec![
+                input("logits", 1, &[rows, v]),
+                input("temperature", 1, &[1]),
+                input("params", 7, &[2]),
+                input("counter", 7, &[1, 3]),
+            ],
+            output: vec![ValueInfoProto { name: "token".into(), r#type: None }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sample.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    let art = dir.path().join("art");
+    wgslc::compile(&path, &art, &Default::default()).unwrap_or_else(|e| panic!("{e}"));
+    let session = Session::load_with(&art, common::gpu()).unwrap_or_else(|e| panic!("{e}"));
+    (dir, session)
+}
+
+fn draw(session: &Session, logits: &[f32], rows: usize, t: f32, k: i64, seed: i64, counter: i64) -> Vec<i64> {
+    let v = logits.len() / rows;
+    let feeds = [
+        HostTensor { shape: vec![rows, v], data: TensorData::F32(logits.to_vec()) },
+        HostTensor { shape: vec![1], data: TensorData::F32(vec![t]) },
+        HostTensor { shape: vec![2], data: TensorData::I64(vec![k, seed]) },
+        HostTensor { shape: vec![1, 3], data: TensorData::I64(vec![0, 0, counter]) },
+    ];
+    ids(&session.run(&feeds).unwrap_or_else(|e| panic!("{e}"))[0])
+}
+
+/// `Sample` against the distribution it must draw from, computed here: 20,000 rows of the same 10 logits (each
+/// row its own draw) give every token's frequency within 5 standard errors of softmax(kept / temperature), where
+/// top-k keeps the logits at or above the k-th largest (a tie with it kept, as transformers' top-k does).
+#[test]
+fn sample_draws_from_the_softmax_of_the_top_k() {
+    let row = [2.0f32, 1.0, 0.5, 0.5, 0.0, -1.0, -3.0, 1.0, 3.0, 0.2];
+    let (v, rows) = (row.len(), 20_000);
+    let (_dir, session) = sample_session(rows, v);
+    let logits: Vec<f32> = row.iter().copied().cycle().take(rows * v).collect();
+    for (t, k) in [(1.0f32, 0usize), (0.5, 3), (2.0, 5), (1.0, 10), (3.0, 1), (0.25, 2)] {
+        let mut sorted = row.to_vec();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        let floor = if k > 0 && k < v { sorted[k - 1] } else { f32::NEG_INFINITY };
+        let w: Vec<f64> =
+            row.iter().map(|&l| if l >= floor { (f64::from(l) / f64::from(t)).exp() } else { 0.0 }).collect();
+        let sum: f64 = w.iter().sum();
+        let got = draw(&session, &logits, rows, t, k as i64, 42, 7);
+        let mut count = vec![0usize; v];
+        for &g in &got {
+            count[usize::try_from(g).expect("a token id")] += 1;
+        }
+        for i in 0..v {
+            let p = w[i] / sum;
+            let f = count[i] as f64 / rows as f64;
+            let se = (p * (1.0 - p) / rows as f64).sqrt();
+            assert!(
+                (f - p).abs() <= 5.0 * se + 1e-12,
+                "temperature {t} top-k {k}: token {i} drawn {f:.4} of the time, softmax gives {p:.4} ({count:?})"
+            );
+        }
+    }
+    // Temperature 0: the largest logit; seeds and counters key the draws.
+    assert!(draw(&session, &logits, rows, 0.0, 0, 1, 1).iter().all(|&g| g == 8));
+    let a = draw(&session, &logits, rows, 1.0, 0, 42, 7);
+    assert_eq!(a, draw(&session, &logits, rows, 1.0, 0, 42, 7), "the same seed and counter draw the same");
+    for other in [draw(&session, &logits, rows, 1.0, 0, 43, 7), draw(&session, &logits, rows, 1.0, 0, 42, 8)] {
+        let same = a.iter().zip(&other).filter(|(x, y)| x == y).count() as f64 / rows as f64;
+        // Independent draws agree with probability Σp² (0.32 here).
+        assert!(same < 0.4, "another seed or counter agrees on {same:.3} of the draws");
+    }
+}
+
+/// Long rows (a vocabulary of 5,000; the top-k threshold found bit by bit): every draw among its row's k largest,
+/// with ties at the boundary and negative logits, and more than the largest drawn.
+#[test]
+fn sample_top_k_on_long_rows() {
+    let (v, rows) = (5000, 64);
+    let (_dir, session) = sample_session(rows, v);
+    let mut state = 12345u32;
+    let mut next = || {
+        state = state.wrapping_mul(1664525).wrapping_add(1013904223);
+        (state >> 8) as f32 / (1 << 24) as f32
+    };
+    // Values on a coarse grid so that rows hold ties, from -20 to 20.
+    let logits: Vec<f32> = (0..rows * v).map(|_| ((next() * 40.0 - 20.0) * 4.0).round() / 4.0).collect();
+    for k in [1usize, 7, 100, 4999] {
+        let got = draw(&session, &logits, rows, 100.0, k as i64, 9, 3);
+        let mut ranks = std::collections::HashSet::new();
+        for (r, &g) in got.iter().enumerate() {
+            let row = &logits[r * v..(r + 1) * v];
+            let mut sorted = row.to_vec();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            let value = row[usize::try_from(g).expect("a token id")];
+            assert!(value >= sorted[k - 1], "top-k {k}, row {r}: drew {value}, the k-th largest is {}", sorted[k - 1]);
+            ranks.insert(sorted.iter().position(|&x| x == value).unwrap());
+        }
+        if k > 1 {
+            assert!(ranks.len() > 1, "top-k {k} at temperature 100 drew only the largest logits");
+        } else {
+            assert!(got.iter().enumerate().all(|(r, &g)| {
+                let row = &logits[r * v..(r + 1) * v];
+                row[g as usize] == row.iter().copied().fold(f32::MIN, f32::max)
+            }));
+        }
+    }
+}
+
 fn wgslc(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_wgslc")).args(args).output().expect("run wgslc")
 }
@@ -185,6 +362,17 @@ fn cli_generate_writes_tokens_and_prints_timings() {
     let got = npy(&out.join("tokens.npy"));
     assert_eq!(got.shape, vec![1, 12]);
     assert_eq!(ids(&got), want[..12]);
+    // Sampling: top-k 1 is greedy; the JSON line names the seed; a negative temperature is refused.
+    let sampled = tmp.path().join("sampled");
+    let args = ["generate", &s(&art), "--input-ids", &s(&prompt), "--max-new-tokens", "7", "-o", &s(&sampled)];
+    let r = wgslc(&[&args[..], &["--top-k", "1", "--seed", "3"]].concat());
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let line: serde_json::Value = serde_json::from_slice(&r.stdout).expect("one JSON line");
+    assert_eq!((line["seed"].as_u64(), line["top_k"].as_u64()), (Some(3), Some(1)), "{line}");
+    assert_eq!(ids(&npy(&sampled.join("tokens.npy"))), want[..12]);
+    let r = wgslc(&[&args[..], &["--temperature", "-1"]].concat());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("--temperature must be 0 or more"), "{err}");
 
     // Past the capacity, and on an artifact compiled without --kv-cache: clear errors, no panic.
     let r = wgslc(&["generate", &s(&art), "--input-ids", &s(&prompt), "--max-new-tokens", "20", "-o", &s(&out)]);

@@ -90,6 +90,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
         | Op::Pad { .. }
         | Op::Reduce { .. }
         | Op::TopK { .. }
+        | Op::Sample
         | Op::Scatter { .. }
         | Op::TileCopy => return None,
     };

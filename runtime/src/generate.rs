@@ -22,11 +22,34 @@ pub struct GenerateOptions {
     /// the tokens back after each submit, so it overshoots an end-of-sequence token by fewer than this many steps
     /// (the overshoot is discarded).
     pub steps_per_submit: usize,
+    /// Draw each token instead of taking the most likely one (`None`: greedy).
+    pub sampling: Option<Sampling>,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_new_tokens: 32, eos: None, steps_per_submit: 16 }
+        GenerateOptions { max_new_tokens: 32, eos: None, steps_per_submit: 16, sampling: None }
+    }
+}
+
+/// How tokens are drawn, on the GPU (the plan's `Sample` kernels): the logits below the `top_k`-th largest are
+/// dropped (ties with it kept, as transformers' top-k does), and the token is drawn from the softmax of the rest
+/// at `temperature` (Gumbel-max: the largest `logit / temperature + noise`). The noise is a hash of the seed,
+/// the token's position and the vocabulary index, so a seed gives the same tokens on every device and in both
+/// runtimes (not torch's tokens: its random numbers are its own).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    /// Above 0; larger flattens the distribution. 0 takes the most likely token (greedy).
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens (0: the whole vocabulary).
+    pub top_k: usize,
+    /// The random stream; folded to 32 bits (`seed ^ seed >> 32`).
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling { temperature: 1.0, top_k: 0, seed: 0 }
     }
 }
 
@@ -58,8 +81,13 @@ fn words(spec: &TensorSpec, vals: impl IntoIterator<Item = i64>) -> Vec<u8> {
     vals.into_iter().flat_map(|v| word(spec, v)).collect()
 }
 
+/// Whether the generated part of `tokens` holds the end-of-sequence token.
+fn stopped(tokens: Option<&[i64]>, prompt: usize, eos: Option<i64>) -> bool {
+    matches!((tokens, eos), (Some(t), Some(e)) if t[prompt..].contains(&e))
+}
+
 impl Session {
-    /// Generates greedily from `prompt` (token ids) on a decoder artifact: the prompt in prefill steps, then one
+    /// Generates greedily (or drawing tokens, with [`GenerateOptions::sampling`]) from `prompt` (token ids) on a decoder artifact: the prompt in prefill steps, then one
     /// decode step per token, the cache and the chosen tokens staying on the GPU. Errors name what does not fit:
     /// an artifact without a decoder section, an empty prompt, prompt plus new tokens over the cache's capacity.
     pub fn generate(&self, prompt: &[i64], opts: &GenerateOptions) -> Result<Generation, RuntimeError> {
@@ -97,6 +125,26 @@ impl Session {
         if let Some(&t) = prompt.iter().find(|&&t| !(0..=i32::MAX as i64).contains(&t)) {
             return Err(bad(format!("token id {t} is not a valid id")));
         }
+        if let Some(s) = &opts.sampling {
+            if !(s.temperature.is_finite() && s.temperature >= 0.0) {
+                return Err(bad(format!("the temperature must be 0 or more, not {}", s.temperature)));
+            }
+            if s.top_k > i32::MAX as usize {
+                return Err(bad(format!("top-k {} is larger than any vocabulary", s.top_k)));
+            }
+        }
+        // The output each step chooses its token into, and the dispatches that compute it.
+        let choice = |st: &'_ Step| -> Result<(usize, Vec<usize>), RuntimeError> {
+            match (&opts.sampling, &st.sample) {
+                (None, _) => Ok((st.next_token, st.dispatches.clone())),
+                (Some(_), Some(sm)) => Ok((sm.token, sm.dispatches.clone())),
+                (Some(_), None) => Err(RuntimeError::Invalid(
+                    "this artifact was compiled before wgslc could sample: compile it again to sample".into(),
+                )),
+            }
+        };
+        let (decode_token, decode_dispatches) = choice(decode)?;
+        let (prefill_token, prefill_dispatches) = choice(prefill)?;
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
         let gpu = &self.gpu;
         let dev = &gpu.device;
@@ -122,6 +170,12 @@ impl Session {
                 buf("wgslc positions", bytes, storage),
             )
         })?;
+        if let (Some(s), Some(sm)) = (&opts.sampling, &decode.sample) {
+            let (t, p) = (input(sm.temperature), input(sm.params));
+            gpu.queue.write_buffer(t.1, 0, &s.temperature.to_le_bytes());
+            let seed = (s.seed ^ (s.seed >> 32)) as u32;
+            gpu.queue.write_buffer(p.1, 0, &words(p.0, [s.top_k as i64, i64::from(seed as i32)]));
+        }
         let (mask_spec, mask_buf) = input(decode.attention_mask);
         gpu.queue.write_buffer(&one, 0, &word(mask_spec, 1));
         if let Some(p) = decode.position_ids {
@@ -160,10 +214,10 @@ impl Session {
             gpu.scoped("prefill", || {
                 let mut enc =
                     dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc prefill") });
-                self.encode_step(&mut enc, prefill);
+                self.encode_step(&mut enc, &prefill.name, &prefill_dispatches);
                 self.copy_rows(&mut enc, d, prefill, pos, real);
                 if pos + real == prompt.len() {
-                    let (_, next) = output(prefill.next_token);
+                    let (_, next) = output(prefill_token);
                     enc.copy_buffer_to_buffer(next, 0, &history, 4 * prompt.len() as u64, 4);
                     enc.copy_buffer_to_buffer(next, 0, input(decode.input_ids).1, 0, 4);
                 }
@@ -188,7 +242,7 @@ impl Session {
         if opts.eos.is_some() {
             tokens = self.read_tokens(&history, &readback, produced)?.into();
         }
-        while produced < total && !self.stopped(tokens.as_deref(), prompt.len(), opts.eos) {
+        while produced < total && !stopped(tokens.as_deref(), prompt.len(), opts.eos) {
             let k = opts.steps_per_submit.min(total - produced);
             gpu.scoped("decode", || {
                 let mut enc =
@@ -198,8 +252,8 @@ impl Session {
                     if let Some(p) = decode.position_ids {
                         enc.copy_buffer_to_buffer(&iota, 4 * pos as u64, input(p).1, 0, 4);
                     }
-                    self.encode_step(&mut enc, decode);
-                    let (_, next) = output(decode.next_token);
+                    self.encode_step(&mut enc, &decode.name, &decode_dispatches);
+                    let (_, next) = output(decode_token);
                     enc.copy_buffer_to_buffer(next, 0, &history, 4 * (pos + 1) as u64, 4);
                     enc.copy_buffer_to_buffer(next, 0, input(decode.input_ids).1, 0, 4);
                     if pos < d.rows {
@@ -229,15 +283,11 @@ impl Session {
         Ok(Generation { tokens, prefill_ms, decode_steps: steps, decode_ms, submits })
     }
 
-    fn stopped(&self, tokens: Option<&[i64]>, prompt: usize, eos: Option<i64>) -> bool {
-        matches!((tokens, eos), (Some(t), Some(e)) if t[prompt..].contains(&e))
-    }
-
     /// One step's dispatches in one compute pass.
-    fn encode_step(&self, enc: &mut wgpu::CommandEncoder, step: &Step) {
+    fn encode_step(&self, enc: &mut wgpu::CommandEncoder, label: &str, dispatches: &[usize]) {
         let mut pass =
-            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&step.name), timestamp_writes: None });
-        for &d in &step.dispatches {
+            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None });
+        for &d in dispatches {
             let k = &self.plan.kernels[d];
             pass.set_pipeline(&self.pipelines[d]);
             pass.set_bind_group(0, &self.bind_groups[d], &[]);

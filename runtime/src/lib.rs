@@ -11,7 +11,7 @@
 
 mod generate;
 
-pub use generate::{GenerateOptions, Generation};
+pub use generate::{GenerateOptions, Generation, Sampling};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use wgslc_artifact::{ArtifactError, BufferKind, Plan, StorageType, TensorSpec};

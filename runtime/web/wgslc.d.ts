@@ -80,6 +80,15 @@ export interface GenerateOptions {
   stepsPerSubmit?: number;
   /** Called for each new token as it is read back, with its index in the result's tokens. */
   onToken?: (id: number, index: number) => void;
+  /**
+   * Sample at this temperature instead of taking the most likely token (0 is greedy). Any of temperature, topK and
+   * seed samples; the others default to 1, 0 and a random seed.
+   */
+  temperature?: number;
+  /** Sample among the topK most likely tokens (ties with the last kept); 0 keeps the whole vocabulary. */
+  topK?: number;
+  /** The sampling seed (its low 32 bits xor the high ones): the same seed draws the same tokens in both runtimes. */
+  seed?: number;
 }
 
 export interface Generation {
@@ -90,6 +99,8 @@ export interface Generation {
   /** Decode steps run (tokens after the first). */
   decodeSteps: number;
   submits: number;
+  /** The seed drawn with, when sampling. */
+  seed?: number;
 }
 
 export declare class Session {
@@ -113,7 +124,7 @@ export declare class Session {
    */
   timeReplay(iterations: number): Promise<{ ms: number; encodeMs: number }>;
   /**
-   * Greedy generation on a decoder artifact (`wgslc compile --kv-cache`): the prompt in prefill steps, then one
+   * Generation (greedy, or sampled with temperature/topK/seed) on a decoder artifact (`wgslc compile --kv-cache`): the prompt in prefill steps, then one
    * decode step per token, the KV cache and the chosen tokens on the GPU. Rejects when prompt plus maxNewTokens
    * exceeds the cache's capacity, or the artifact has no decoder section.
    */

@@ -317,8 +317,12 @@ export class Session {
    * with --kv-cache), as the Rust runtime's Session::generate does: the prompt in prefill steps, then one decode step
    * per token; the KV cache, the chosen tokens and the loop's inputs stay on the GPU. Options: maxNewTokens (default
    * 32), eos (stop after this id), stepsPerSubmit (default 16; the tokens are read back after each submit when eos or
-   * onToken is given), onToken(id, index) called for each new token as it is read back. Resolves to { tokens (the
-   * prompt and the new tokens, numbers), prefillMs, decodeMs, decodeSteps, submits }.
+   * onToken is given), onToken(id, index) called for each new token as it is read back; temperature, topK and seed
+   * draw tokens instead (any of them samples; the others default to 1, 0 = the whole vocabulary, and a random seed):
+   * the plan's Sample kernel keeps the logits at or above the topK-th largest and draws from their softmax at the
+   * temperature (0 is greedy), keyed by the seed's low 32 bits and the position, so a seed draws the same tokens as
+   * the Rust runtime's. Resolves to { tokens (the prompt and the new tokens, numbers), prefillMs, decodeMs,
+   * decodeSteps, submits, and seed when sampling }.
    */
   generate(promptIds, options = {}) {
     const r = this.#queue.then(() => this.#generate(promptIds, options));
@@ -355,6 +359,19 @@ export class Session {
     }
     const badId = prompt.find((t) => !(Number.isInteger(t) && t >= 0 && t <= 2147483647));
     if (badId !== undefined) throw bad(`token id ${badId} is not a valid id`);
+    const sampling = options.temperature != null || options.topK != null || options.seed != null;
+    const temperature = options.temperature ?? 1;
+    const topK = options.topK ?? 0;
+    const seed = options.seed ?? Math.floor(Math.random() * 4294967296);
+    if (sampling) {
+      if (!(Number.isFinite(temperature) && temperature >= 0)) throw bad(`the temperature must be 0 or more, not ${temperature}`);
+      if (!(Number.isInteger(topK) && topK >= 0 && topK <= 2147483647)) throw bad(`top-k must be a whole number, not ${topK}`);
+      if (!(Number.isInteger(seed) && seed >= 0 && seed <= Number.MAX_SAFE_INTEGER)) throw bad(`the seed must be a whole number, not ${seed}`);
+      if (!decode.sample || !prefill.sample) throw new Error("artifact: this artifact was compiled before wgslc could sample: compile it again to sample");
+    }
+    // The output each step chooses its token into, and the dispatches that compute it.
+    const choice = (st) => (sampling ? { token: st.sample.token, dispatches: st.sample.dispatches } : { token: st.next_token, dispatches: st.dispatches });
+    const [decodeChoice, prefillChoice] = [choice(decode), choice(prefill)];
 
     const input = (i) => ({ spec: plan.inputs[i], buf: buffers[plan.inputs[i].buffer] });
     const output = (i) => ({ spec: plan.outputs[i], buf: buffers[plan.outputs[i].buffer] });
@@ -381,6 +398,13 @@ export class Session {
       device.queue.writeBuffer(one, 0, words(mask.spec, [1]));
       if (decode.position_ids != null) device.queue.writeBuffer(iota, 0, words(input(decode.position_ids).spec, range(d.capacity, (i) => i)));
       device.queue.writeBuffer(history, 0, Int32Array.from(prompt));
+      if (sampling) {
+        // The seed folded to 32 bits as the Rust runtime does (seed ^ seed >> 32).
+        const big = BigInt(seed);
+        const folded = Number(BigInt.asUintN(32, big ^ (big >> 32n)));
+        write(decode.sample.temperature, [temperature]);
+        device.queue.writeBuffer(input(decode.sample.params).buf, 0, Uint32Array.from([topK, folded]));
+      }
 
       const t0 = performance.now();
       {
@@ -400,10 +424,10 @@ export class Session {
         if (prefill.last_index != null) write(prefill.last_index, [real - 1]);
         await scoped(device, "prefill", () => {
           const enc = device.createCommandEncoder({ label: "wgslc prefill" });
-          this.#encodeStep(enc, prefill);
+          this.#encodeStep(enc, prefill.name, prefillChoice.dispatches);
           this.#copyRows(enc, prefill, pos, real);
           if (pos + real === prompt.length) {
-            const next = output(prefill.next_token).buf;
+            const next = output(prefillChoice.token).buf;
             enc.copyBufferToBuffer(next, 0, history, 4 * prompt.length, 4);
             enc.copyBufferToBuffer(next, 0, input(decode.input_ids).buf, 0, 4);
           }
@@ -444,11 +468,11 @@ export class Session {
         const k = Math.min(perSubmit, total - produced);
         await scoped(device, "decode", () => {
           const enc = device.createCommandEncoder({ label: "wgslc decode" });
-          const next = output(decode.next_token).buf;
+          const next = output(decodeChoice.token).buf;
           for (let i = 0; i < k; i++) {
             const pos = produced + i - 1;
             if (decode.position_ids != null) enc.copyBufferToBuffer(iota, 4 * pos, input(decode.position_ids).buf, 0, 4);
-            this.#encodeStep(enc, decode);
+            this.#encodeStep(enc, decode.name, decodeChoice.dispatches);
             enc.copyBufferToBuffer(next, 0, history, 4 * (pos + 1), 4);
             enc.copyBufferToBuffer(next, 0, input(decode.input_ids).buf, 0, 4);
             if (pos < d.rows) {
@@ -478,17 +502,19 @@ export class Session {
         const at = tokens.slice(prompt.length).indexOf(eos);
         if (at >= 0) tokens = tokens.slice(0, prompt.length + at + 1);
       }
-      return { tokens, prefillMs, decodeMs, decodeSteps: steps, submits };
+      const result = { tokens, prefillMs, decodeMs, decodeSteps: steps, submits };
+      if (sampling) result.seed = seed;
+      return result;
     } finally {
       for (const b of temp) b.destroy();
     }
   }
 
   // One decoder step's dispatches in one compute pass.
-  #encodeStep(enc, step) {
+  #encodeStep(enc, label, dispatches) {
     const { plan, pipelines, bindGroups } = this.#s;
-    const pass = enc.beginComputePass({ label: step.name });
-    for (const d of step.dispatches) {
+    const pass = enc.beginComputePass({ label });
+    for (const d of dispatches) {
       const w = plan.kernels[d].workgroups;
       pass.setPipeline(pipelines[d]);
       pass.setBindGroup(0, bindGroups[d]);
@@ -637,7 +663,7 @@ function checkDecoder(plan, known) {
     }
   }
   for (const st of d.steps) {
-    known(`decoder step '${st.name}'`, st, ["name", "tokens", "dispatches", "input_ids", "attention_mask", "position_ids", "cache_position", "last_index", "logits", "next_token", "present"]);
+    known(`decoder step '${st.name}'`, st, ["name", "tokens", "dispatches", "input_ids", "attention_mask", "position_ids", "cache_position", "last_index", "logits", "next_token", "present", "sample"]);
     const n = st.tokens;
     if (!(n > 0 && n <= d.rows) || !st.dispatches.every((k) => k >= 0 && k < plan.kernels.length)) {
       bad(`step '${st.name}' has ${n} tokens or a dispatch out of range`);
@@ -650,6 +676,17 @@ function checkDecoder(plan, known) {
     const next = plan.outputs[st.next_token];
     if (!(next && len(next) === 1 && next.storage !== "f32") || !plan.outputs[st.logits]) {
       bad(`step '${st.name}': next_token or logits is not a valid output`);
+    }
+    if (st.sample !== undefined && st.sample !== null) {
+      const sm = st.sample;
+      known(`the sampling of step '${st.name}'`, sm, ["token", "dispatches", "temperature", "params"]);
+      const tok = plan.outputs[sm.token];
+      const t = plan.inputs[sm.temperature];
+      const p = plan.inputs[sm.params];
+      const fits = tok && len(tok) === 1 && tok.storage !== "f32" && t && len(t) === 1 && t.storage === "f32" &&
+        p && len(p) === 2 && p.storage !== "f32" && Array.isArray(sm.dispatches) &&
+        sm.dispatches.every((k) => k >= 0 && k < plan.kernels.length);
+      if (!fits) bad(`step '${st.name}': the sampling token, inputs or dispatches are not valid`);
     }
     if (st.present.length !== d.state.length) bad(`step '${st.name}' has ${st.present.length} present outputs for ${d.state.length} caches`);
     for (const [i, p] of st.present.entries()) {

@@ -33,17 +33,14 @@ pub(crate) fn section(
         .map(|(name, axis)| Ok(art::StateSpec { input: need_in(name)?, axis: *axis }))
         .collect::<Result<Vec<_>, CompileError>>()?;
     let by_name: HashMap<&str, ValueId> = g.outputs.iter().map(|&v| (g.value(v).name.as_str(), v)).collect();
-    let mut steps = Vec::new();
-    for s in &layout.steps {
-        let mut outs = vec![s.logits.as_str(), s.next_token.as_str()];
-        outs.extend(s.present.iter().map(|(o, _)| o.as_str()));
+    // The dispatches that compute `outs`, in order: backwards over the kernels, one that writes a needed value is
+    // needed, and so is everything it reads (an in-place kernel reads its input through its output binding).
+    // Written values stay needed: several kernels may write parts of one value (a Concat written in place).
+    let closure = |outs: &[&str]| -> Result<Vec<usize>, CompileError> {
         let mut needed: HashSet<ValueId> = HashSet::new();
-        for o in &outs {
+        for o in outs {
             needed.insert(root(*by_name.get(o).ok_or_else(|| err(format!("the compiled graph has no output '{o}'")))?));
         }
-        // Backwards over the kernels: one that writes a needed value is needed, and so is everything it reads
-        // (an in-place kernel reads its input through its output binding). Written values stay needed: several
-        // kernels may write parts of one value (a Concat written in place).
         let mut dispatches = Vec::new();
         for (i, k) in kernels.iter().enumerate().rev() {
             if k.kernel.bindings.iter().any(|&(v, w)| w && needed.contains(&root(v))) {
@@ -56,6 +53,19 @@ pub(crate) fn section(
             }
         }
         dispatches.reverse();
+        Ok(dispatches)
+    };
+    let mut steps = Vec::new();
+    for s in &layout.steps {
+        let mut outs = vec![s.logits.as_str()];
+        outs.extend(s.present.iter().map(|(o, _)| o.as_str()));
+        let dispatches = closure(&[&outs[..], &[s.next_token.as_str()]].concat())?;
+        let sample = art::StepSample {
+            token: need_out(&s.sampled_token)?,
+            dispatches: closure(&[&outs[..], &[s.sampled_token.as_str()]].concat())?,
+            temperature: need_in(&layout.temperature)?,
+            params: need_in(&layout.sampling)?,
+        };
         steps.push(art::Step {
             name: s.name.into(),
             tokens: s.tokens,
@@ -73,6 +83,7 @@ pub(crate) fn section(
                 .iter()
                 .map(|(o, r)| Ok(art::Present { output: need_out(o)?, first_row: *r }))
                 .collect::<Result<_, CompileError>>()?,
+            sample: Some(sample),
         });
     }
     Ok(art::Decoder { capacity: layout.rows + 1, rows: layout.rows, state, steps })

@@ -152,7 +152,7 @@ fn node_flops(g: &Graph, n: NodeId) -> u64 {
         // One operation per output element.
         Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_) => out,
         // A compare per element per step of the scan or selection.
-        Op::CumSum { .. } | Op::TopK { .. } => input(0).map(|t| t.numel() as u64).unwrap_or(out),
+        Op::CumSum { .. } | Op::TopK { .. } | Op::Sample => input(0).map(|t| t.numel() as u64).unwrap_or(out),
         Op::BatchNorm { .. } => 2 * out,
         // Import-level ops never reach a report (shape inference resolves them): counted as one per element.
         wgslc_ir::import_level!() => out,

@@ -12,7 +12,8 @@
 //!
 //! [`decoder_model`] rewrites the model into one graph with both steps (the prefill step's values prefixed
 //! `prefill/`, the cache inputs and the weights shared), each step ending in an `ArgMax` over its last real
-//! token's logits (`next_token`), and each `present` output reduced to the step's new rows where the model writes
+//! token's logits (`next_token`) and in a `Sample` over them (`wgslc.sampled_token`, wgslc's own op: top-k and
+//! temperature from the shared inputs `wgslc.temperature` and `wgslc.sampling`), and each `present` output reduced to the step's new rows where the model writes
 //! it as `Concat(past, new)` (the runtime copies those rows; the full concatenation stays internal).
 
 use crate::proto::{
@@ -24,6 +25,9 @@ use std::collections::{HashMap, HashSet};
 
 /// The prefix of the prefill step's names.
 pub const PREFILL: &str = "prefill/";
+/// The sampling inputs both steps share (see [`DecoderLayout`]).
+const TEMPERATURE: &str = "wgslc.temperature";
+const SAMPLING: &str = "wgslc.sampling";
 
 /// What `--kv-cache` asks for.
 #[derive(Clone, Debug)]
@@ -43,6 +47,9 @@ pub struct KvCache {
 pub struct DecoderLayout {
     /// Cache inputs (shared by both steps) and the axis their rows run along.
     pub state: Vec<(String, usize)>,
+    /// The sampling inputs shared by both steps: the temperature (float `[1]`) and the top-k and seed (int64 `[2]`).
+    pub temperature: String,
+    pub sampling: String,
     pub steps: Vec<StepLayout>,
     /// Rows in every cache input.
     pub rows: usize,
@@ -59,6 +66,8 @@ pub struct StepLayout {
     pub last_index: Option<String>,
     pub logits: String,
     pub next_token: String,
+    /// The token drawn by `Sample` from the same logits, keyed by the step's last position.
+    pub sampled_token: String,
     /// Per state entry: the output with the step's rows, and the row of it where the step's first token is.
     pub present: Vec<(String, usize)>,
 }
@@ -249,8 +258,13 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
     g.node.extend(extra_nodes);
 
     // Both steps: the decode step keeps the names, the prefill step's are prefixed.
-    let shared: HashSet<String> =
-        inits.iter().chain(&kv.fixed).cloned().chain(states.iter().map(|s| s.to_string())).collect();
+    let shared: HashSet<String> = inits
+        .iter()
+        .chain(&kv.fixed)
+        .cloned()
+        .chain(states.iter().map(|s| s.to_string()))
+        .chain([TEMPERATURE.to_string(), SAMPLING.to_string()])
+        .collect();
     let mut prefill_nodes: Vec<NodeProto> = g.node.iter().map(|n| prefixed(n, &shared)).collect();
     let mut shapes = past_shapes.clone();
     let mut steps = Vec::new();
@@ -293,15 +307,20 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
         };
         let next = p("next_token");
         let argmax = node("ArgMax", &next, &[&row], &next, vec![int_attr("axis", -1), int_attr("keepdims", 0)]);
+        // Or a draw from them, keyed by the position of the step's last real token (prefill pads with it).
+        let sampled = p("wgslc.sampled_token");
+        let mut sample = node("Sample", &sampled, &[&row, TEMPERATURE, SAMPLING, &p("position_ids")], &sampled, vec![]);
+        sample.domain = crate::WGSLC_DOMAIN.into();
         if prefix.is_empty() {
-            g.node.push(argmax);
+            g.node.extend([argmax, sample]);
         } else {
-            prefill_nodes.push(argmax);
+            prefill_nodes.extend([argmax, sample]);
         }
         for o in &g.output {
             outputs.push(ValueInfoProto { name: p(&o.name), r#type: o.r#type.clone() });
         }
         outputs.push(ValueInfoProto { name: next.clone(), r#type: None });
+        outputs.push(ValueInfoProto { name: sampled.clone(), r#type: None });
         steps.push(StepLayout {
             name,
             tokens,
@@ -312,6 +331,7 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
             last_index,
             logits: lg,
             next_token: next,
+            sampled_token: sampled,
             present: pairs.iter().zip(&present_rows).map(|((o, _), &r)| (p(o), r)).collect(),
         });
     }
@@ -319,6 +339,10 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
         let i = find(past).expect("checked");
         inputs.push(i.clone());
     }
+    inputs.push(tensor_input(TEMPERATURE, 1, 1));
+    inputs.push(tensor_input(SAMPLING, 7, 2));
+    shapes.insert(TEMPERATURE.into(), vec![1]);
+    shapes.insert(SAMPLING.into(), vec![2]);
     // Initializers that the model also lists as inputs stay inputs (they are weights), as do --const inputs.
     inputs.extend(g.input.iter().filter(|i| inits.contains(&i.name) || kv.fixed.contains(&i.name)).cloned());
     g.node.extend(prefill_nodes);
@@ -326,7 +350,8 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
     g.output = outputs;
     g.value_info.clear();
     model.graph = Some(g);
-    Ok(DecoderModel { model, shapes, layout: DecoderLayout { state, steps, rows } })
+    let layout = DecoderLayout { state, temperature: TEMPERATURE.into(), sampling: SAMPLING.into(), steps, rows };
+    Ok(DecoderModel { model, shapes, layout })
 }
 
 fn prefixed(n: &NodeProto, shared: &HashSet<String>) -> NodeProto {
@@ -355,11 +380,16 @@ fn int_attr(name: &str, i: i64) -> AttributeProto {
 }
 
 fn int64_input(name: &str, len: i64) -> ValueInfoProto {
+    tensor_input(name, 7, len)
+}
+
+/// A rank-1 input of ONNX element type `elem_type` (1 float, 7 int64).
+fn tensor_input(name: &str, elem_type: i32, len: i64) -> ValueInfoProto {
     ValueInfoProto {
         name: name.into(),
         r#type: Some(TypeProto {
             tensor_type: Some(TypeProtoTensor {
-                elem_type: 7,
+                elem_type,
                 shape: Some(TensorShapeProto { dim: vec![Dimension { dim_value: Some(len), dim_param: None }] }),
             }),
             ..Default::default()

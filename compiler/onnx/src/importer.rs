@@ -53,7 +53,8 @@ impl Importer<'_> {
     pub(crate) fn node(&mut self, index: usize, node: &NodeProto) -> Result<(), ImportError> {
         let name = if node.name.is_empty() { format!("{}_{index}", node.op_type) } else { node.name.clone() };
         let a = Attrs { node, name: &name };
-        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+        let own = node.domain == crate::WGSLC_DOMAIN && node.op_type == "Sample";
+        if !(node.domain.is_empty() || node.domain == "ai.onnx" || own) {
             return Err(ImportError::UnknownDomain {
                 node: name.clone(),
                 op: node.op_type.clone(),
@@ -91,6 +92,7 @@ impl Importer<'_> {
         let opset = self.opset;
         let op = match node.op_type.as_str() {
             "Constant" => return self.constant(&a, node),
+            "Sample" if own => Op::Sample,
             "Add" => Op::Binary(BinaryOp::Add),
             "Sub" => Op::Binary(BinaryOp::Sub),
             "Mul" => Op::Binary(BinaryOp::Mul),

@@ -135,6 +135,10 @@ pub fn import_bytes(bytes: &[u8], model_dir: Option<&Path>, opts: &ImportOptions
     import_model(&model, model_dir, opts)
 }
 
+/// The domain of wgslc's own ops in ONNX graphs: `Sample` (see `wgslc_ir::Op::Sample`), which `--kv-cache`
+/// adds to draw tokens.
+pub const WGSLC_DOMAIN: &str = "wgslc";
+
 /// The opset of the default domain.
 fn default_opset(model: &ModelProto) -> i64 {
     model.opset_import.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx").map(|o| o.version).unwrap_or(1)

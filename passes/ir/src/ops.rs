@@ -407,6 +407,14 @@ pub enum Op {
         largest: bool,
         k: Option<usize>,
     },
+    /// wgslc's own (domain `wgslc`): draws one token id per row of logits (the last axis) for generation.
+    /// Inputs: logits (float), temperature (float, one element), params (integers: top-k, seed) and a counter
+    /// (integers; its last element, the token's position, keys the random numbers). Keeps the logits at or above
+    /// the k-th largest (every logit when k is 0 or at least the row's length), then picks
+    /// `argmax(logit / temperature + Gumbel noise)`, an exact draw from the softmax of the kept logits at that
+    /// temperature; a temperature of 0 or less picks the largest logit (first on ties). The noise is a hash of
+    /// (seed, counter, index), so a seed gives the same tokens on every device. Output: int64, the row's shape.
+    Sample,
     /// ScatterElements(data, indices, updates) along `axis`, or ScatterND when `axis` is None.
     Scatter {
         axis: Option<i64>,
@@ -565,6 +573,7 @@ impl Op {
             Op::SpaceToDepth { .. } => "SpaceToDepth",
             Op::CenterCropPad => "CenterCropPad",
             Op::TopK { .. } => "TopK",
+            Op::Sample => "Sample",
             Op::Scatter { axis: Some(_), .. } => "ScatterElements",
             Op::Scatter { axis: None, .. } => "ScatterND",
             Op::OneHot { .. } => "OneHot",
@@ -634,6 +643,7 @@ impl Op {
             | Op::TileCopy
             | Op::RotateHalf
             | Op::ArgReduce { .. }
+            | Op::Sample
             | Op::GatherElements { .. } => true,
             Op::Reduce { axes, .. } => axes.is_some(),
             Op::Trilu { k, .. } => k.is_some(),

@@ -198,6 +198,23 @@ pub(super) fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let op = Op::ArgReduce { max, axis: axis as i64, keepdims, select_last };
             one_input(cx, op, TensorType::new(DType::I64, shape))
         }
+        Op::Sample => {
+            let (x, t, params, counter) = (cx.ty(0)?, cx.ty(1)?, cx.ty(2)?, cx.ty(3)?);
+            if !x.dtype.is_float() || x.shape.last().is_none_or(|&n| n == 0) {
+                return Err(cx.err(format!("the logits must be float with a non-empty last axis, got {x}")));
+            }
+            if !t.dtype.is_float() || t.numel() != 1 {
+                return Err(cx.err(format!("the temperature must be one float, got {t}")));
+            }
+            if !params.dtype.is_int() || params.numel() != 2 {
+                return Err(cx.err(format!("the params must be two integers (top-k, seed), got {params}")));
+            }
+            if !counter.dtype.is_int() || counter.numel() == 0 {
+                return Err(cx.err(format!("the counter must be integers, got {counter}")));
+            }
+            let shape = x.shape[..x.rank() - 1].to_vec();
+            Ok(keep(cx, Op::Sample, vec![TensorType::new(DType::I64, shape)]))
+        }
         Op::Trilu { upper, .. } => {
             let x = cx.ty(0)?.clone();
             if x.rank() < 2 {

@@ -94,6 +94,25 @@ pub struct Step {
     pub next_token: usize,
     /// One per `Decoder::state` entry: the output holding the step's new rows.
     pub present: Vec<Present>,
+    /// The step when it draws its token instead (absent from artifacts made before sampling existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<StepSample>,
+}
+
+/// A step that samples: the same logits and cache rows, its token drawn by a `Sample` kernel (top-k, then a
+/// Gumbel-max draw at the temperature, keyed by the seed and the step's last position) instead of the ArgMax.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StepSample {
+    /// The drawn token (int64 `[1, 1]`): index into `Plan::outputs`.
+    pub token: usize,
+    /// The step's dispatches when it samples, in replay order (a subsequence of `Plan::dispatches`).
+    pub dispatches: Vec<usize>,
+    /// Indices into `Plan::inputs`: the temperature (float, one element; 0 or less is greedy) and the top-k and
+    /// seed (integers, two elements; top-k 0 keeps the whole vocabulary, the seed's 32 bits are used as is).
+    pub temperature: usize,
+    pub params: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -374,6 +393,15 @@ impl Plan {
             }
             if !output(st.next_token).is_some_and(|t| len(t) == 1 && word(t)) || output(st.logits).is_none() {
                 return bad(format!("step '{}': next_token or logits is not a valid output", st.name));
+            }
+            if let Some(sm) = &st.sample {
+                let fits = output(sm.token).is_some_and(|t| len(t) == 1 && word(t))
+                    && input(sm.temperature).is_some_and(|t| len(t) == 1 && !word(t))
+                    && input(sm.params).is_some_and(|t| len(t) == 2 && word(t))
+                    && sm.dispatches.iter().all(|&k| k < self.kernels.len());
+                if !fits {
+                    return bad(format!("step '{}': the sampling token, inputs or dispatches are not valid", st.name));
+                }
             }
             if st.present.len() != d.state.len() {
                 return bad(format!(

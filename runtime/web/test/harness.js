@@ -50,7 +50,7 @@ async function main() {
       continue;
     }
     if (c.generate) {
-      // Decoder artifacts: greedy generations; the server compares the tokens with torch's.
+      // Decoder artifacts: greedy and sampled generations; the server compares the tokens.
       try {
         const session = await loadSession(`/cases/${c.id}/`);
         r.generations = [];
@@ -58,6 +58,7 @@ async function main() {
           const seen = [];
           const opts = { maxNewTokens: g.max_new_tokens, stepsPerSubmit: g.steps_per_submit, onToken: (t, i) => seen.push([t, i]) };
           if (g.eos !== null) opts.eos = g.eos;
+          if (g.temperature != null) Object.assign(opts, { temperature: g.temperature, topK: g.top_k, seed: g.seed });
           const out = await session.generate(g.prompt, opts);
           r.generations.push({ tokens: out.tokens, seen, decode_steps: out.decodeSteps });
         }

@@ -434,6 +434,7 @@ impl Emitter<'_> {
                 Ok(vec![self.cumsum(n, axis.expect("resolved") as usize, *exclusive, *reverse, *prod)?])
             }
             Op::TopK { axis, largest, k } => Ok(vec![self.topk(n, *axis as usize, *largest, k.expect("resolved"))?]),
+            Op::Sample => Ok(vec![self.sample(n)?]),
             Op::Scatter { axis, reduction } => Ok(vec![self.scatter(n, axis.map(|a| a as usize), *reduction)?]),
             Op::Pad { mode, pads, value } => Ok(vec![self.pad(n, *mode, pads.as_ref().expect("resolved"), *value)?]),
             Op::Pool { .. } => Ok(vec![self.pool(n)?]),

@@ -87,6 +87,16 @@ pub(super) struct ArgReduceRowsTpl {
 }
 
 #[derive(Template)]
+#[template(path = "sample_rows.wgsl", escape = "none")]
+pub(super) struct SampleTpl {
+    pub(super) h: Header,
+    pub(super) groups_x: u32,
+    pub(super) rows: usize,
+    pub(super) n: usize,
+    pub(super) counter_last: usize,
+}
+
+#[derive(Template)]
 #[template(path = "cumsum.wgsl", escape = "none")]
 pub(super) struct CumSumTpl {
     pub(super) h: Header,
@@ -405,6 +415,34 @@ impl Emitter<'_> {
             },
         };
         self.kernel(n, node.name.clone(), "cumsum", tpl.render(), &b, wg)
+    }
+
+    /// A token per row of logits (`Op::Sample`): a workgroup per row, as the long-axis ArgMax.
+    pub(super) fn sample(&self, n: NodeId) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let input = |i: usize| node.inputs[i].ok_or_else(|| self.err(n, format!("Sample needs input {i}")));
+        let (x, t, params, counter, out) = (input(0)?, input(1)?, input(2)?, input(3)?, node.outputs[0]);
+        if storage(g, x) != Storage::F32 || storage(g, t) != Storage::F32 {
+            return Err(self.err(n, "Sample reads logits and a temperature stored as f32"));
+        }
+        let rows = g.ty(out).numel();
+        let b = [
+            (x, false, "x"),
+            (t, false, "temperature"),
+            (params, false, "params"),
+            (counter, false, "counter"),
+            (out, true, "out"),
+        ];
+        let (h, wg, groups_x) = self.launch(n, None, "sample_rows.wgsl", &b, rows)?;
+        let tpl = SampleTpl {
+            h,
+            groups_x,
+            rows,
+            n: *g.ty(x).shape.last().expect("resolved: rank ≥ 1"),
+            counter_last: g.ty(counter).numel() - 1,
+        };
+        self.kernel(n, node.name.clone(), "sample", tpl.render(), &b, wg)
     }
 
     pub(super) fn topk(&self, n: NodeId, axis: usize, largest: bool, k: usize) -> Result<EmittedKernel, EmitError> {
