@@ -279,6 +279,30 @@ def ops():
     conv("conv_depthwise_no_bias", [1, 3, 7, 7], [3, 1, 3, 3], bias=False, group=3, pads=[1, 1, 1, 1])
     conv("conv_same_upper", [1, 2, 7, 8], [2, 2, 4, 4], auto_pad="SAME_UPPER", strides=[2, 2])
     conv("conv_1d", [2, 3, 12], [5, 3, 3], strides=[2], pads=[1, 1])
+
+    def convt(name, xs, ws, bias=True, w_input=False, **attrs):
+        ins = ["x", "w"] + (["b"] if bias else [])
+        inputs, feeds = [vi("x", F, xs)], [rand(*xs)]
+        inits = [init("b", rand(ws[1] * attrs.get("group", 1)))] if bias else []
+        if w_input:
+            inputs.append(vi("w", F, ws))
+            feeds.append(rand(*ws))
+        else:
+            inits.append(init("w", rand(*ws)))
+        cases[name] = (model([helper.make_node("ConvTranspose", ins, ["y"], **attrs)], inputs, [vi("y", F, None)], inits),
+                       feeds)
+
+    # The 2x2, stride-2 upsampling of U-Nets and OCR detectors (no overlap: a 1x1 Conv and a rearrangement).
+    convt("convtranspose_2x2_stride2", [1, 8, 5, 6], [8, 4, 2, 2], strides=[2, 2])
+    convt("convtranspose_4_stride4_1d", [2, 3, 6], [3, 2, 4], strides=[4])
+    # torch's ConvTranspose2d(k=3, s=2, p=1, output_padding=1), groups with dilation and uneven pads, a 1-D one
+    # whose pads crop, and weights that are a run-time input.
+    convt("convtranspose_3x3_stride2_outpad", [1, 3, 5, 5], [3, 2, 3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+          output_padding=[1, 1])
+    convt("convtranspose_groups_dilation", [2, 4, 4, 5], [4, 3, 3, 2], group=2, dilations=[2, 1], strides=[1, 3],
+          pads=[0, 1, 2, 0])
+    convt("convtranspose_1d_crop", [2, 3, 7], [3, 5, 4], bias=False, strides=[3], pads=[4, 2])
+    convt("convtranspose_weight_input", [1, 2, 4, 4], [2, 3, 3, 3], w_input=True, strides=[2, 2], pads=[1, 1, 1, 1])
     p = rand(1, 2, 9, 9)
     cases["maxpool_2x2"] = unary_case("MaxPool", p, kernel_shape=[2, 2], strides=[2, 2])
     cases["maxpool_3x3_pad_ceil"] = unary_case("MaxPool", p, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
@@ -763,6 +787,31 @@ def cnn():
     return model(nodes, [vi("x", F, [2, 3, 16, 16])], [vi("y", F, [2, 10])], inits, opset=13), [rand(2, 3, 16, 16)]
 
 
+def detector_head():
+    """A DBNet-style text-detector head (PP-OCR's shape): an FPN merge (Resize nearest x2 + Add), Conv -> BN ->
+    Relu, two ConvTranspose 2x2 stride 2 (the second to one channel) with BN -> Relu between, Sigmoid; opset 17."""
+    bn = lambda p, c: [init(f"{p}_s", rand(c, lo=0.5, hi=1.5)), init(f"{p}_b", rand(c)), init(f"{p}_m", rand(c)),
+                       init(f"{p}_v", rand(c, lo=0.5, hi=2))]
+    nodes = [
+        helper.make_node("Resize", ["low", "", "scales"], ["up"], mode="nearest",
+                         coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+        helper.make_node("Add", ["up", "high"], ["fpn"]),
+        helper.make_node("Conv", ["fpn", "c1w"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "bn1_s", "bn1_b", "bn1_m", "bn1_v"], ["b1"]),
+        helper.make_node("Relu", ["b1"], ["r1"]),
+        helper.make_node("ConvTranspose", ["r1", "t1w", "t1b"], ["t1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["t1", "bn2_s", "bn2_b", "bn2_m", "bn2_v"], ["b2"]),
+        helper.make_node("Relu", ["b2"], ["r2"]),
+        helper.make_node("ConvTranspose", ["r2", "t2w", "t2b"], ["t2"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Sigmoid", ["t2"], ["y"]),
+    ]
+    inits = [init("scales", np.array([1, 1, 2, 2], np.float32)), init("c1w", rand(8, 16, 3, 3) * 0.3),
+             *bn("bn1", 8), init("t1w", rand(8, 8, 2, 2) * 0.5), init("t1b", rand(8)), *bn("bn2", 8),
+             init("t2w", rand(8, 1, 2, 2) * 0.5), init("t2b", rand(1))]
+    ins = [vi("low", F, [1, 16, 12, 10]), vi("high", F, [1, 16, 24, 20])]
+    return model(nodes, ins, [vi("y", F, [1, 1, 96, 80])], inits, opset=17), [rand(1, 16, 12, 10), rand(1, 16, 24, 20)]
+
+
 def transformer():
     """A GPT-2-style block: token + position embedding (Gather), causal self-attention with 4 heads, MLP with the
     erf-form GELU, pre-LayerNorm and residuals, as the TorchScript exporter writes it (opset 17)."""
@@ -834,6 +883,8 @@ def main():
     for name, (m, ins) in ops().items():
         if not only or name in only:
             save_case("ops", name, m, ins, CASE_META.get(name))
+    if not only or "detector_head" in only:
+        save_case("models", "detector_head", *detector_head())
 
 
 if __name__ == "__main__":

@@ -401,6 +401,17 @@ impl Importer<'_> {
                 }
                 Op::Conv { window: self.window(&a, false)?, group: a.int("group", 1).max(1) as usize }
             }
+            "ConvTranspose" => {
+                if inputs.len() < 2 {
+                    return Err(a.err("ConvTranspose needs X and W"));
+                }
+                Op::ConvTranspose {
+                    window: self.window(&a, false)?,
+                    group: a.int("group", 1).max(1) as usize,
+                    output_padding: a.usizes("output_padding")?,
+                    output_shape: a.usizes("output_shape")?,
+                }
+            }
             "LpPool" => Op::Pool {
                 kind: PoolKind::Lp(a.int("p", 2).clamp(1, 16) as u32),
                 window: self.window(&a, true)?,

@@ -34,7 +34,7 @@ macro_rules! import_level {
     };
 }
 
-/// The composite ops, which shape inference expands into simpler ones (passes/src/expand.rs), as a pattern.
+/// The composite ops, which shape inference expands into simpler ones (passes/src/expand/), as a pattern.
 #[macro_export]
 macro_rules! composite {
     () => {
@@ -50,6 +50,7 @@ macro_rules! composite {
             | $crate::Op::Hardmax { .. }
             | $crate::Op::InstanceNorm { .. }
             | $crate::Op::GroupNorm { .. }
+            | $crate::Op::ConvTranspose { .. }
     };
 }
 
@@ -278,6 +279,14 @@ pub enum Op {
     Conv {
         window: Window,
         group: usize,
+    },
+    /// ConvTranspose(X, W [C_in, C_out / group, k…], B?): the gradient of Conv, expanded into a Conv (passes
+    /// `expand`). `window.pads` may be absent (auto_pad, output_shape); `output_shape` holds the spatial sizes.
+    ConvTranspose {
+        window: Window,
+        group: usize,
+        output_padding: Vec<usize>,
+        output_shape: Vec<usize>,
     },
     Pool {
         kind: PoolKind,
@@ -549,6 +558,7 @@ impl Op {
             Op::MatMul => "MatMul",
             Op::Gemm { .. } => "Gemm",
             Op::Conv { .. } => "Conv",
+            Op::ConvTranspose { .. } => "ConvTranspose",
             Op::Pool { kind: PoolKind::Max, .. } => "MaxPool",
             Op::Pool { kind: PoolKind::Avg, .. } => "AveragePool",
             Op::Pool { kind: PoolKind::Lp(_), .. } => "LpPool",

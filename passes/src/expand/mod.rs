@@ -1,6 +1,9 @@
 //! Composite ops expanded into simpler ones once shapes are known: Attention, DepthToSpace, SpaceToDepth,
-//! LpNormalization, LRN, GatherND, Resize (and Upsample), Hardmax, InstanceNormalization and GroupNormalization. Each expansion builds ordinary nodes
-//! that shape inference then types and folds like any other.
+//! LpNormalization, LRN, GatherND, Resize (and Upsample), Hardmax, InstanceNormalization, GroupNormalization and
+//! ConvTranspose (conv_transpose.rs). Each expansion builds ordinary nodes that shape inference then types and
+//! folds like any other.
+
+mod conv_transpose;
 
 use crate::PassError;
 use wgslc_ir::{
@@ -374,6 +377,13 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             vec![Some(b.bin(BinaryOp::Add, m, bi)?)]
         }
         Op::Attention(attrs) => attention(&mut b, &node.inputs, attrs, &err)?,
+        Op::ConvTranspose { window, group, output_padding, output_shape } => {
+            let w = node.inputs.get(1).copied().flatten().ok_or_else(|| err("missing W".into()))?;
+            let bias = node.inputs.get(2).copied().flatten();
+            let wt = ty(b.g, 1)?;
+            let attrs = conv_transpose::Attrs { window, group: *group, output_padding, output_shape };
+            vec![Some(conv_transpose::expand(&mut b, x, &xt, w, &wt, bias, &attrs, &err)?)]
+        }
         _ => unreachable!("not a composite"),
     };
     let mut nodes = std::mem::take(&mut b.nodes);
