@@ -26,6 +26,8 @@ def run_case(wgslc, case, flags, tmp):
     args = []
     for k, v in meta.get("dims", {}).items():
         args += ["--dim", f"{k}={v}"]
+    for k, v in meta.get("const", {}).items():
+        args += ["--const", f"{k}={os.path.join(case, v)}"]
     art, out = os.path.join(tmp, "art"), os.path.join(tmp, "out")
     subprocess.run([wgslc, "compile", os.path.join(case, "model.onnx"), "-o", art] + args + flags,
                    check=True, capture_output=True, text=True)

@@ -38,8 +38,10 @@ def rand(*shape, lo=-1.0, hi=1.0):
 CASE_META = {"symbolic_dims_bound": {"dims": {"batch": 3}}}
 
 
-def save_case(suite, name, model, inputs, meta=None):
-    """Checks the model, runs onnxruntime on `inputs` and writes the case directory."""
+def save_case(suite, name, model, inputs, meta=None, consts=()):
+    """Checks the model, runs onnxruntime on `inputs` and writes the case directory. Inputs named in `consts`
+    are bound at compile time (`--const NAME=const_NAME.npy`, listed in meta.json) rather than written as run-time
+    inputs."""
     # Outputs declared without a shape (ONNX allows it; the checker does not) are checked by onnxruntime.
     if all(o.type.tensor_type.HasField("shape") for o in model.graph.output):
         onnx.checker.check_model(model, full_check=True)
@@ -50,8 +52,14 @@ def save_case(suite, name, model, inputs, meta=None):
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
     outs = sess.run(None, feed)
-    for i, x in enumerate(inputs):
-        np.save(os.path.join(d, f"input_{i}.npy"), x)
+    runtime = [(i, x) for i, x in zip(sess.get_inputs(), inputs) if i.name not in consts]
+    for k, (_, x) in enumerate(runtime):
+        np.save(os.path.join(d, f"input_{k}.npy"), x)
+    for i, x in zip(sess.get_inputs(), inputs):
+        if i.name in consts:
+            np.save(os.path.join(d, f"const_{i.name}.npy"), x)
+    if consts:
+        meta = dict(meta or {}, const={c: f"const_{c}.npy" for c in consts})
     for i, y in enumerate(outs):
         np.save(os.path.join(d, f"output_{i}.npy"), y)
     if meta:
@@ -812,6 +820,38 @@ def detector_head():
     return model(nodes, ins, [vi("y", F, [1, 1, 96, 80])], inits, opset=17), [rand(1, 16, 12, 10), rand(1, 16, 24, 20)]
 
 
+def if_sample_rate(sr):
+    """A voice-activity detector's switch on its sample rate (Silero VAD's shape): If(Equal(sr, 16000)) between a
+    16 kHz branch (its own initializer, a MatMul reading an outer weight, a nested If on Greater(sr, 12000)) and an
+    8 kHz one; opset 17, sr bound with --const."""
+    w = rand(8, 4)
+    nested = helper.make_node("If", ["big"], ["n"], then_branch=helper.make_graph(
+        [helper.make_node("Mul", ["h16", "two"], ["n_then"])], "nested_then", [], [vi("n_then", F, None)],
+        [init("two", np.array(2.0, np.float32))]), else_branch=helper.make_graph(
+        [helper.make_node("Neg", ["h16"], ["n_else"])], "nested_else", [], [vi("n_else", F, None)]))
+    then_branch = helper.make_graph([
+        helper.make_node("MatMul", ["x", "w"], ["mm"]),
+        helper.make_node("Add", ["mm", "b16"], ["h16"]),
+        helper.make_node("Greater", ["sr", "k12"], ["big"]),
+        nested,
+        helper.make_node("Relu", ["n"], ["out16"]),
+    ], "then", [], [vi("out16", F, None)], [init("b16", rand(4)), init("k12", np.array(12000, np.int64))])
+    else_branch = helper.make_graph([
+        helper.make_node("ReduceMean", ["x"], ["h8"], axes=[1], keepdims=1),
+        helper.make_node("Expand", ["h8", "shape4"], ["out8"]),
+    ], "else", [], [vi("out8", F, None)], [init("shape4", np.array([2, 4], np.int64))])
+    nodes = [
+        helper.make_node("Equal", ["sr", "k16"], ["is16"]),
+        helper.make_node("If", ["is16"], ["y0"], then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("Sigmoid", ["x"], ["h"]),
+        helper.make_node("ReduceSum", ["h", "ax1"], ["hs"], keepdims=1),
+        helper.make_node("Add", ["y0", "hs"], ["y"]),
+    ]
+    m = model(nodes, [vi("x", F, [2, 8]), vi("sr", I64, [])], [vi("y", F, [2, 4])],
+              [init("w", w), init("k16", np.array(16000, np.int64)), init("ax1", np.array([1], np.int64))])
+    return m, [rand(2, 8), np.array(sr, np.int64)]
+
+
 def transformer():
     """A GPT-2-style block: token + position embedding (Gather), causal self-attention with 4 heads, MLP with the
     erf-form GELU, pre-LayerNorm and residuals, as the TorchScript exporter writes it (opset 17)."""
@@ -885,6 +925,9 @@ def main():
             save_case("ops", name, m, ins, CASE_META.get(name))
     if not only or "detector_head" in only:
         save_case("models", "detector_head", *detector_head())
+    for sr in (16000, 8000):
+        if not only or f"if_sample_rate_{sr}" in only:
+            save_case("ops", f"if_sample_rate_{sr}", *if_sample_rate(sr), consts=("sr",))
 
 
 if __name__ == "__main__":

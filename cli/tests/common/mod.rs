@@ -57,6 +57,14 @@ pub fn load_case(dir: &Path) -> Case {
             let inverted_residual = wgslc_passes::InvertedResidualMode::Unfused;
             also = Some(wgslc::CompileOptions { inverted_residual, ..opts.clone() });
         }
+        // Inputs bound at compile time: `--const NAME=FILE.npy`.
+        if let Some(consts) = meta.get("const").and_then(|d| d.as_object()) {
+            for (k, v) in consts {
+                let t = wgslc::npy::read(&dir.join(v.as_str().expect("a .npy file name")))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                opts.constants.insert(k.clone(), wgslc::constant_from_host(&t));
+            }
+        }
         rtol = meta.get("rtol").and_then(|v| v.as_f64()).unwrap_or(rtol);
         atol = meta.get("atol").and_then(|v| v.as_f64()).unwrap_or(atol);
     }

@@ -61,8 +61,14 @@ impl Importer<'_> {
                 domain: node.domain.clone(),
             });
         }
+        if node.op_type == "If" && node.domain.is_empty() {
+            return self.inline_if(index, node, &name);
+        }
         if node.attribute.iter().any(|at| !at.ref_attr_name.is_empty() || at.g.is_some() || !at.graphs.is_empty()) {
-            return Err(a.err("subgraph and reference attributes (If, Loop, Scan, functions) are not supported"));
+            return Err(a.err(
+                "subgraph and reference attributes (Loop, Scan, functions; If with a condition computed at run \
+                 time) are not supported",
+            ));
         }
         if node.output.iter().all(|o| o.is_empty()) {
             return Err(a.err("the node has no outputs"));
