@@ -274,6 +274,53 @@ def ops():
             [r],
         )
 
+    # ---- recurrences (one dispatch per direction and batch element walks the steps) ----
+    def rnn_case(name, op, t, b, i, h, dirs=1, bias=True, lens=None, state=False, peep=False, outs=("y", "yh"),
+                 batch_major=False, **attrs):
+        g = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+        inits = [init("w", rand(dirs, g * h, i) * 0.5), init("r", rand(dirs, g * h, h) * 0.5)]
+        ins = ["x", "w", "r", "b" if bias else "", "lens" if lens is not None else ""]
+        if bias:
+            inits.append(init("b", rand(dirs, 2 * g * h) * 0.5))
+        if lens is not None:
+            inits.append(init("lens", np.array(lens, np.int32)))
+        inputs = [vi("x", F, [b, t, i] if batch_major else [t, b, i])]
+        feeds = [rand(b, t, i) if batch_major else rand(t, b, i)]
+        if state:
+            ins.append("h0")
+            shape = [b, dirs, h] if batch_major else [dirs, b, h]
+            inputs.append(vi("h0", F, shape))
+            feeds.append(rand(*shape))
+            if op == "LSTM":
+                ins.append("c0")
+                inputs.append(vi("c0", F, shape))
+                feeds.append(rand(*shape))
+        if peep:
+            ins += [""] * (7 - len(ins)) + ["p"]
+            inits.append(init("p", rand(dirs, 3 * h)))
+        while ins and ins[-1] == "":
+            ins.pop()
+        if dirs == 2:
+            attrs["direction"] = "bidirectional"
+        node = helper.make_node(op, ins, list(outs), hidden_size=h, layout=int(batch_major), **attrs)
+        cases[name] = (model([node], inputs, [vi(o, F, None) for o in outs if o], inits, opset=14), feeds)
+
+    rnn_case("lstm_bidirectional_lens_state_peepholes", "LSTM", 6, 3, 5, 7, dirs=2, lens=[6, 2, 4], state=True,
+             peep=True, outs=("y", "yh", "yc"))
+    # (Batch-major layouts are the node suite's *_batchwise cases: onnxruntime runs only layout 0.)
+    rnn_case("lstm_reverse_state", "LSTM", 5, 2, 4, 6, state=True, direction="reverse", outs=("y", "yh", "yc"))
+    # A voice-activity detector's state update: only Y_h and Y_c are read, 128 units.
+    rnn_case("lstm_state_only_128", "LSTM", 1, 1, 64, 128, state=True, outs=("", "yh", "yc"))
+    # An OCR recognizer's bidirectional 512-wide sequence head (two units per thread).
+    rnn_case("lstm_bidirectional_512", "LSTM", 8, 1, 48, 512, dirs=2, outs=("y",))
+    rnn_case("lstm_clip_input_forget", "LSTM", 4, 2, 3, 5, clip=0.5, input_forget=1, outs=("y", "yh", "yc"))
+    # PyTorch's GRU (linear_before_reset), and ONNX's default one with clip and custom activations.
+    rnn_case("gru_linear_before_reset_bidirectional", "GRU", 5, 2, 4, 6, dirs=2, state=True, linear_before_reset=1,
+             lens=[5, 3])
+    rnn_case("gru_reverse_clip_activations", "GRU", 4, 3, 3, 5, direction="reverse", clip=1.5,
+             activations=["HardSigmoid", "LeakyRelu"], activation_alpha=[0.3, 0.05], activation_beta=[0.4])
+    rnn_case("rnn_relu_no_bias", "RNN", 6, 2, 3, 4, bias=False, activations=["Relu"], state=True)
+
     # ---- convolution and pooling ----
     def conv(name, xs, ws, bias=True, **attrs):
         ins = ["x", "w"] + (["b"] if bias else [])

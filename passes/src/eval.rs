@@ -91,6 +91,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
         | Op::Reduce { .. }
         | Op::TopK { .. }
         | Op::Sample
+        | Op::Recurrence(_)
         | Op::Scatter { .. }
         | Op::TileCopy => return None,
     };

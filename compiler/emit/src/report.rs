@@ -152,6 +152,13 @@ fn node_flops(g: &Graph, n: NodeId) -> u64 {
         // One operation per output element.
         Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_) => out,
         // A compare per element per step of the scan or selection.
+        // Per step: the recurrent product (2·H·G·H per direction and batch element) and the gate arithmetic.
+        Op::Recurrence(a) => {
+            let gx = input(0).expect("projected inputs");
+            let (d, t, b) = (gx.shape[0] as u64, gx.shape[1] as u64, gx.shape[2] as u64);
+            let (h, g) = (a.hidden as u64, a.cell.gates() as u64);
+            d * t * b * (2 * h * g * h + 10 * g * h)
+        }
         Op::CumSum { .. } | Op::TopK { .. } | Op::Sample => input(0).map(|t| t.numel() as u64).unwrap_or(out),
         Op::BatchNorm { .. } => 2 * out,
         // Import-level ops never reach a report (shape inference resolves them): counted as one per element.

@@ -16,31 +16,31 @@ pub(crate) struct Importer<'a> {
 }
 
 /// Attribute lookup for one node, with errors that name it.
-struct Attrs<'n> {
-    node: &'n NodeProto,
-    name: &'n str,
+pub(crate) struct Attrs<'n> {
+    pub(crate) node: &'n NodeProto,
+    pub(crate) name: &'n str,
 }
 
 impl<'n> Attrs<'n> {
-    fn get(&self, key: &str) -> Option<&'n AttributeProto> {
+    pub(crate) fn get(&self, key: &str) -> Option<&'n AttributeProto> {
         self.node.attribute.iter().find(|a| a.name == key)
     }
-    fn err(&self, reason: impl Into<String>) -> ImportError {
+    pub(crate) fn err(&self, reason: impl Into<String>) -> ImportError {
         ImportError::Node { node: self.name.to_string(), op: self.node.op_type.clone(), reason: reason.into() }
     }
-    fn int(&self, key: &str, default: i64) -> i64 {
+    pub(crate) fn int(&self, key: &str, default: i64) -> i64 {
         self.get(key).map(|a| a.i).unwrap_or(default)
     }
-    fn float(&self, key: &str, default: f32) -> f32 {
+    pub(crate) fn float(&self, key: &str, default: f32) -> f32 {
         self.get(key).map(|a| a.f).unwrap_or(default)
     }
-    fn ints(&self, key: &str) -> Option<Vec<i64>> {
+    pub(crate) fn ints(&self, key: &str) -> Option<Vec<i64>> {
         self.get(key).map(|a| a.ints.clone())
     }
-    fn string(&self, key: &str) -> Option<String> {
+    pub(crate) fn string(&self, key: &str) -> Option<String> {
         self.get(key).map(|a| String::from_utf8_lossy(&a.s).into_owned())
     }
-    fn usizes(&self, key: &str) -> Result<Vec<usize>, ImportError> {
+    pub(crate) fn usizes(&self, key: &str) -> Result<Vec<usize>, ImportError> {
         self.ints(key)
             .unwrap_or_default()
             .into_iter()
@@ -418,6 +418,7 @@ impl Importer<'_> {
                     output_shape: a.usizes("output_shape")?,
                 }
             }
+            "LSTM" | "GRU" | "RNN" => crate::rnn::attrs(&a)?,
             "LpPool" => Op::Pool {
                 kind: PoolKind::Lp(a.int("p", 2).clamp(1, 16) as u32),
                 window: self.window(&a, true)?,
@@ -523,7 +524,7 @@ impl Importer<'_> {
             "Range" => Op::Range,
             _ => return Err(ImportError::UnsupportedOp { node: name, op: node.op_type.clone() }),
         };
-        if first_omitted {
+        if first_omitted && !matches!(op, Op::Rnn(_)) {
             return Err(omitted());
         }
         // Drop trailing absent inputs so ops see only what is there.
@@ -537,7 +538,9 @@ impl Importer<'_> {
     fn define_outputs(&mut self, node: &str, outs: &[String], op: &Op) -> Result<Vec<ValueId>, ImportError> {
         // Single-output ops whose optional extra outputs were refused above keep only the first.
         let keep = match op {
-            Op::Split { .. } | Op::LayerNorm { rms: false, .. } | Op::Attention(_) | Op::TopK { .. } => outs.len(),
+            Op::Split { .. } | Op::LayerNorm { rms: false, .. } | Op::Attention(_) | Op::TopK { .. } | Op::Rnn(_) => {
+                outs.len()
+            }
             _ => 1.min(outs.len()),
         };
         if keep == 0 {
@@ -549,7 +552,7 @@ impl Importer<'_> {
         }
         let mut ids = Vec::new();
         for (i, o) in outs[..keep].iter().enumerate() {
-            if o.is_empty() && i > 0 && !matches!(op, Op::Split { .. }) {
+            if o.is_empty() && (i > 0 || matches!(op, Op::Rnn(_))) && !matches!(op, Op::Split { .. }) {
                 // An optional output nobody reads keeps its position with a private value.
                 ids.push(self.g.add_value(self.g.fresh_name(&format!("{node}.unused{i}")), None));
                 continue;

@@ -8,6 +8,7 @@ mod control;
 pub mod decoder;
 mod importer;
 pub mod proto;
+mod rnn;
 mod tensor;
 
 use importer::Importer;

@@ -51,6 +51,7 @@ macro_rules! composite {
             | $crate::Op::InstanceNorm { .. }
             | $crate::Op::GroupNorm { .. }
             | $crate::Op::ConvTranspose { .. }
+            | $crate::Op::Rnn(_)
     };
 }
 
@@ -189,6 +190,77 @@ pub struct AttentionAttrs {
     pub scale: Option<f32>,
     pub softcap: f32,
     pub qk_matmul_output_mode: i64,
+}
+
+/// The cell of an ONNX recurrence (LSTM, GRU, RNN).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cell {
+    /// Gates i, o, f, c; `input_forget` couples f = 1 − i.
+    Lstm { input_forget: bool },
+    /// Gates z, r, h; `linear_before_reset` applies r after the recurrent product (PyTorch's form).
+    Gru { linear_before_reset: bool },
+    /// One gate.
+    Rnn,
+}
+
+impl Cell {
+    /// Gates per hidden unit.
+    pub fn gates(self) -> usize {
+        match self {
+            Cell::Lstm { .. } => 4,
+            Cell::Gru { .. } => 3,
+            Cell::Rnn => 1,
+        }
+    }
+    /// Activation functions per direction (f, g, h).
+    pub fn activations(self) -> usize {
+        match self {
+            Cell::Lstm { .. } => 3,
+            Cell::Gru { .. } => 2,
+            Cell::Rnn => 1,
+        }
+    }
+    /// State tensors carried across steps: h, and c for LSTM.
+    pub fn states(self) -> usize {
+        if matches!(self, Cell::Lstm { .. }) {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// One of the activation functions ONNX recurrences name, with its alpha and beta.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    Sigmoid,
+    Tanh,
+    Relu,
+    LeakyRelu(f32),
+    ThresholdedRelu(f32),
+    ScaledTanh(f32, f32),
+    HardSigmoid(f32, f32),
+    Elu(f32),
+    Softsign,
+    Softplus,
+    Affine(f32, f32),
+}
+
+/// Attributes of LSTM / GRU / RNN ([`Op::Rnn`], and the [`Op::Recurrence`] it becomes).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RnnAttrs {
+    pub cell: Cell,
+    /// 1, or 2 for bidirectional (forward first).
+    pub directions: usize,
+    /// One direction, walked from the last step to the first.
+    pub reverse: bool,
+    pub hidden: usize,
+    /// `cell.activations()` per direction, in ONNX order (f, g, h).
+    pub activations: Vec<Activation>,
+    /// Gate pre-activations clipped to ±clip.
+    pub clip: Option<f32>,
+    /// ONNX's layout 1: batch-major X, Y, Y_h and Y_c.
+    pub batch_major: bool,
 }
 
 /// Resize's attributes (opsets 10–19; Upsample imports as one): how output coordinates map to input ones and
@@ -401,6 +473,16 @@ pub enum Op {
     // ---- composites: expanded into the ops above by shape inference ----
     /// ONNX Attention (opsets 23–24).
     Attention(AttentionAttrs),
+    /// LSTM / GRU / RNN as ONNX defines them (inputs X, W, R, B, sequence_lens, initial_h, then for LSTM
+    /// initial_c and P; outputs Y, Y_h, Y_c), expanded into the input projection (one MatMul over every step) and
+    /// a [`Op::Recurrence`].
+    Rnn(Box<RnnAttrs>),
+    /// The time loop of a recurrence, one workgroup per direction and batch element walking the steps.
+    /// Inputs: the projected inputs with their biases `[D, T, B, G·H]`, the recurrent weights transposed
+    /// `[D, H, G·H]`, the initial state `[S, D, B, H]` (h, then c for LSTM), peepholes `[D, 3H]`, sequence lengths
+    /// `[B]`, and for GRU with linear_before_reset the recurrent bias of its h gate `[D, H]` (each but the first
+    /// two optional). Outputs: Y `[T, D, B, H]` and the final state `[S, D, B, H]`.
+    Recurrence(Box<RnnAttrs>),
     DepthToSpace {
         blocksize: usize,
         crd: bool,
@@ -579,6 +661,12 @@ impl Op {
             Op::CumSum { prod: true, .. } => "CumProd",
             Op::Pad { .. } => "Pad",
             Op::Attention(_) => "Attention",
+            Op::Rnn(a) => match a.cell {
+                Cell::Lstm { .. } => "LSTM",
+                Cell::Gru { .. } => "GRU",
+                Cell::Rnn => "RNN",
+            },
+            Op::Recurrence(_) => "Recurrence",
             Op::DepthToSpace { .. } => "DepthToSpace",
             Op::SpaceToDepth { .. } => "SpaceToDepth",
             Op::CenterCropPad => "CenterCropPad",
@@ -654,6 +742,7 @@ impl Op {
             | Op::RotateHalf
             | Op::ArgReduce { .. }
             | Op::Sample
+            | Op::Recurrence(_)
             | Op::GatherElements { .. } => true,
             Op::Reduce { axes, .. } => axes.is_some(),
             Op::Trilu { k, .. } => k.is_some(),

@@ -1,9 +1,10 @@
 //! Composite ops expanded into simpler ones once shapes are known: Attention, DepthToSpace, SpaceToDepth,
 //! LpNormalization, LRN, GatherND, Resize (and Upsample), Hardmax, InstanceNormalization, GroupNormalization and
-//! ConvTranspose (conv_transpose.rs). Each expansion builds ordinary nodes that shape inference then types and
+//! ConvTranspose (conv_transpose.rs) and LSTM/GRU/RNN (rnn.rs). Each expansion builds ordinary nodes that shape inference then types and
 //! folds like any other.
 
 mod conv_transpose;
+mod rnn;
 
 use crate::PassError;
 use wgslc_ir::{
@@ -383,6 +384,11 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             let wt = ty(b.g, 1)?;
             let attrs = conv_transpose::Attrs { window, group: *group, output_padding, output_shape };
             vec![Some(conv_transpose::expand(&mut b, x, &xt, w, &wt, bias, &attrs, &err)?)]
+        }
+        Op::Rnn(attrs) => {
+            let types: Vec<Option<TensorType>> =
+                node.inputs.iter().map(|v| v.and_then(|v| b.g.value(v).ty.clone())).collect();
+            rnn::expand(&mut b, &node.inputs, &types, attrs, &err)?
         }
         _ => unreachable!("not a composite"),
     };

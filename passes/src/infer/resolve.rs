@@ -198,6 +198,35 @@ pub(super) fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let op = Op::ArgReduce { max, axis: axis as i64, keepdims, select_last };
             one_input(cx, op, TensorType::new(DType::I64, shape))
         }
+        Op::Recurrence(a) => {
+            let (gx, rt) = (cx.ty(0)?, cx.ty(1)?);
+            let (d, h, g) = (a.directions, a.hidden, a.cell.gates());
+            let [dd, t, b, gh] = gx.shape[..] else {
+                return Err(cx.err(format!("the projected inputs must be [D, T, B, G·H], got {gx}")));
+            };
+            if dd != d || gh != g * h || rt.shape != [d, h, g * h] || gx.dtype != DType::F32 || rt.dtype != DType::F32 {
+                return Err(cx.err(format!("inputs {gx} and {rt} do not fit {d} direction(s) of {h} units")));
+            }
+            let state = [a.cell.states(), d, b, h];
+            let expect = |i: usize, shape: &[usize], float: bool| -> Result<(), PassError> {
+                match cx.opt_input(i) {
+                    None => Ok(()),
+                    Some(_) => {
+                        let ty = cx.ty(i)?;
+                        if ty.shape != shape || (float && ty.dtype != DType::F32) || (!float && !ty.dtype.is_int()) {
+                            return Err(cx.err(format!("input {i} is {ty}, expected {shape:?}")));
+                        }
+                        Ok(())
+                    }
+                }
+            };
+            expect(2, &state, true)?;
+            expect(3, &[d, 3 * h], true)?;
+            expect(4, &[b], false)?;
+            expect(5, &[d, h], true)?;
+            let outs = vec![TensorType::new(DType::F32, vec![t, d, b, h]), TensorType::new(DType::F32, state.to_vec())];
+            Ok(keep(cx, Op::Recurrence(a), outs))
+        }
         Op::Sample => {
             let (x, t, params, counter) = (cx.ty(0)?, cx.ty(1)?, cx.ty(2)?, cx.ty(3)?);
             if !x.dtype.is_float() || x.shape.last().is_none_or(|&n| n == 0) {
