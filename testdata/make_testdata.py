@@ -274,6 +274,29 @@ def ops():
             [r],
         )
 
+    # Epilogues that read their anchor's own input: one binding serves both reads (PP-OCRv6's recognizer: a
+    # depthwise 1x7 Conv + BatchNorm + swish + a residual Add of the Conv's input), and Softmax(x) + x.
+    c = 16
+    cases["conv_depthwise_swish_residual"] = (
+        model([helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[0, 1, 0, 1]),
+               helper.make_node("Sigmoid", ["c0"], ["s0"]), helper.make_node("Mul", ["c0", "s0"], ["sw"]),
+               helper.make_node("Conv", ["sw", "wd", "bd"], ["cd"], group=c, pads=[0, 3, 0, 3]),
+               helper.make_node("BatchNormalization", ["cd", "bs", "bb", "bm", "bv"], ["bn"]),
+               helper.make_node("Sigmoid", ["bn"], ["s1"]), helper.make_node("Mul", ["bn", "s1"], ["sw1"]),
+               helper.make_node("Add", ["sw1", "sw"], ["res"]),
+               helper.make_node("Conv", ["res", "w2"], ["y"])],
+              [vi("x", F, [1, c, 8, 40])], [vi("y", F, None)],
+              [init("w0", rand(c, c, 1, 3) * 0.5), init("wd", rand(c, 1, 1, 7)), init("bd", rand(c)),
+               init("bs", rand(c, lo=0.5, hi=1.5)), init("bb", rand(c)), init("bm", rand(c)),
+               init("bv", rand(c, lo=0.5, hi=2)), init("w2", rand(c, c, 1, 1) * 0.5)]),
+        [rand(1, c, 8, 40)],
+    )
+    cases["softmax_residual"] = (
+        model([helper.make_node("Softmax", ["x"], ["s"], axis=-1), helper.make_node("Add", ["s", "x"], ["y"])],
+              [vi("x", F, [4, 33])], [vi("y", F, None)]),
+        [rand(4, 33)],
+    )
+
     # ---- recurrences (one dispatch per direction and batch element walks the steps) ----
     def rnn_case(name, op, t, b, i, h, dirs=1, bias=True, lens=None, state=False, peep=False, outs=("y", "yh"),
                  batch_major=False, **attrs):

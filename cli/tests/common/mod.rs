@@ -100,6 +100,15 @@ pub fn compile_and_run(case: &Case, opts: &wgslc::CompileOptions) -> Result<Vec<
     let out = tempfile::tempdir().map_err(|e| e.to_string())?;
     wgslc::compile(&case.dir.join("model.onnx"), out.path(), opts).map_err(|e| format!("compile: {e}"))?;
     let session = Session::load_with(out.path(), gpu()).map_err(|e| format!("load: {e}"))?;
+    // A kernel binds each buffer range once: a second binding of what it reads becomes an aliasing writable
+    // binding when the memory plan puts its output in the same buffer.
+    for k in &session.plan().kernels {
+        for (i, a) in k.bindings.iter().enumerate() {
+            if k.bindings[i + 1..].iter().any(|b| (b.buffer, b.offset, b.size) == (a.buffer, a.offset, a.size)) {
+                return Err(format!("kernel '{}' binds buffer {} at {} twice", k.name, a.buffer, a.offset));
+            }
+        }
+    }
     session.run(&case.inputs).map_err(|e| format!("run: {e}"))
 }
 

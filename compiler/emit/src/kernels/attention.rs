@@ -81,7 +81,7 @@ impl Emitter<'_> {
         // The score epilogue's body; the output store goes through the group's store copy, if any.
         let mut fu = self.fused_body(&qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
         self.place_stores(group, &mut fu);
-        let bindings = bindings(&[], &reads, &[(out, "out")]);
+        let bindings = bindings(&reads, &[(out, "out")]);
         let dv_pad = pv.nn.div_ceil(16) * 16;
         let wgslc_passes::AttentionTiling { row_lanes, v_chunk } = group
             .recipe

@@ -188,18 +188,17 @@ impl Emitter<'_> {
         let geo = self.geometry(n, &xs, &os, window)?;
         let numel = g.ty(conv_out).numel();
         let out = g.node(group.last()).outputs[0];
-        let mut helpers = Helpers::default();
-        let mut reads = Vec::new();
-        let fu = self.fused_body(group, Some(conv_out), &mut reads, &mut helpers)?;
         if *conv_groups == 1 {
             return self.conv_gemm(group, geo, xs, ws);
         }
-        let mut bindings = vec![(x, false, "x"), (w, false, "weight")];
+        let mut helpers = Helpers::default();
+        // The epilogue may read the convolution's own input (a residual): one binding serves both.
+        let mut reads: Vec<(ValueId, String)> = vec![(storage_root(g, x), "x".into()), (w, "weight".into())];
         if let Some(bv) = bias {
-            bindings.push((bv, false, "bias"));
+            reads.push((bv, "bias".into()));
         }
-        bindings.extend(reads.iter().map(|(v, s)| (*v, false, s.as_str())));
-        bindings.push((out, true, "out"));
+        let fu = self.fused_body(group, Some(conv_out), &mut reads, &mut helpers)?;
+        let bindings = bindings(&reads, &[(out, "out")]);
         let (h, wg, groups_x) = self.launch(n, Some(group), "conv2d.wgsl", &bindings, numel.div_ceil(256))?;
         let m = ws[0];
         let tpl = ConvTpl {
@@ -319,7 +318,7 @@ impl Emitter<'_> {
             None => None,
         };
         let fu = self.fused_body(group, Some(conv_out), &mut reads, &mut helpers)?;
-        let bindings = bindings(&[], &reads, &[(out, "out")]);
+        let bindings = bindings(&reads, &[(out, "out")]);
         let t = self.product_tiling(group, n)?;
         let (gx, gy) = (p.div_ceil(t.tile), m.div_ceil(t.tile));
         let max = self.limits.max_workgroups_per_dimension as usize;

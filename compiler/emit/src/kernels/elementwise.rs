@@ -311,13 +311,14 @@ impl Emitter<'_> {
         let (data, ind, gout) = (node.inputs[0].unwrap(), node.inputs[1].unwrap(), node.outputs[0]);
         let out = g.node(group.last()).outputs[0];
         let mut helpers = Helpers::default();
-        let mut reads = Vec::new();
+        let mut reads: Vec<(ValueId, String)> =
+            vec![(storage_root(g, data), "data".into()), (storage_root(g, ind), "indices".into())];
         let fu = self.fused_body(group, Some(gout), &mut reads, &mut helpers)?;
         let dt = g.ty(data);
         let positions = g.ty(ind).numel();
         let inner: usize = dt.shape[axis + 1..].iter().product();
         let numel = g.ty(out).numel();
-        let b = bindings(&[(data, "data"), (ind, "indices")], &reads, &[(out, "out")]);
+        let b = bindings(&reads, &[(out, "out")]);
         let (h, wg, groups_x) = self.launch(n, Some(group), "gather.wgsl", &b, numel.div_ceil(256))?;
         let tpl = GatherTpl {
             h,

@@ -264,7 +264,7 @@ impl Emitter<'_> {
             None => None,
         };
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
-        let bindings = bindings(&[], &reads, &[(out, "out")]);
+        let bindings = bindings(&reads, &[(out, "out")]);
         let t = self.product_tiling(group, n)?;
         let gx = nn.div_ceil(t.tile);
         let gy = m.div_ceil(t.tile);

@@ -8,7 +8,7 @@ use wgslc_ir::{
     ValueId,
 };
 use wgslc_passes::{
-    binding_access, input_view, storage_of, Fold, FoldedConv, KernelGroup, MemoryPlan, Schedule, Storage,
+    binding_access, input_view, storage_of, storage_root, Fold, FoldedConv, KernelGroup, MemoryPlan, Schedule, Storage,
 };
 
 mod attention;
@@ -251,15 +251,10 @@ impl Namer {
     }
 }
 
-/// A kernel's bindings in binding order: the op's own operands (`fixed`), then what its fused body reads
-/// (`reads`, each stored tensor once), then what it writes (`outs`).
-fn bindings<'a>(
-    fixed: &[(ValueId, &'a str)],
-    reads: &'a [(ValueId, String)],
-    outs: &[(ValueId, &'a str)],
-) -> Vec<(ValueId, bool, &'a str)> {
-    let reads = reads.iter().map(|(v, s)| (*v, s.as_str()));
-    let ins = fixed.iter().copied().chain(reads).map(|(v, s)| (v, false, s));
+/// A kernel's bindings in binding order: what it reads (`reads`: the op's own operands first, then what its fused
+/// body reads through [`bind_once`], so each stored tensor once), then what it writes (`outs`).
+fn bindings<'a>(reads: &'a [(ValueId, String)], outs: &[(ValueId, &'a str)]) -> Vec<(ValueId, bool, &'a str)> {
+    let ins = reads.iter().map(|(v, s)| (*v, false, s.as_str()));
     ins.chain(outs.iter().map(|&(v, s)| (v, true, s))).collect()
 }
 

@@ -244,7 +244,7 @@ impl Emitter<'_> {
         let (x, sout) = (node.inputs[0].unwrap(), node.outputs[0]);
         let out = g.node(group.last()).outputs[0];
         let mut helpers = Helpers::default();
-        let mut reads = Vec::new();
+        let mut reads: Vec<(ValueId, String)> = vec![(storage_root(g, x), "x".into())];
         let fu = self.fused_body(group, Some(sout), &mut reads, &mut helpers)?;
         let shape = &g.ty(x).shape;
         if !storage(g, x).is_float() {
@@ -257,7 +257,7 @@ impl Emitter<'_> {
             (shape[axis], shape[axis + 1..].iter().product::<usize>())
         };
         let rows = outer * inner;
-        let b = bindings(&[(x, "x")], &reads, &[(out, "out")]);
+        let b = bindings(&reads, &[(out, "out")]);
         let (h, wg, groups_x) = self.launch(n, Some(group), "softmax.wgsl", &b, rows)?;
         let tpl =
             SoftmaxTpl { h, helpers, fu, log, groups_x, rows, n: len, inner: inner.max(1), row_span: len * inner };
