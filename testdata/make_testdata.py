@@ -297,6 +297,20 @@ def ops():
         [rand(4, 33)],
     )
 
+    # ---- Einsum ----
+    def einsum(name, eq, *shapes):
+        names = [f"x{i}" for i in range(len(shapes))]
+        cases[name] = (model([helper.make_node("Einsum", names, ["y"], equation=eq)],
+                             [vi(n, F, list(s)) for n, s in zip(names, shapes)], [vi("y", F, None)], opset=12),
+                       [rand(*s) for s in shapes])
+
+    einsum("einsum_attention_scores", "bhqd,bhkd->bhqk", (2, 3, 5, 8), (2, 3, 7, 8))
+    einsum("einsum_rotary_outer", "i,j->ij", (6,), (4,))
+    einsum("einsum_ellipsis_broadcast", "...ij,jk->...ik", (2, 1, 3, 4), (4, 5))
+    einsum("einsum_three_operands", "ab,bc,cd->ad", (3, 4), (4, 5), (5, 2))
+    einsum("einsum_diagonal_trace_implicit", "iij,jk", (4, 4, 3), (3, 2))
+    einsum("einsum_sum_all", "ijk->", (2, 3, 4))
+
     # ---- recurrences (one dispatch per direction and batch element walks the steps) ----
     def rnn_case(name, op, t, b, i, h, dirs=1, bias=True, lens=None, state=False, peep=False, outs=("y", "yh"),
                  batch_major=False, **attrs):

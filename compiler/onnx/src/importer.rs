@@ -419,6 +419,7 @@ impl Importer<'_> {
                 }
             }
             "LSTM" | "GRU" | "RNN" => crate::rnn::attrs(&a)?,
+            "Einsum" => Op::Einsum { equation: a.string("equation").ok_or_else(|| a.err("missing equation"))? },
             "LpPool" => Op::Pool {
                 kind: PoolKind::Lp(a.int("p", 2).clamp(1, 16) as u32),
                 window: self.window(&a, true)?,

@@ -52,6 +52,7 @@ macro_rules! composite {
             | $crate::Op::GroupNorm { .. }
             | $crate::Op::ConvTranspose { .. }
             | $crate::Op::Rnn(_)
+            | $crate::Op::Einsum { .. }
     };
 }
 
@@ -477,6 +478,11 @@ pub enum Op {
     /// initial_c and P; outputs Y, Y_h, Y_c), expanded into the input projection (one MatMul over every step) and
     /// a [`Op::Recurrence`].
     Rnn(Box<RnnAttrs>),
+    /// Einsum over any number of operands, expanded into diagonals (Gather), sums (ReduceSum), Transposes and
+    /// batched MatMuls.
+    Einsum {
+        equation: String,
+    },
     /// The time loop of a recurrence, one workgroup per direction and batch element walking the steps.
     /// Inputs: the projected inputs with their biases `[D, T, B, G·H]`, the recurrent weights transposed
     /// `[D, H, G·H]`, the initial state `[S, D, B, H]` (h, then c for LSTM), peepholes `[D, 3H]`, sequence lengths
@@ -667,6 +673,7 @@ impl Op {
                 Cell::Rnn => "RNN",
             },
             Op::Recurrence(_) => "Recurrence",
+            Op::Einsum { .. } => "Einsum",
             Op::DepthToSpace { .. } => "DepthToSpace",
             Op::SpaceToDepth { .. } => "SpaceToDepth",
             Op::CenterCropPad => "CenterCropPad",

@@ -1,9 +1,10 @@
 //! Composite ops expanded into simpler ones once shapes are known: Attention, DepthToSpace, SpaceToDepth,
 //! LpNormalization, LRN, GatherND, Resize (and Upsample), Hardmax, InstanceNormalization, GroupNormalization and
-//! ConvTranspose (conv_transpose.rs) and LSTM/GRU/RNN (rnn.rs). Each expansion builds ordinary nodes that shape inference then types and
+//! ConvTranspose (conv_transpose.rs), LSTM/GRU/RNN (rnn.rs) and Einsum (einsum.rs). Each expansion builds ordinary nodes that shape inference then types and
 //! folds like any other.
 
 mod conv_transpose;
+mod einsum;
 mod rnn;
 
 use crate::PassError;
@@ -389,6 +390,14 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             let types: Vec<Option<TensorType>> =
                 node.inputs.iter().map(|v| v.and_then(|v| b.g.value(v).ty.clone())).collect();
             rnn::expand(&mut b, &node.inputs, &types, attrs, &err)?
+        }
+        Op::Einsum { equation } => {
+            let mut operands = Vec::new();
+            for (i, v) in node.inputs.iter().enumerate() {
+                let v = v.ok_or_else(|| err(format!("operand {i} is missing")))?;
+                operands.push((v, ty(b.g, i)?));
+            }
+            vec![Some(einsum::expand(&mut b, equation, &operands, &err)?)]
         }
         _ => unreachable!("not a composite"),
     };
