@@ -36,6 +36,9 @@ def rand(*shape, lo=-1.0, hi=1.0):
 # meta.json of the cases that need one: symbolic dims to bind, and "inverted_residual": "unfused" for cases the
 # tests also run with `--inverted-residual unfused`.
 CASE_META = {"symbolic_dims_bound": {"dims": {"batch": 3}}}
+# Cases whose reference is onnxruntime without graph optimizations: with them it rewrites QuantizeLinear →
+# DequantizeLinear → MatMul into an integer MatMul that requantizes, which is not the graph's float arithmetic.
+EXACT = {"qdq_matmul_per_axis"}
 
 
 def save_case(suite, name, model, inputs, meta=None, consts=()):
@@ -49,7 +52,10 @@ def save_case(suite, name, model, inputs, meta=None, consts=()):
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     onnx.save(model, os.path.join(d, "model.onnx"))
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    if name in EXACT:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
     outs = sess.run(None, feed)
     runtime = [(i, x) for i, x in zip(sess.get_inputs(), inputs) if i.name not in consts]
@@ -295,6 +301,24 @@ def ops():
         model([helper.make_node("Softmax", ["x"], ["s"], axis=-1), helper.make_node("Add", ["s", "x"], ["y"])],
               [vi("x", F, [4, 33])], [vi("y", F, None)]),
         [rand(4, 33)],
+    )
+
+    # ---- quantization: the QDQ pattern of quantized exports, int8 weights per output channel ----
+    wq = RNG.integers(-127, 128, (16, 8)).astype(np.int8)
+    cases["qdq_matmul_per_axis"] = (
+        model([helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+               helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+               helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=1),
+               helper.make_node("MatMul", ["xd", "wd"], ["y"])],
+              [vi("x", F, [4, 16])], [vi("y", F, None)],
+              [init("xs", np.array(0.02, np.float32)), init("xz", np.array(128, np.uint8)), init("wq", wq),
+               init("ws", rand(8, lo=0.001, hi=0.01)), init("wz", np.zeros(8, np.int8))], opset=13),
+        [rand(4, 16, lo=-3, hi=3)],
+    )
+    cases["dynamic_quantize"] = (
+        model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], [vi("x", F, [3, 7])],
+              [vi("y", TensorProto.UINT8, None), vi("s", F, None), vi("z", TensorProto.UINT8, None)], opset=13),
+        [rand(3, 7, lo=-2, hi=5)],
     )
 
     # ---- Einsum ----

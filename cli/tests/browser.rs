@@ -391,6 +391,15 @@ fn decode_outputs(outputs: &serde_json::Value) -> Result<Vec<HostTensor>, String
                     bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect(),
                 ),
                 Some("bool") => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+                // Narrow integers come back in their own typed arrays; the Rust runtime widens them to int32.
+                Some("uint8") => TensorData::I32(bytes.iter().map(|&b| i32::from(b)).collect()),
+                Some("int8") => TensorData::I32(bytes.iter().map(|&b| i32::from(b as i8)).collect()),
+                Some("int16") => TensorData::I32(
+                    bytes.chunks_exact(2).map(|c| i32::from(i16::from_le_bytes([c[0], c[1]]))).collect(),
+                ),
+                Some("uint16") => TensorData::I32(
+                    bytes.chunks_exact(2).map(|c| i32::from(u16::from_le_bytes([c[0], c[1]]))).collect(),
+                ),
                 k => return Err(format!("output '{}' came back as {k:?}", o["name"])),
             };
             Ok(HostTensor { shape, data })

@@ -419,6 +419,24 @@ impl Importer<'_> {
                 }
             }
             "LSTM" | "GRU" | "RNN" => crate::rnn::attrs(&a)?,
+            "QuantizeLinear" => {
+                let output_dtype = match a.int("output_dtype", 0) {
+                    0 => None,
+                    t => Some(dtype_from_onnx(t as i32).map_err(|e| a.err(format!("output_dtype: {e}")))?),
+                };
+                if a.int("saturate", 1) == 0 {
+                    return Err(a.err("saturate=0 applies to float8 outputs, which wgslc does not support"));
+                }
+                Op::QuantizeLinear {
+                    axis: a.int("axis", 1),
+                    block_size: a.int("block_size", 0).max(0) as usize,
+                    output_dtype,
+                }
+            }
+            "DequantizeLinear" => {
+                Op::DequantizeLinear { axis: a.int("axis", 1), block_size: a.int("block_size", 0).max(0) as usize }
+            }
+            "DynamicQuantizeLinear" => Op::DynamicQuantizeLinear,
             "Einsum" => Op::Einsum { equation: a.string("equation").ok_or_else(|| a.err("missing equation"))? },
             "LpPool" => Op::Pool {
                 kind: PoolKind::Lp(a.int("p", 2).clamp(1, 16) as u32),
@@ -539,9 +557,12 @@ impl Importer<'_> {
     fn define_outputs(&mut self, node: &str, outs: &[String], op: &Op) -> Result<Vec<ValueId>, ImportError> {
         // Single-output ops whose optional extra outputs were refused above keep only the first.
         let keep = match op {
-            Op::Split { .. } | Op::LayerNorm { rms: false, .. } | Op::Attention(_) | Op::TopK { .. } | Op::Rnn(_) => {
-                outs.len()
-            }
+            Op::Split { .. }
+            | Op::LayerNorm { rms: false, .. }
+            | Op::Attention(_)
+            | Op::TopK { .. }
+            | Op::Rnn(_)
+            | Op::DynamicQuantizeLinear => outs.len(),
             _ => 1.min(outs.len()),
         };
         if keep == 0 {

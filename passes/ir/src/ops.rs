@@ -53,6 +53,9 @@ macro_rules! composite {
             | $crate::Op::ConvTranspose { .. }
             | $crate::Op::Rnn(_)
             | $crate::Op::Einsum { .. }
+            | $crate::Op::QuantizeLinear { .. }
+            | $crate::Op::DequantizeLinear { .. }
+            | $crate::Op::DynamicQuantizeLinear
     };
 }
 
@@ -478,6 +481,22 @@ pub enum Op {
     /// initial_c and P; outputs Y, Y_h, Y_c), expanded into the input projection (one MatMul over every step) and
     /// a [`Op::Recurrence`].
     Rnn(Box<RnnAttrs>),
+    /// QuantizeLinear(x, scale, zero_point?): saturate(round_half_even(x / scale) + zero_point) in the zero
+    /// point's integer type (`output_dtype` when given, else uint8); per tensor, per `axis` or in blocks of
+    /// `block_size` along it.
+    QuantizeLinear {
+        axis: i64,
+        block_size: usize,
+        output_dtype: Option<DType>,
+    },
+    /// DequantizeLinear(x, scale, zero_point?): (x − zero_point) · scale, per tensor, axis or block.
+    DequantizeLinear {
+        axis: i64,
+        block_size: usize,
+    },
+    /// DynamicQuantizeLinear(x) → (y uint8, scale, zero_point): the scale and zero point that map [min(x, 0),
+    /// max(x, 0)] onto 0..255.
+    DynamicQuantizeLinear,
     /// Einsum over any number of operands, expanded into diagonals (Gather), sums (ReduceSum), Transposes and
     /// batched MatMuls.
     Einsum {
@@ -674,6 +693,9 @@ impl Op {
             },
             Op::Recurrence(_) => "Recurrence",
             Op::Einsum { .. } => "Einsum",
+            Op::QuantizeLinear { .. } => "QuantizeLinear",
+            Op::DequantizeLinear { .. } => "DequantizeLinear",
+            Op::DynamicQuantizeLinear => "DynamicQuantizeLinear",
             Op::DepthToSpace { .. } => "DepthToSpace",
             Op::SpaceToDepth { .. } => "SpaceToDepth",
             Op::CenterCropPad => "CenterCropPad",

@@ -1,10 +1,12 @@
 //! Composite ops expanded into simpler ones once shapes are known: Attention, DepthToSpace, SpaceToDepth,
 //! LpNormalization, LRN, GatherND, Resize (and Upsample), Hardmax, InstanceNormalization, GroupNormalization and
-//! ConvTranspose (conv_transpose.rs), LSTM/GRU/RNN (rnn.rs) and Einsum (einsum.rs). Each expansion builds ordinary nodes that shape inference then types and
+//! ConvTranspose (conv_transpose.rs), LSTM/GRU/RNN (rnn.rs), Einsum (einsum.rs) and the integer
+//! Quantize/DequantizeLinear family (quantize.rs). Each expansion builds ordinary nodes that shape inference then types and
 //! folds like any other.
 
 mod conv_transpose;
 mod einsum;
+mod quantize;
 mod rnn;
 
 use crate::PassError;
@@ -390,6 +392,11 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             let types: Vec<Option<TensorType>> =
                 node.inputs.iter().map(|v| v.and_then(|v| b.g.value(v).ty.clone())).collect();
             rnn::expand(&mut b, &node.inputs, &types, attrs, &err)?
+        }
+        op @ (Op::QuantizeLinear { .. } | Op::DequantizeLinear { .. } | Op::DynamicQuantizeLinear) => {
+            let types: Vec<Option<TensorType>> =
+                node.inputs.iter().map(|v| v.and_then(|v| b.g.value(v).ty.clone())).collect();
+            quantize::expand(&mut b, op, &node.inputs, &types, &err)?
         }
         Op::Einsum { equation } => {
             let mut operands = Vec::new();

@@ -18,11 +18,15 @@ function base64(bytes) {
   return btoa(s);
 }
 
-function kind(data) {
+// What an output came back as; a Uint8Array is bool or uint8 as the output's dtype says.
+function kind(data, dtype) {
   if (data instanceof Float32Array) return "float32";
   if (data instanceof BigInt64Array) return "int64";
   if (data instanceof Int32Array) return "int32";
-  if (data instanceof Uint8Array) return "bool";
+  if (data instanceof Uint8Array) return dtype === "uint8" ? "uint8" : "bool";
+  if (data instanceof Int8Array) return "int8";
+  if (data instanceof Int16Array) return "int16";
+  if (data instanceof Uint16Array) return "uint16";
   return data?.constructor?.name ?? typeof data;
 }
 
@@ -86,7 +90,7 @@ async function main() {
       r.run_ms = performance.now() - t1;
       r.outputs = session.outputs.map((o) => {
         const t = out[o.name];
-        return { name: o.name, kind: kind(t.data), shape: t.shape, b64: base64(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)) };
+        return { name: o.name, kind: kind(t.data, o.dtype), shape: t.shape, b64: base64(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)) };
       });
       if (c.profile) {
         // Bad inputs must be refused as the Rust runtime refuses them (the server compares the messages).
