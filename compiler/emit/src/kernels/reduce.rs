@@ -332,6 +332,14 @@ impl Emitter<'_> {
         let inner: usize = shape[axis + 1..].iter().product();
         let numel = g.ty(out).numel();
         let b = [(x, false, "x"), (out, true, "out")];
+        // The comparison that replaces the best so far in one sequential scan (ties keep the first, or take the
+        // last with select_last_index).
+        let cmp = match (max, last) {
+            (true, false) => ">",
+            (true, true) => ">=",
+            (false, false) => "<",
+            (false, true) => "<=",
+        };
         // A long axis with few outputs (an LLM's next token over its vocabulary): a workgroup per output.
         if shape[axis] >= 1024 && numel <= 4096 {
             let (h, wg, groups_x) = self.launch(n, None, "argreduce_rows.wgsl", &b, numel)?;
@@ -344,12 +352,7 @@ impl Emitter<'_> {
                 h,
                 kind: if max { "Max" } else { "Min" },
                 ty,
-                cmp: match (max, last) {
-                    (true, false) => ">",
-                    (true, true) => ">=",
-                    (false, false) => "<",
-                    (false, true) => "<=",
-                },
+                cmp,
                 strict: if max { ">" } else { "<" },
                 tie: if last { ">" } else { "<" },
                 last,
@@ -362,12 +365,6 @@ impl Emitter<'_> {
             return self.kernel(n, node.name.clone(), "argreduce", tpl.render(), &b, wg);
         }
         let (h, wg, groups_x) = self.launch(n, None, "argreduce.wgsl", &b, numel.div_ceil(256))?;
-        let cmp = match (max, last) {
-            (true, false) => ">",
-            (true, true) => ">=",
-            (false, false) => "<",
-            (false, true) => "<=",
-        };
         let tpl = ArgReduceTpl {
             h,
             kind: if max { "Max" } else { "Min" },
