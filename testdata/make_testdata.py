@@ -832,6 +832,20 @@ def ops():
               opset=13),
         [rand(1, 2, 9, 8)],
     )
+    # Antialiased downscaling (opset 18; torchvision's antialias=True): the filter stretched by 1 / scale.
+    cases["resize_linear_antialias_down"] = (
+        model([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", antialias=1)],
+              [vi("x", F, [1, 2, 12, 10])], [vi("y", F, None)],
+              [init("scales", np.array([1, 1, 0.4, 0.5], np.float32))], opset=18),
+        [rand(1, 2, 12, 10)],
+    )
+    cases["resize_cubic_antialias_sizes_exclude_outside"] = (
+        model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="cubic", antialias=1,
+                                exclude_outside=1, cubic_coeff_a=-0.5)],
+              [vi("x", F, [1, 1, 11, 9])], [vi("y", F, None)], [init("sizes", np.array([1, 1, 4, 5], np.int64))],
+              opset=18),
+        [rand(1, 1, 11, 9)],
+    )
     # ArgMax/ArgMin along a long axis (an LLM's vocabulary: a workgroup per output), values rounded so the extreme
     # repeats and the tie rule (first index, or the last with select_last_index) decides.
     ties = lambda *shape: np.round(rand(*shape) * 4) / 4

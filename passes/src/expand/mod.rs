@@ -205,9 +205,6 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
                 None => (0..rank).collect(),
             };
             let (scale, out) = resize_plan(&xt.shape, &axes, scales, sizes, &attrs.keep_aspect_ratio).map_err(&err)?;
-            if attrs.antialias {
-                return Err(err("antialias is not supported".into()));
-            }
             if attrs.coordinates == "tf_crop_and_resize" {
                 return Err(err("coordinate_transformation_mode 'tf_crop_and_resize' is not supported".into()));
             }
@@ -702,6 +699,37 @@ fn resize_taps(
                         mode => return Err(format!("unknown nearest_mode '{mode}'")),
                     };
                 (x0 + right as i64, vec![1.0])
+            }
+            // Antialiasing stretches the filter by 1 / scale when downscaling (ONNX's reference): the taps
+            // x0 + i around x, weighted by the filter at (i − ratio) · scale and normalized.
+            ResizeMode::Linear | ResizeMode::Cubic if attrs.antialias => {
+                let s = scale.min(1.0);
+                let a = attrs.cubic_coeff_a as f64;
+                let (first, last) = if attrs.mode == ResizeMode::Linear {
+                    let first = (-1.0 / s).floor() as i64 + 1;
+                    (first, first + 2 - 2 * first)
+                } else {
+                    let first = (-2.0 / s).floor() as i64 + 1;
+                    (first, 2 - first)
+                };
+                let filter = |d: f64| {
+                    let d = d.abs();
+                    match attrs.mode {
+                        ResizeMode::Linear => (1.0 - d).clamp(0.0, 1.0),
+                        _ if d <= 1.0 => ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0,
+                        _ if d < 2.0 => ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a,
+                        _ => 0.0,
+                    }
+                };
+                if last - first > 256 {
+                    return Err(format!(
+                        "antialiasing a downscale by {scale} needs {} taps per output, more than 256",
+                        last - first
+                    ));
+                }
+                let w: Vec<f64> = (first..last).map(|i| filter((i as f64 - ratio) * s)).collect();
+                let sum: f64 = w.iter().sum();
+                (x0 + first, w.into_iter().map(|v| v / sum).collect())
             }
             ResizeMode::Linear => (x0, vec![1.0 - ratio, ratio]),
             ResizeMode::Cubic => {
