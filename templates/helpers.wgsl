@@ -1,3 +1,33 @@
+{%- if helpers.round_float %}
+// x rounded half to even (WGSL's round) onto a float type with m mantissa bits whose smallest normal exponent is
+// emin: the quantum at x's exponent is a power of two, so the scaling is exact. A magnitude above maxv after
+// rounding becomes over (the type's max, infinity or NaN), NaN becomes nan, and -0 becomes +0 unless signed_zero.
+fn round_float_(x: f32, m: i32, emin: i32, maxv: f32, over: f32, nan: f32, signed_zero: bool) -> f32 {
+    let bits = bitcast<u32>(x);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+        return nan;
+    }
+    let e = max(i32((bits >> 23u) & 0xffu) - 127, emin);
+    var r = round(abs(x) * ldexp(1.0, m - e)) * ldexp(1.0, e - m);
+    if (r > maxv) {
+        r = over;
+    }
+    if ((bits >> 31u) == 1u && (signed_zero || r != 0.0)) {
+        r = -r;
+    }
+    return r;
+}
+{% endif -%}
+{%- if helpers.round_bf16 %}
+// x rounded half to even to bfloat16 on its bits (exact for subnormals, which a shader may flush); NaN stays NaN.
+fn round_bf16_(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) {
+        return x;
+    }
+    return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
+}
+{% endif -%}
 {%- if helpers.erf %}
 // erf with |error| < 1.2e-7 (Chebyshev fit of erfc; Numerical Recipes 6.2).
 fn erf_(x: f32) -> f32 {

@@ -325,6 +325,9 @@ fn real_main() -> Result<()> {
                 s.plan.dispatches.len(),
                 out.display()
             ));
+            for note in &s.notes {
+                info(format!("wgslc: note: {note}"));
+            }
         }
         Cmd::Run { dir, inputs, out } => {
             let session = load(&dir, quiet)?;
@@ -335,7 +338,7 @@ fn real_main() -> Result<()> {
             let mut names = serde_json::Map::new();
             for (i, (t, spec)) in outputs.iter().zip(session.outputs()).enumerate() {
                 let file = out.join(format!("output_{i}.npy"));
-                wgslc::npy::write(&file, t)?;
+                wgslc::npy::write_as(&file, t, &spec.dtype)?;
                 names.insert(i.to_string(), serde_json::Value::String(spec.name.clone()));
                 info(format!("wgslc: output '{}' {} {:?} -> {}", spec.name, spec.dtype, t.shape, file.display()));
             }

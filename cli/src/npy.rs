@@ -45,9 +45,23 @@ pub fn read(path: &Path) -> Result<HostTensor, NpyError> {
         (TypeChar::Float, 4) => {
             TensorData::F32(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
         }
-        (TypeChar::Float, 8) => {
-            TensorData::F32(bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32).collect())
-        }
+        // float64 is computed in f32 (WGSL has no f64): a finite value outside f32's range is refused rather than
+        // turned into an infinity.
+        (TypeChar::Float, 8) => TensorData::F32(
+            bytes
+                .chunks_exact(8)
+                .enumerate()
+                .map(|(i, c)| {
+                    let x = f64::from_le_bytes(c.try_into().unwrap());
+                    if x.is_finite() && x.abs() > f32::MAX as f64 {
+                        return Err(err(format!(
+                            "element {i} ({x}) lies outside float32's range; float64 is computed in float32 on WebGPU"
+                        )));
+                    }
+                    Ok(x as f32)
+                })
+                .collect::<Result<_, _>>()?,
+        ),
         (TypeChar::Int, 8) => {
             TensorData::I64(bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect())
         }
@@ -90,6 +104,14 @@ pub fn read(path: &Path) -> Result<HostTensor, NpyError> {
 
 /// Writes a tensor as .npy in its own dtype.
 pub fn write(path: &Path, t: &HostTensor) -> Result<(), NpyError> {
+    write_as(path, t, "")
+}
+
+/// Writes a tensor as .npy in the dtype the model declares (`dtype`, the plan's name) where numpy has it:
+/// float64 and float16, the narrower and unsigned integers. Types numpy lacks are written in the nearest type
+/// that holds every value exactly: bfloat16 and the 8-bit and 4-bit floats as float32, int4/int2 as int8,
+/// uint4/uint2 as uint8. Any other name writes the tensor's own dtype.
+pub fn write_as(path: &Path, t: &HostTensor, dtype: &str) -> Result<(), NpyError> {
     use npyz::WriterBuilder;
     let err = |reason: String| NpyError::Write { path: path.display().to_string(), reason };
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
@@ -106,10 +128,29 @@ pub fn write(path: &Path, t: &HostTensor) -> Result<(), NpyError> {
             w.finish().map_err(|e| err(e.to_string()))
         }};
     }
-    match &t.data {
-        TensorData::F32(v) => put!(f32, v.iter().copied()),
-        TensorData::I64(v) => put!(i64, v.iter().copied()),
-        TensorData::I32(v) => put!(i32, v.iter().copied()),
-        TensorData::Bool(v) => put!(bool, v.iter().copied()),
+    match (&t.data, dtype) {
+        (TensorData::F32(v), "float64") => put!(f64, v.iter().map(|&x| x as f64)),
+        (TensorData::F32(v), "float16") => put!(half::f16, v.iter().map(|&x| half::f16::from_f32(x))),
+        // Integer outputs lie in their declared type's range: the kernels wrap to it.
+        (d @ (TensorData::I32(_) | TensorData::I64(_)), name) if !matches!(name, "int32" | "int64" | "") => {
+            let v: Vec<i64> = match d {
+                TensorData::I32(v) => v.iter().map(|&x| x as i64).collect(),
+                TensorData::I64(v) => v.clone(),
+                _ => unreachable!("matched above"),
+            };
+            match name {
+                "int8" | "int4" | "int2" => put!(i8, v.iter().map(|&x| x as i8)),
+                "uint8" | "uint4" | "uint2" => put!(u8, v.iter().map(|&x| x as u8)),
+                "int16" => put!(i16, v.iter().map(|&x| x as i16)),
+                "uint16" => put!(u16, v.iter().map(|&x| x as u16)),
+                "uint32" => put!(u32, v.iter().map(|&x| x as u32)),
+                "uint64" => put!(u64, v.iter().map(|&x| x as u64)),
+                _ => put!(i64, v.iter().copied()),
+            }
+        }
+        (TensorData::F32(v), _) => put!(f32, v.iter().copied()),
+        (TensorData::I64(v), _) => put!(i64, v.iter().copied()),
+        (TensorData::I32(v), _) => put!(i32, v.iter().copied()),
+        (TensorData::Bool(v), _) => put!(bool, v.iter().copied()),
     }
 }

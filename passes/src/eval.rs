@@ -31,7 +31,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
             };
             Tensor { dtype: out.dtype, shape: out.shape.clone(), data }
         }
-        Op::Cast(to) => cast(inputs[0], *to),
+        Op::Cast { to, saturate } => cast(inputs[0], *to, *saturate),
         Op::Alias => inputs[0].reshaped(out.shape.clone()),
         Op::StridedCopy { offset, strides } => Tensor {
             dtype: out.dtype,
@@ -106,14 +106,16 @@ fn empty_like(d: &Data) -> Data {
     }
 }
 
-pub(crate) fn cast(t: &Tensor, to: DType) -> Tensor {
+/// ONNX Cast on the host: floats round onto a narrower float type's grid ([`DType::round`]), integers wrap to a
+/// narrower integer type ([`DType::wrap`]), floats become integers by truncation toward zero.
+pub(crate) fn cast(t: &Tensor, to: DType, saturate: bool) -> Tensor {
     let data = match (&t.data, to) {
-        (Data::F32(v), d) if d.is_float() => Data::F32(v.clone()),
+        (Data::F32(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| d.round(x, saturate)).collect()),
         (Data::F32(v), DType::Bool) => Data::Bool(v.iter().map(|&x| x != 0.0).collect()),
-        (Data::F32(v), _) => Data::I64(v.iter().map(|&x| x as i64).collect()),
-        (Data::I64(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| x as f32).collect()),
+        (Data::F32(v), d) => Data::I64(v.iter().map(|&x| d.wrap(x as i64)).collect()),
+        (Data::I64(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| d.round(x as f32, saturate)).collect()),
         (Data::I64(v), DType::Bool) => Data::Bool(v.iter().map(|&x| x != 0).collect()),
-        (Data::I64(v), _) => Data::I64(v.clone()),
+        (Data::I64(v), d) => Data::I64(v.iter().map(|&x| d.wrap(x)).collect()),
         (Data::Bool(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| x as u8 as f32).collect()),
         (Data::Bool(v), DType::Bool) => Data::Bool(v.clone()),
         (Data::Bool(v), _) => Data::I64(v.iter().map(|&x| x as i64).collect()),

@@ -40,19 +40,22 @@ impl Storage {
     }
 }
 
-/// The storage of a logical dtype, or why it has none ([`Storage::bytes`] per element: 4 today).
+/// The storage of a logical dtype ([`Storage::bytes`] per element: 4 today).
 ///
 /// Integers are narrowed to i32: constant values are range-checked at compile time ([`legalize`]) and run-time
-/// inputs by the runtime at upload; arithmetic on them wraps at 32 bits (the documented overflow rule).
-/// float16 is accepted and computed in f32.
+/// inputs by the runtime at upload; arithmetic on them wraps at 32 bits (the documented overflow rule), and a
+/// Cast into a narrower integer type wraps to its width. Every float type is computed in f32: float16, bfloat16
+/// and the 8-bit and 4-bit floats hold values on their own grid (a Cast into them rounds onto it), float64 is
+/// narrowed to f32 (the driver notes it; WGSL has no f64).
 pub fn storage_of(d: DType) -> Result<Storage, String> {
-    match d {
-        DType::F32 | DType::F16 => Ok(Storage::F32),
-        DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
-            Ok(Storage::I32)
-        }
-        DType::Bool => Ok(Storage::U32),
-        DType::F64 => Err("float64 is not supported on WebGPU (WGSL has no f64)".into()),
+    if d == DType::Bool {
+        Ok(Storage::U32)
+    } else if d.is_float() {
+        Ok(Storage::F32)
+    } else if d.is_int() {
+        Ok(Storage::I32)
+    } else {
+        Err(format!("{d} has no storage on WebGPU"))
     }
 }
 

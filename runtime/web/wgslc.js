@@ -1012,7 +1012,7 @@ function outputData(spec, bytes) {
     }
     case "i32": {
       const v = new Int32Array(bytes, 0, n);
-      const T = { int64: BigInt64Array, uint64: BigUint64Array, int8: Int8Array, uint8: Uint8Array, int16: Int16Array, uint16: Uint16Array, uint32: Uint32Array }[spec.dtype];
+      const T = { int64: BigInt64Array, uint64: BigUint64Array, int8: Int8Array, uint8: Uint8Array, int16: Int16Array, uint16: Uint16Array, uint32: Uint32Array, int4: Int8Array, int2: Int8Array, uint4: Uint8Array, uint2: Uint8Array }[spec.dtype];
       if (T === BigInt64Array || T === BigUint64Array) return T.from(v, (x) => BigInt(x));
       return T ? T.from(v) : v.slice();
     }

@@ -93,8 +93,10 @@ def main():
         inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]), helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3])],
         nodes=[helper.make_node("Add", ["x", "i"], ["y"])]), "input dtypes differ")
     model("unbound_dim.onnx", relu_model(inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])]), "unbound symbolic dimensions")
-    model("float64.onnx", relu_model(inputs=[helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 3])],
-                                     outputs=[helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)]), "float64 is not supported")
+    model("complex64.onnx", relu_model(inputs=[helper.make_tensor_value_info("x", TensorProto.COMPLEX64, [2, 3])],
+                                       outputs=[helper.make_tensor_value_info("y", TensorProto.COMPLEX64, None)]), "complex tensors are not supported")
+    model("float8e8m0.onnx", relu_model(nodes=[helper.make_node("Cast", ["x"], ["c"], to=TensorProto.FLOAT8E8M0),
+                                               helper.make_node("Cast", ["c"], ["y"], to=TensorProto.FLOAT)]), "float8e8m0 tensors are not supported")
     for name, loc, expect in [("external_absolute.onnx", "/etc/passwd", "escapes the model's directory"),
                               ("external_escape.onnx", "../../secret.bin", "escapes the model's directory"),
                               ("external_missing.onnx", "missing.bin", "cannot read external data")]:

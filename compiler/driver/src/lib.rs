@@ -131,6 +131,25 @@ pub struct Summary {
     pub kernels: usize,
     pub plan: wgslc_artifact::Plan,
     pub report: wgslc_emit::report::Report,
+    /// Where the artifact computes differently from what the model declares (float64 in f32), for the user.
+    pub notes: Vec<String>,
+}
+
+/// The notes of [`Summary::notes`] for a compiled graph.
+fn notes(g: &Graph) -> Vec<String> {
+    let wide: Vec<&str> = g
+        .value_ids()
+        .filter(|&v| g.value(v).ty.as_ref().is_some_and(|t| t.dtype == wgslc_ir::DType::F64))
+        .map(|v| g.value(v).name.as_str())
+        .collect();
+    match wide.first() {
+        Some(first) => vec![format!(
+            "{} float64 value(s), '{first}' first, are computed in float32 (WGSL has no f64): expect float32's \
+             precision and range",
+            wide.len()
+        )],
+        None => Vec::new(),
+    }
 }
 
 /// The stages after the graph passes, in order.
@@ -265,7 +284,7 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
         }
     };
     target.install(&staged)?;
-    Ok(Summary { source_nodes, kernels: kernels.len(), plan, report })
+    Ok(Summary { source_nodes, kernels: kernels.len(), plan, report, notes: notes(&g) })
 }
 
 /// ONNX nodes in the model file's main graph (Constant nodes included), for the report.

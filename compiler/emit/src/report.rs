@@ -150,7 +150,7 @@ fn node_flops(g: &Graph, n: NodeId) -> u64 {
         Op::Alias | Op::StridedCopy { .. } | Op::TileCopy | Op::Concat { .. } | Op::Gather { .. } => 0,
         Op::GatherElements { .. } | Op::Scatter { .. } | Op::Pad { .. } | Op::RotateHalf | Op::Trilu { .. } => 0,
         // One operation per output element.
-        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_) => out,
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } => out,
         // A compare per element per step of the scan or selection.
         // Per step: the recurrent product (2·H·G·H per direction and batch element) and the gate arithmetic.
         Op::Recurrence(a) => {

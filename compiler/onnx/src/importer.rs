@@ -145,7 +145,7 @@ impl Importer<'_> {
             "ThresholdedRelu" => Op::Unary(UnaryOp::ThresholdedRelu(a.float("alpha", 1.0))),
             "IsInf" => Op::Unary(UnaryOp::IsInf(a.int("detect_positive", 1) != 0, a.int("detect_negative", 1) != 0)),
             "Shrink" => Op::Unary(UnaryOp::Shrink(a.float("bias", 0.0), a.float("lambd", 0.5))),
-            "CastLike" => Op::CastLike,
+            "CastLike" => Op::CastLike { saturate: a.int("saturate", 1) != 0 },
             "Size" => Op::Size,
             "EyeLike" => Op::EyeLike {
                 k: a.int("k", 0),
@@ -354,7 +354,7 @@ impl Importer<'_> {
             "Where" => Op::Where,
             "Cast" => {
                 let to = a.get("to").ok_or_else(|| a.err("missing attribute 'to'"))?.i as i32;
-                Op::Cast(dtype_from_onnx(to).map_err(|r| a.err(r))?)
+                Op::Cast { to: dtype_from_onnx(to).map_err(|r| a.err(r))?, saturate: a.int("saturate", 1) != 0 }
             }
             "MatMul" => Op::MatMul,
             "Gemm" => Op::Gemm {
@@ -424,13 +424,11 @@ impl Importer<'_> {
                     0 => None,
                     t => Some(dtype_from_onnx(t as i32).map_err(|e| a.err(format!("output_dtype: {e}")))?),
                 };
-                if a.int("saturate", 1) == 0 {
-                    return Err(a.err("saturate=0 applies to float8 outputs, which wgslc does not support"));
-                }
                 Op::QuantizeLinear {
                     axis: a.int("axis", 1),
                     block_size: a.int("block_size", 0).max(0) as usize,
                     output_dtype,
+                    saturate: a.int("saturate", 1) != 0,
                 }
             }
             "DequantizeLinear" => {
@@ -702,7 +700,7 @@ impl Importer<'_> {
             let ig = Some(self.ints_const(name, "ignore_index", vec![ii]));
             let eq = self.emit(name, "ignored", Op::Binary(BinaryOp::Equal), &[Some(target), ig])?;
             let keep = self.emit(name, "kept", Op::Unary(UnaryOp::Not), &[Some(eq)])?;
-            let keepf = self.emit(name, "keptf", Op::CastLike, &[Some(keep), Some(picked)])?;
+            let keepf = self.emit(name, "keptf", Op::CastLike { saturate: true }, &[Some(keep), Some(picked)])?;
             w = Some(match w {
                 Some(w) => self.emit(name, "wk", Op::Binary(BinaryOp::Mul), &[Some(w), Some(keepf)])?,
                 None => keepf,

@@ -22,20 +22,20 @@ pub fn dtype_from_onnx(t: i32) -> Result<DType, String> {
         dt::UINT64 => DType::U64,
         dt::BOOL => DType::Bool,
         dt::STRING => return Err("string tensors are not supported".into()),
-        dt::BFLOAT16 => return Err("bfloat16 tensors are not supported".into()),
+        dt::BFLOAT16 => DType::BF16,
+        dt::FLOAT8E4M3FN => DType::F8E4M3FN,
+        dt::FLOAT8E4M3FNUZ => DType::F8E4M3FNUZ,
+        dt::FLOAT8E5M2 => DType::F8E5M2,
+        dt::FLOAT8E5M2FNUZ => DType::F8E5M2FNUZ,
+        dt::UINT4 => DType::U4,
+        dt::INT4 => DType::I4,
+        dt::FLOAT4E2M1 => DType::F4E2M1,
+        dt::UINT2 => DType::U2,
+        dt::INT2 => DType::I2,
         14 | 15 => return Err("complex tensors are not supported".into()),
-        17..=23 => return Err("8-bit, 4-bit float and 4-bit integer tensors are not supported".into()),
+        dt::FLOAT8E8M0 => return Err("float8e8m0 tensors are not supported".into()),
         other => return Err(format!("unknown element type {other}")),
     })
-}
-
-fn elem_size(d: DType) -> usize {
-    match d {
-        DType::F64 | DType::I64 | DType::U64 => 8,
-        DType::F32 | DType::I32 | DType::U32 => 4,
-        DType::F16 | DType::I16 | DType::U16 => 2,
-        DType::I8 | DType::U8 | DType::Bool => 1,
-    }
 }
 
 /// The largest tensor wgslc will decode (elements): 2^32, well above WebGPU's 256 MiB buffers.
@@ -51,7 +51,7 @@ pub(crate) fn decode(t: &TensorProto, model_dir: Option<&Path>) -> Result<Tensor
         n = n.checked_mul(d).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| err("too many elements".into()))?;
         shape.push(d);
     }
-    let bytes_needed = n * elem_size(dtype);
+    let bytes_needed = (n * dtype.onnx_bits()).div_ceil(8);
 
     let external;
     let raw: Option<&[u8]> = if t.data_location == 1 || !t.external_data.is_empty() {
@@ -67,7 +67,14 @@ pub(crate) fn decode(t: &TensorProto, model_dir: Option<&Path>) -> Result<Tensor
         if raw.len() != bytes_needed {
             return Err(err(format!("raw data holds {} bytes, the dims need {bytes_needed}", raw.len())));
         }
-        from_le_bytes(dtype, raw)
+        from_le_bytes(dtype, raw, n)
+    } else if dtype.onnx_bits() < 8 {
+        // 4-bit and 2-bit types: int32_data holds the packed bytes.
+        let want = bytes_needed;
+        if t.int32_data.len() != want {
+            return Err(err(format!("holds {} packed bytes, the dims need {want}", t.int32_data.len())));
+        }
+        from_le_bytes(dtype, &t.int32_data.iter().map(|&b| b as u8).collect::<Vec<_>>(), n)
     } else {
         let len_err = |have: usize| err(format!("holds {have} values, the dims need {n}"));
         match dtype {
@@ -83,9 +90,12 @@ pub(crate) fn decode(t: &TensorProto, model_dir: Option<&Path>) -> Result<Tensor
             DType::U64 | DType::U32 => (t.uint64_data.len() == n)
                 .then(|| Data::I64(t.uint64_data.iter().map(|&x| x as i64).collect()))
                 .ok_or(len_err(t.uint64_data.len()))?,
-            DType::F16 => (t.int32_data.len() == n)
-                .then(|| Data::F32(t.int32_data.iter().map(|&x| half::f16::from_bits(x as u16).to_f32()).collect()))
-                .ok_or(len_err(t.int32_data.len()))?,
+            d if d.float_format().is_some() => {
+                let f = d.float_format().expect("a narrow float");
+                (t.int32_data.len() == n)
+                    .then(|| Data::F32(t.int32_data.iter().map(|&x| f.decode(x as u32)).collect()))
+                    .ok_or(len_err(t.int32_data.len()))?
+            }
             DType::Bool => (t.int32_data.len() == n)
                 .then(|| Data::Bool(t.int32_data.iter().map(|&x| x != 0).collect()))
                 .ok_or(len_err(t.int32_data.len()))?,
@@ -97,16 +107,25 @@ pub(crate) fn decode(t: &TensorProto, model_dir: Option<&Path>) -> Result<Tensor
     Ok(Tensor { dtype, shape, data })
 }
 
-fn from_le_bytes(dtype: DType, raw: &[u8]) -> Data {
+/// `n` elements of `dtype` from little-endian bytes; 4-bit and 2-bit elements are packed, low bits first.
+fn from_le_bytes(dtype: DType, raw: &[u8], n: usize) -> Data {
     macro_rules! conv {
         ($ty:ty, $n:expr, $map:expr) => {
             raw.chunks_exact($n).map(|c| $map(<$ty>::from_le_bytes(c.try_into().unwrap()))).collect()
         };
     }
+    let bits = dtype.onnx_bits();
+    // The bits of element i, for the types narrower than a byte or not native to Rust.
+    let element = |i: usize| -> u32 {
+        match bits {
+            16 => u16::from_le_bytes([raw[2 * i], raw[2 * i + 1]]) as u32,
+            8 => raw[i] as u32,
+            _ => (raw[i * bits / 8] as u32 >> (i * bits % 8)) & ((1 << bits) - 1),
+        }
+    };
     match dtype {
         DType::F32 => Data::F32(conv!(f32, 4, |x| x)),
         DType::F64 => Data::F32(conv!(f64, 8, |x: f64| x as f32)),
-        DType::F16 => Data::F32(conv!(u16, 2, |x| half::f16::from_bits(x).to_f32())),
         DType::I64 => Data::I64(conv!(i64, 8, |x| x)),
         DType::U64 => Data::I64(conv!(u64, 8, |x: u64| x as i64)),
         DType::I32 => Data::I64(conv!(i32, 4, |x: i32| x as i64)),
@@ -116,6 +135,19 @@ fn from_le_bytes(dtype: DType, raw: &[u8]) -> Data {
         DType::I8 => Data::I64(raw.iter().map(|&x| x as i8 as i64).collect()),
         DType::U8 => Data::I64(raw.iter().map(|&x| x as i64).collect()),
         DType::Bool => Data::Bool(raw.iter().map(|&x| x != 0).collect()),
+        DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
+            Data::I64((0..n).map(|i| dtype.wrap(element(i) as i64)).collect())
+        }
+        DType::F16
+        | DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F4E2M1 => {
+            let f = dtype.float_format().expect("a narrow float");
+            Data::F32((0..n).map(|i| f.decode(element(i))).collect())
+        }
     }
 }
 

@@ -19,11 +19,13 @@
 //! constants and resolves them.
 
 mod builder;
+mod dtype;
 mod ops;
 mod print;
 mod tensor;
 
 pub use builder::Builder;
+pub use dtype::*;
 pub use ops::*;
 pub use print::print;
 pub use tensor::*;
@@ -31,61 +33,6 @@ pub use tensor::*;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::Direction;
 use std::fmt;
-
-/// Logical element type of a tensor, as the model declares it. The storage type on the GPU is decided by
-/// legalization (`int64` is stored as `i32`, `bool` as `u32`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DType {
-    F32,
-    F16,
-    F64,
-    I64,
-    I32,
-    I16,
-    I8,
-    U8,
-    U16,
-    U32,
-    U64,
-    Bool,
-}
-
-impl DType {
-    /// The name used in plan.json and in error messages (ONNX's lower-case spelling).
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "float32",
-            DType::F16 => "float16",
-            DType::F64 => "float64",
-            DType::I64 => "int64",
-            DType::I32 => "int32",
-            DType::I16 => "int16",
-            DType::I8 => "int8",
-            DType::U8 => "uint8",
-            DType::U16 => "uint16",
-            DType::U32 => "uint32",
-            DType::U64 => "uint64",
-            DType::Bool => "bool",
-        }
-    }
-
-    pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::F64)
-    }
-
-    pub fn is_int(self) -> bool {
-        matches!(
-            self,
-            DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U8 | DType::U16 | DType::U32 | DType::U64
-        )
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// A dtype and a static shape.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -24,7 +24,7 @@ macro_rules! import_level {
             | $crate::Op::Identity
             | $crate::Op::Dropout
             | $crate::Op::Tile
-            | $crate::Op::CastLike
+            | $crate::Op::CastLike { .. }
             | $crate::Op::Size
             | $crate::Op::EyeLike { .. }
             | $crate::Op::Shape { .. }
@@ -338,7 +338,12 @@ pub enum Op {
     Binary(BinaryOp),
     /// `Where(cond, x, y)`.
     Where,
-    Cast(DType),
+    /// `saturate` matters only for the 8-bit float types (ONNX's attribute): out-of-range values clamp to the
+    /// type's largest finite value instead of becoming infinity or NaN.
+    Cast {
+        to: DType,
+        saturate: bool,
+    },
     /// Import-level Clip with optional `min`, `max` inputs; resolved into `Unary(Clip)`.
     Clip,
 
@@ -461,7 +466,9 @@ pub enum Op {
     Identity,
     Dropout,
     Tile,
-    CastLike,
+    CastLike {
+        saturate: bool,
+    },
     Size,
     EyeLike {
         k: i64,
@@ -482,12 +489,13 @@ pub enum Op {
     /// a [`Op::Recurrence`].
     Rnn(Box<RnnAttrs>),
     /// QuantizeLinear(x, scale, zero_point?): saturate(round_half_even(x / scale) + zero_point) in the zero
-    /// point's integer type (`output_dtype` when given, else uint8); per tensor, per `axis` or in blocks of
-    /// `block_size` along it.
+    /// point's type (`output_dtype` when given, else uint8); per tensor, per `axis` or in blocks of `block_size`
+    /// along it. Into a float8 or float4 type it is a Cast of x / scale + zero_point, `saturate` as Cast's.
     QuantizeLinear {
         axis: i64,
         block_size: usize,
         output_dtype: Option<DType>,
+        saturate: bool,
     },
     /// DequantizeLinear(x, scale, zero_point?): (x − zero_point) · scale, per tensor, axis or block.
     DequantizeLinear {
@@ -587,6 +595,11 @@ pub enum Op {
 }
 
 impl Op {
+    /// A Cast with ONNX's default `saturate`.
+    pub fn cast(to: DType) -> Op {
+        Op::Cast { to, saturate: true }
+    }
+
     /// The ONNX-style op name, for reports and errors.
     pub fn name(&self) -> &'static str {
         match self {
@@ -660,7 +673,7 @@ impl Op {
                 BinaryOp::PRelu => "PRelu",
             },
             Op::Where => "Where",
-            Op::Cast(_) => "Cast",
+            Op::Cast { .. } => "Cast",
             Op::Clip => "Clip",
             Op::MatMul => "MatMul",
             Op::Gemm { .. } => "Gemm",
@@ -712,7 +725,7 @@ impl Op {
             Op::InstanceNorm { .. } => "InstanceNormalization",
             Op::GroupNorm { .. } => "GroupNormalization",
             Op::Tile => "Tile",
-            Op::CastLike => "CastLike",
+            Op::CastLike { .. } => "CastLike",
             Op::Size => "Size",
             Op::EyeLike { .. } => "EyeLike",
             Op::TileCopy => "TileCopy",
@@ -754,7 +767,7 @@ impl Op {
             Op::Unary(_)
             | Op::Binary(_)
             | Op::Where
-            | Op::Cast(_)
+            | Op::Cast { .. }
             | Op::MatMul
             | Op::Gemm { .. }
             | Op::Conv { .. }
@@ -786,6 +799,6 @@ impl Op {
 
     /// Elementwise ops map output element i to input elements at the same (broadcast) coordinates.
     pub fn is_elementwise(&self) -> bool {
-        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_))
+        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. })
     }
 }

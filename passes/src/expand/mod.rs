@@ -308,7 +308,7 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
                 return Err(err(format!("axis {axis} is out of range")));
             }
             // Negative indices count from the end: idx + depth where idx < 0.
-            let idx = b.op(Op::Cast(DType::I64), &[Some(x)])?;
+            let idx = b.op(Op::cast(DType::I64), &[Some(x)])?;
             let zero = b.scalar(DType::I64, 0.0);
             let d = b.scalar(DType::I64, depth as f64);
             let neg = b.bin(BinaryOp::Less, idx, zero)?;
@@ -349,7 +349,7 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             ishape[ax] = st[ax];
             let iota = b.konst(Tensor::i64(ishape, (0..st[ax] as i64).collect()));
             let hit = b.bin(BinaryOp::Equal, am, iota)?;
-            let y = b.op(Op::CastLike, &[Some(hit), Some(src)])?;
+            let y = b.op(Op::CastLike { saturate: true }, &[Some(hit), Some(src)])?;
             vec![Some(if *legacy { b.reshape(y, &xt.shape)? } else { y })]
         }
         Op::InstanceNorm { epsilon } | Op::GroupNorm { epsilon, .. } => {

@@ -1,24 +1,30 @@
-//! QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear over the integer types (int8/uint8/int16/uint16)
-//! as elementwise ops: the scale and zero point are broadcast along their axis (repeated per block when blocked),
-//! rounding is WGSL's round (half to even, as ONNX asks) and saturation a Clip to the type's range.
+//! QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear as elementwise ops, over the integer types
+//! (int2/int4/int8/int16 and their unsigned kinds) and the 8-bit and 4-bit floats: the scale and zero point are
+//! broadcast along their axis (repeated per block when blocked). Into an integer type, rounding is WGSL's round
+//! (half to even, as ONNX asks) and saturation a Clip to the type's range; into a float type both are the Cast's
+//! (round half to even onto the type's grid, `saturate` as the attribute says).
 
 use crate::PassError;
 use wgslc_ir::{BinaryOp, Builder, DType, Op, ReduceOp, TensorType, UnaryOp, ValueId};
 
-/// The range of an integer quantized type.
-fn range(t: DType, err: &dyn Fn(String) -> PassError) -> Result<(f64, f64), PassError> {
-    Ok(match t {
-        DType::U8 => (0.0, 255.0),
-        DType::I8 => (-128.0, 127.0),
-        DType::U16 => (0.0, 65535.0),
-        DType::I16 => (-32768.0, 32767.0),
-        other => {
-            return Err(err(format!(
-                "quantized type {} is not supported (int8, uint8, int16, uint16 are)",
-                other.name()
-            )))
+/// What a quantized type is: an integer range, or a narrow float type (rounded and saturated by Cast).
+enum Quantized {
+    Int(f64, f64),
+    Float,
+}
+
+fn quantized(t: DType, err: &dyn Fn(String) -> PassError) -> Result<Quantized, PassError> {
+    match (t.int_bits(), t.float_format()) {
+        (Some((w, signed)), _) if w <= 16 => {
+            let half = (1u64 << (w - 1)) as f64;
+            Ok(if signed { Quantized::Int(-half, half - 1.0) } else { Quantized::Int(0.0, 2.0 * half - 1.0) })
         }
-    })
+        (_, Some(f)) if f.saturable || t == DType::F4E2M1 => Ok(Quantized::Float),
+        _ => Err(err(format!(
+            "quantized type {} is not supported (int2/4/8/16, uint2/4/8/16, float8 and float4e2m1 are)",
+            t.name()
+        ))),
+    }
 }
 
 /// `p` (a scale or zero point) shaped to broadcast against `x` of shape `xs`: a scalar as is, a vector along
@@ -78,19 +84,23 @@ fn quantize(
     x: ValueId,
     scale: ValueId,
     zp: Option<ValueId>,
-    to: DType,
+    (to, saturate): (DType, bool),
     err: &dyn Fn(String) -> PassError,
 ) -> Result<ValueId, PassError> {
-    let (lo, hi) = range(to, err)?;
-    let q = b.bin(BinaryOp::Div, x, scale)?;
-    let mut q = b.op(Op::Unary(UnaryOp::Round), &[Some(q)])?;
+    let kind = quantized(to, err)?;
+    let mut q = b.bin(BinaryOp::Div, x, scale)?;
+    if let Quantized::Int(..) = kind {
+        q = b.op(Op::Unary(UnaryOp::Round), &[Some(q)])?;
+    }
     if let Some(z) = zp {
-        let zf = b.op(Op::Cast(DType::F32), &[Some(z)])?;
+        let zf = b.op(Op::cast(DType::F32), &[Some(z)])?;
         q = b.bin(BinaryOp::Add, q, zf)?;
     }
-    let (lo, hi) = (b.scalar(DType::F32, lo), b.scalar(DType::F32, hi));
-    let q = b.op(Op::Clip, &[Some(q), Some(lo), Some(hi)])?;
-    Ok(b.op(Op::Cast(to), &[Some(q)])?)
+    if let Quantized::Int(lo, hi) = kind {
+        let (lo, hi) = (b.scalar(DType::F32, lo), b.scalar(DType::F32, hi));
+        q = b.op(Op::Clip, &[Some(q), Some(lo), Some(hi)])?;
+    }
+    Ok(b.op(Op::Cast { to, saturate }, &[Some(q)])?)
 }
 
 pub(super) fn expand(
@@ -108,19 +118,19 @@ pub(super) fn expand(
         Op::DequantizeLinear { axis, block_size } => {
             let scale = input(1).ok_or_else(|| err("missing x_scale".into()))?;
             let st = ty(1).expect("typed");
-            range(xt.dtype, err)?;
+            quantized(xt.dtype, err)?;
             let s = broadcast(b, scale, &st, &xt.shape, *axis, *block_size, err)?;
-            let mut y = b.op(Op::Cast(DType::F32), &[Some(x)])?;
+            let mut y = b.op(Op::cast(DType::F32), &[Some(x)])?;
             if let Some(z) = input(2) {
                 let z = broadcast(b, z, &ty(2).expect("typed"), &xt.shape, *axis, *block_size, err)?;
-                let zf = b.op(Op::Cast(DType::F32), &[Some(z)])?;
+                let zf = b.op(Op::cast(DType::F32), &[Some(z)])?;
                 y = b.bin(BinaryOp::Sub, y, zf)?;
             }
-            let s = if st.dtype == DType::F32 { s } else { b.op(Op::Cast(DType::F32), &[Some(s)])? };
+            let s = if st.dtype == DType::F32 { s } else { b.op(Op::cast(DType::F32), &[Some(s)])? };
             let y = b.bin(BinaryOp::Mul, y, s)?;
-            Ok(vec![Some(if st.dtype == DType::F32 { y } else { b.op(Op::Cast(st.dtype), &[Some(y)])? })])
+            Ok(vec![Some(if st.dtype == DType::F32 { y } else { b.op(Op::cast(st.dtype), &[Some(y)])? })])
         }
-        Op::QuantizeLinear { axis, block_size, output_dtype } => {
+        Op::QuantizeLinear { axis, block_size, output_dtype, saturate } => {
             let scale = input(1).ok_or_else(|| err("missing y_scale".into()))?;
             let s = broadcast(b, scale, &ty(1).expect("typed"), &xt.shape, *axis, *block_size, err)?;
             let to = match (ty(2), output_dtype) {
@@ -132,9 +142,9 @@ pub(super) fn expand(
                 Some(z) => Some(broadcast(b, z, &ty(2).expect("typed"), &xt.shape, *axis, *block_size, err)?),
                 None => None,
             };
-            let xf = if xt.dtype == DType::F32 { x } else { b.op(Op::Cast(DType::F32), &[Some(x)])? };
-            let sf = b.op(Op::Cast(DType::F32), &[Some(s)])?;
-            Ok(vec![Some(quantize(b, xf, sf, zp, to, err)?)])
+            let xf = if xt.dtype == DType::F32 { x } else { b.op(Op::cast(DType::F32), &[Some(x)])? };
+            let sf = b.op(Op::cast(DType::F32), &[Some(s)])?;
+            Ok(vec![Some(quantize(b, xf, sf, zp, (to, *saturate), err)?)])
         }
         Op::DynamicQuantizeLinear => {
             // scale = (max(x, 0) − min(x, 0)) / 255; zero point = saturate(round(−min / scale)).
@@ -150,8 +160,8 @@ pub(super) fn expand(
             let q = b.scalar(DType::F32, 255.0);
             let scale = b.bin(BinaryOp::Div, span, q)?;
             let neg = b.op(Op::Unary(UnaryOp::Neg), &[Some(mn)])?;
-            let zp = quantize(b, neg, scale, None, DType::U8, err)?;
-            let y = quantize(b, x, scale, Some(zp), DType::U8, err)?;
+            let zp = quantize(b, neg, scale, None, (DType::U8, true), err)?;
+            let y = quantize(b, x, scale, Some(zp), (DType::U8, true), err)?;
             Ok(vec![Some(y), Some(scale), Some(zp)])
         }
         _ => unreachable!("a quantization op"),

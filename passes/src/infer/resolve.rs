@@ -61,7 +61,7 @@ pub(super) fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
                 .ok_or_else(|| cx.err("the three shapes do not broadcast"))?;
             Ok(keep(cx, op, vec![TensorType::new(x.dtype, shape)]))
         }
-        Op::Cast(to) => {
+        Op::Cast { to, .. } => {
             let t = cx.ty(0)?;
             if t.dtype == to {
                 return alias(cx, t.shape.clone());
@@ -352,12 +352,12 @@ pub(super) fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             }
             one_input(cx, Op::TileCopy, TensorType::new(x.dtype, shape))
         }
-        Op::CastLike => {
+        Op::CastLike { saturate } => {
             let (x, like) = (cx.ty(0)?.clone(), cx.ty(1)?.dtype);
             if x.dtype == like {
                 return alias(cx, x.shape);
             }
-            one_input(cx, Op::Cast(like), TensorType::new(like, x.shape))
+            one_input(cx, Op::Cast { to: like, saturate }, TensorType::new(like, x.shape))
         }
         Op::Size => {
             let t = Tensor::i64(vec![], vec![cx.ty(0)?.numel() as i64]);

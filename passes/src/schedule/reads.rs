@@ -13,7 +13,7 @@ pub type Readers = HashMap<ValueId, Vec<(NodeId, usize)>>;
 
 /// Ops computed one output element at a time from inputs at the same coordinates.
 pub fn is_pointwise(op: &Op) -> bool {
-    matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast(_) | Op::Trilu { .. })
+    matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::Trilu { .. })
 }
 
 /// Anchors whose kernels apply an elementwise epilogue before storing.

@@ -21,9 +21,10 @@ function base64(bytes) {
 // What an output came back as; a Uint8Array is bool or uint8 as the output's dtype says.
 function kind(data, dtype) {
   if (data instanceof Float32Array) return "float32";
+  if (data instanceof Float64Array) return "float64";
   if (data instanceof BigInt64Array) return "int64";
   if (data instanceof Int32Array) return "int32";
-  if (data instanceof Uint8Array) return dtype === "uint8" ? "uint8" : "bool";
+  if (data instanceof Uint8Array) return dtype === "bool" ? "bool" : "uint8";
   if (data instanceof Int8Array) return "int8";
   if (data instanceof Int16Array) return "int16";
   if (data instanceof Uint16Array) return "uint16";

@@ -218,9 +218,9 @@ impl Emitter<'_> {
                 }
             }
             Op::Where => format!("select({}, {}, {} != 0u)", args[2], args[1], args[0]),
-            Op::Cast(to) => {
+            Op::Cast { to, saturate } => {
                 let from = st(inputs[0]);
-                match (from, os) {
+                let v = match (from, os) {
                     (f, t) if f == t => a,
                     (Storage::F32, Storage::I32) => format!("i32({a})"),
                     (Storage::I32, Storage::F32) | (Storage::U32, Storage::F32) => fe.convert(&a),
@@ -228,6 +228,27 @@ impl Emitter<'_> {
                     (Storage::F32, Storage::U32) => format!("select(0u, 1u, {a} != 0.0)"),
                     (Storage::I32, Storage::U32) => format!("select(0u, 1u, {a} != 0i)"),
                     _ => return Err(self.err(n, format!("no cast to {to}"))),
+                };
+                // Onto the target type's values: a narrower integer wraps, a narrower float rounds.
+                match (os, to.float_format()) {
+                    (Storage::I32, _) => narrow(v, *to),
+                    (_, Some(_)) if *to == wgslc_ir::DType::BF16 => {
+                        helpers.round_bf16 = true;
+                        format!("round_bf16_({v})")
+                    }
+                    (_, Some(f)) => {
+                        helpers.round_float = true;
+                        format!(
+                            "round_float_({v}, {}i, {}i, {}, {}, {}, {})",
+                            f.mantissa_bits,
+                            f.min_exp(),
+                            fe.lit(f.max),
+                            fe.lit(f.overflow(*saturate)),
+                            fe.lit(f.nan()),
+                            f.signed_zero()
+                        )
+                    }
+                    _ => v,
                 }
             }
             other => return Err(self.err(n, format!("{} is not elementwise", other.name()))),

@@ -57,6 +57,8 @@ struct Header {
 
 #[derive(Default, Clone, Copy)]
 struct Helpers {
+    round_float: bool,
+    round_bf16: bool,
     log1p: bool,
     erf: bool,
     pow: bool,
@@ -401,7 +403,7 @@ impl Emitter<'_> {
             Op::Unary(_)
             | Op::Binary(_)
             | Op::Where
-            | Op::Cast(_)
+            | Op::Cast { .. }
             | Op::StridedCopy { .. }
             | Op::TileCopy
             | Op::Trilu { .. }
@@ -484,29 +486,19 @@ impl Emitter<'_> {
 /// Wraps an i32 expression to the width of a narrower integer dtype, so arithmetic on uint8, int8, uint16 and
 /// int16 values wraps as it would in that type (i32 arithmetic wraps at 32 bits by itself).
 fn narrow(e: String, d: wgslc_ir::DType) -> String {
-    use wgslc_ir::DType;
-    match d {
-        DType::U8 => format!("({e} & 255i)"),
-        DType::U16 => format!("({e} & 65535i)"),
-        DType::I8 => format!("(({e} << 24u) >> 24u)"),
-        DType::I16 => format!("(({e} << 16u) >> 16u)"),
+    match d.int_bits() {
+        Some((w, false)) if w < 32 => format!("({e} & {}i)", (1u32 << w) - 1),
+        Some((w, true)) if w < 32 => format!("(({e} << {s}u) >> {s}u)", s = 32 - w),
         _ => e,
     }
 }
 
 fn bit_width(d: wgslc_ir::DType) -> u32 {
-    use wgslc_ir::DType;
-    match d {
-        DType::U8 | DType::I8 => 8,
-        DType::U16 | DType::I16 => 16,
-        DType::U64 | DType::I64 => 64,
-        _ => 32,
-    }
+    d.int_bits().map_or(32, |(w, _)| w)
 }
 
 fn is_signed(d: wgslc_ir::DType) -> bool {
-    use wgslc_ir::DType;
-    matches!(d, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    d.int_bits().is_some_and(|(_, signed)| signed)
 }
 
 #[cfg(test)]
