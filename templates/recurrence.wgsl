@@ -96,13 +96,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- for g in 0..gates %}
                     var a{{ g }} = {% if gru_lbr && g == 2 %}0.0{% else %}gx[base + {{ g * hid }}u]{% endif %};
 {%- endfor %}
-                    for (var k = 0u; k < {{ hid }}u; k = k + 1u) {
+                    // {{ unroll }} k at a time, every load issued before the sums use them: one workgroup walks
+                    // the whole product, so its speed is the loads it keeps in flight.
+                    for (var k = 0u; k < {{ hid / unroll * unroll }}u; k = k + {{ unroll }}u) {
+                        let row = (d * {{ hid }}u + k) * {{ gh }}u + u;
+{%- for j in 0..unroll %}
+                        let h{{ j }} = hs[k + {{ j }}u];
+{%- endfor %}
+{%- for g in 0..gates %}
+{%- for j in 0..unroll %}
+                        let r{{ g }}_{{ j }} = rt[row + {{ j * gh + g * hid }}u];
+{%- endfor %}
+{%- endfor %}
+{%- for g in 0..gates %}
+                        a{{ g }} = a{{ g }}{% for j in 0..unroll %} + h{{ j }} * r{{ g }}_{{ j }}{% endfor %};
+{%- endfor %}
+                    }
+{%- if hid % unroll != 0 %}
+                    for (var k = {{ hid / unroll * unroll }}u; k < {{ hid }}u; k = k + 1u) {
                         let hk = hs[k];
                         let row = (d * {{ hid }}u + k) * {{ gh }}u + u;
 {%- for g in 0..gates %}
                         a{{ g }} = a{{ g }} + hk * rt[row + {{ g * hid }}u];
 {%- endfor %}
                     }
+{%- endif %}
 {%- if lstm %}
                     // Gates i, o, f, c; peepholes (i, o, f) read the cell state.
                     let cp = c[m];

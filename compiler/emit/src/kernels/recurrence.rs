@@ -19,6 +19,8 @@ pub(super) struct RecurrenceTpl {
     pub(super) t: usize,
     pub(super) b: usize,
     pub(super) hid: usize,
+    /// Steps of the recurrent product's k loop per iteration (loads in flight per thread).
+    pub(super) unroll: usize,
     pub(super) gh: usize,
     pub(super) upt: usize,
     pub(super) gates: usize,
@@ -120,6 +122,7 @@ impl Emitter<'_> {
             hid,
             gh,
             upt: hid.div_ceil(256),
+            unroll: 8,
             gates: at.cell.gates(),
             lstm: matches!(at.cell, Cell::Lstm { .. }),
             gru: matches!(at.cell, Cell::Gru { .. }),
