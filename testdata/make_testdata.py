@@ -362,6 +362,30 @@ def ops():
                helper.make_tensor("z", TensorProto.FLOAT8E4M3FN, [], [0.0])], opset=19),
         [rand(5, 9, lo=-40, hi=40)],
     )
+    # ---- Loop with a constant trip count and Scan, unrolled at import ----
+    sb = helper.make_graph(
+        [helper.make_node("MatMul", ["h", "w"], ["hw"]), helper.make_node("Add", ["hw", "xt"], ["a"]),
+         helper.make_node("Tanh", ["a"], ["h2"]), helper.make_node("Identity", ["h2"], ["y"])],
+        "scan_body", [vi("h", F, [1, 6]), vi("xt", F, [1, 6])], [vi("h2", F, [1, 6]), vi("y", F, [1, 6])],
+        initializer=[init("w", rand(6, 6) * 0.5)])
+    cases["scan_reverse_recurrence"] = (
+        model([helper.make_node("Scan", ["h0", "x"], ["hT", "ys"], body=sb, num_scan_inputs=1,
+                                scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[2])],
+              [vi("h0", F, [1, 6]), vi("x", F, [1, 5, 6])], [vi("hT", F, None), vi("ys", F, None)], opset=16),
+        [rand(1, 6), rand(1, 5, 6)],
+    )
+    lb = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=F), helper.make_node("Mul", ["acc", "fi"], ["mm"]),
+         helper.make_node("Add", ["mm", "x"], ["acc2"]), helper.make_node("Identity", ["cond"], ["cond2"]),
+         helper.make_node("ReduceSum", ["acc2"], ["s"], keepdims=0)],
+        "loop_body", [vi("i", I64, []), vi("cond", B, []), vi("acc", F, [2, 3])],
+        [vi("cond2", B, []), vi("acc2", F, [2, 3]), vi("s", F, [])])
+    cases["loop_constant_trip_count"] = (
+        model([helper.make_node("Loop", ["m", "", "a0"], ["aT", "sums"], body=lb)],
+              [vi("a0", F, [2, 3]), vi("x", F, [2, 3])], [vi("aT", F, None), vi("sums", F, None)],
+              [init("m", np.array(4, np.int64))], opset=16),
+        [rand(2, 3), rand(2, 3)],
+    )
     cases["dynamic_quantize"] = (
         model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], [vi("x", F, [3, 7])],
               [vi("y", TensorProto.UINT8, None), vi("s", F, None), vi("z", TensorProto.UINT8, None)], opset=13),

@@ -61,8 +61,13 @@ impl Importer<'_> {
                 domain: node.domain.clone(),
             });
         }
-        if node.op_type == "If" && node.domain.is_empty() {
-            return self.inline_if(index, node, &name);
+        if node.domain.is_empty() {
+            match node.op_type.as_str() {
+                "If" => return self.inline_if(index, node, &name),
+                "Loop" => return self.unroll_loop(index, node, &name),
+                "Scan" => return self.unroll_scan(index, node, &name),
+                _ => {}
+            }
         }
         if node.attribute.iter().any(|at| !at.ref_attr_name.is_empty() || at.g.is_some() || !at.graphs.is_empty()) {
             return Err(a.err(
@@ -619,7 +624,13 @@ impl Importer<'_> {
     }
 
     /// Adds one node with a fresh output value and returns that value.
-    fn emit(&mut self, name: &str, part: &str, op: Op, inputs: &[Option<ValueId>]) -> Result<ValueId, ImportError> {
+    pub(crate) fn emit(
+        &mut self,
+        name: &str,
+        part: &str,
+        op: Op,
+        inputs: &[Option<ValueId>],
+    ) -> Result<ValueId, ImportError> {
         let op_name = op.name();
         Builder::new(&mut self.g, name).op_named(part, op, inputs).map_err(|e| ImportError::Node {
             node: name.into(),
@@ -757,7 +768,7 @@ impl Importer<'_> {
         Ok(())
     }
 
-    fn ints_const(&mut self, node: &str, what: &str, v: Vec<i64>) -> ValueId {
+    pub(crate) fn ints_const(&mut self, node: &str, what: &str, v: Vec<i64>) -> ValueId {
         Builder::new(&mut self.g, node).const_named(what, Tensor::i64(vec![v.len()], v))
     }
 
