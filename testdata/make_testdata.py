@@ -896,6 +896,17 @@ def ops():
               opset=13),
         [rand(2, 3, 5, 4)],
     )
+    # A TensorFlow-style crop-and-resize whose box reaches past the image: outside points take the extrapolation
+    # value; the box is given as fractions of H and W (roi over axes 2, 3).
+    cases["resize_tf_crop_and_resize_extrapolate"] = (
+        model([helper.make_node("Resize", ["x", "roi", "", "sizes"], ["y"], mode="linear",
+                                coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-2.5,
+                                axes=[2, 3])],
+              [vi("x", F, [1, 2, 9, 11])], [vi("y", F, None)],
+              [init("roi", np.array([0.2, -0.1, 0.9, 1.2], np.float32)), init("sizes", np.array([5, 7], np.int64))],
+              opset=18),
+        [rand(1, 2, 9, 11)],
+    )
     cases["resize_cubic_align_corners_down"] = (
         model([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="cubic",
                                 coordinate_transformation_mode="align_corners")],

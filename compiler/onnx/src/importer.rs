@@ -298,6 +298,7 @@ impl Importer<'_> {
                     antialias: a.int("antialias", 0) != 0,
                     axes: a.ints("axes"),
                     keep_aspect_ratio: a.string("keep_aspect_ratio_policy").unwrap_or("stretch".into()),
+                    extrapolation_value: a.float("extrapolation_value", 0.0),
                 })
             }
             "GatherND" => {

@@ -284,6 +284,8 @@ pub struct ResizeAttrs {
     pub axes: Option<Vec<i64>>,
     /// ONNX's keep_aspect_ratio_policy for `sizes`: stretch, not_larger or not_smaller.
     pub keep_aspect_ratio: String,
+    /// tf_crop_and_resize: the value of outputs whose sampling point lies outside the input.
+    pub extrapolation_value: f32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

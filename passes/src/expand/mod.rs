@@ -204,23 +204,47 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
                     .collect::<Result<_, _>>()?,
                 None => (0..rank).collect(),
             };
-            let (scale, out) = resize_plan(&xt.shape, &axes, scales, sizes, &attrs.keep_aspect_ratio).map_err(&err)?;
+            let by_scales = sizes.is_none();
+            let (mut scale, mut out) =
+                resize_plan(&xt.shape, &axes, scales, sizes, &attrs.keep_aspect_ratio).map_err(&err)?;
+            // tf_crop_and_resize samples the region of interest [start, end] (fractions of each axis): from
+            // scales, the output covers n · (end − start) · scale positions.
+            let mut roi = vec![None; rank];
             if attrs.coordinates == "tf_crop_and_resize" {
-                return Err(err("coordinate_transformation_mode 'tf_crop_and_resize' is not supported".into()));
+                let r = konst(input(1), "roi")?.ok_or_else(|| err("tf_crop_and_resize needs the roi input".into()))?;
+                if r.len() != 2 * axes.len() {
+                    return Err(err(format!("roi has {} values for {} axes", r.len(), axes.len())));
+                }
+                for (i, &a) in axes.iter().enumerate() {
+                    let (start, end) = (r[i], r[axes.len() + i]);
+                    roi[a] = Some((start, end));
+                    if by_scales {
+                        out[a] = (xt.shape[a] as f64 * (end - start) * scale[a]).floor().max(0.0) as usize;
+                    }
+                    if (start, end) != (0.0, 1.0) {
+                        // Forces the axis through the taps even when its size is unchanged.
+                        scale[a] = f64::NAN;
+                    }
+                }
             }
             if attrs.mode != wgslc_ir::ResizeMode::Nearest && !xt.dtype.is_float() {
                 return Err(err(format!("{:?} resizing needs a float input, got {}", attrs.mode, xt.dtype)));
             }
             let mut plans = Vec::new();
             for &a in &axes {
-                if xt.shape[a] != out[a] || (scale[a] - 1.0).abs() >= 1e-12 {
-                    plans.push((a, resize_taps(attrs, xt.shape[a], out[a], scale[a]).map_err(&err)?));
+                if xt.shape[a] != out[a] || scale[a].is_nan() || (scale[a] - 1.0).abs() >= 1e-12 {
+                    let s = if scale[a].is_nan() { out[a] as f64 / xt.shape[a].max(1) as f64 } else { scale[a] };
+                    plans.push((a, resize_taps(attrs, xt.shape[a], out[a], s, roi[a]).map_err(&err)?));
                 }
             }
             // Integer nearest upsampling on every resized axis (the detectors' ×2): one view of the input, each
             // element repeated along a new axis after each resized one; a single copy where it materializes.
-            let repeats: Option<Vec<(usize, usize)>> =
-                plans.iter().map(|(a, taps)| upsample_factor(taps, xt.shape[*a]).map(|f| (*a, f))).collect();
+            let repeats: Option<Vec<(usize, usize)>> = plans
+                .iter()
+                .map(|(a, (taps, outside))| {
+                    upsample_factor(taps, xt.shape[*a]).filter(|_| !outside.contains(&true)).map(|f| (*a, f))
+                })
+                .collect();
             let y = match repeats {
                 Some(reps) if !reps.is_empty() => {
                     let (mut split, mut wide) = (Vec::new(), Vec::new());
@@ -239,8 +263,9 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
                 }
                 _ => {
                     let (mut y, mut shape) = (x, xt.shape.clone());
-                    for (a, taps) in &plans {
-                        y = resize_axis(&mut b, y, &shape, *a, out[*a], taps, xt.dtype)?;
+                    for (a, (taps, outside)) in &plans {
+                        let fill = (attrs.extrapolation_value as f64, outside.as_slice());
+                        y = resize_axis(&mut b, y, &shape, *a, taps, fill, xt.dtype)?;
                         shape[*a] = out[*a];
                     }
                     y
@@ -663,13 +688,23 @@ fn resize_taps(
     n: usize,
     m: usize,
     scale: f64,
-) -> Result<Vec<Vec<(usize, f64)>>, String> {
+    roi: Option<(f64, f64)>,
+) -> Result<Taps, String> {
     use wgslc_ir::ResizeMode;
     let width = scale * n as f64;
-    let mut taps = Vec::with_capacity(m);
+    let (mut taps, mut outside) = (Vec::with_capacity(m), Vec::with_capacity(m));
     for j in 0..m {
         let y = j as f64;
         let x = match attrs.coordinates.as_str() {
+            "tf_crop_and_resize" => {
+                let (start, end) = roi.unwrap_or((0.0, 1.0));
+                let last = n as f64 - 1.0;
+                if m > 1 {
+                    start * last + y * (end - start) * last / (m as f64 - 1.0)
+                } else {
+                    0.5 * (start + end) * last
+                }
+            }
             "half_pixel" => (y + 0.5) / scale - 0.5,
             // The resized length here is the integer output size, as onnxruntime takes it (ONNX's reference
             // implementation takes n · scale, which differs when that is not whole).
@@ -756,10 +791,19 @@ fn resize_taps(
                 *w /= sum;
             }
         }
+        // Outside the input (tf_crop_and_resize): no tap counts; the extrapolation value is added instead.
+        let out = !(0.0..=n as f64 - 1.0).contains(&x) && attrs.coordinates == "tf_crop_and_resize";
+        if out {
+            t.iter_mut().for_each(|(_, w)| *w = 0.0);
+        }
+        outside.push(out);
         taps.push(t.into_iter().map(|(i, w)| (i.clamp(0, n as i64 - 1) as usize, w)).collect());
     }
-    Ok(taps)
+    Ok((taps, outside))
 }
+
+/// Per output position, its (input index, weight) taps, and whether it lies outside the input.
+type Taps = (Vec<Vec<(usize, f64)>>, Vec<bool>);
 
 /// `f` when output position j reads input j / f alone (nearest upsampling by a whole factor).
 fn upsample_factor(taps: &[Vec<(usize, f64)>], n: usize) -> Option<usize> {
@@ -769,14 +813,15 @@ fn upsample_factor(taps: &[Vec<(usize, f64)>], n: usize) -> Option<usize> {
     (whole && taps.iter().enumerate().all(|(j, t)| t.len() == 1 && t[0].0 == j / f)).then_some(f)
 }
 
-/// One axis of a resize: one Gather per tap, each weighted and summed (nearest: one Gather).
+/// One axis of a resize: one Gather per tap, each weighted and summed (nearest: one Gather), plus `fill` at the
+/// positions `outside` marks (tf_crop_and_resize's extrapolation).
 fn resize_axis(
     b: &mut Builder,
     x: ValueId,
     shape: &[usize],
     axis: usize,
-    m: usize,
     taps: &[Vec<(usize, f64)>],
+    (fill, outside): (f64, &[bool]),
     dtype: DType,
 ) -> Result<ValueId, PassError> {
     let k = taps.first().map_or(0, Vec::len);
@@ -786,7 +831,7 @@ fn resize_axis(
         return Ok(b.op(Op::Gather { axis: axis as i64 }, &[Some(x), Some(none)])?);
     }
     let mut wshape = vec![1usize; shape.len()];
-    wshape[axis] = m;
+    wshape[axis] = taps.len();
     let mut sum: Option<ValueId> = None;
     for t in 0..k {
         let idx: Vec<i64> = taps.iter().map(|tp| tp[t].0 as i64).collect();
@@ -815,5 +860,12 @@ fn resize_axis(
             None => term,
         });
     }
-    sum.ok_or_else(|| PassError::Value { value: b.g.value(x).name.clone(), reason: "a resize with no taps".into() })
+    let sum = sum
+        .ok_or_else(|| PassError::Value { value: b.g.value(x).name.clone(), reason: "a resize with no taps".into() })?;
+    if fill == 0.0 || !outside.contains(&true) {
+        return Ok(sum);
+    }
+    let c: Vec<f64> = outside.iter().map(|&o| if o { fill } else { 0.0 }).collect();
+    let cv = b.konst(Tensor::from_f64(dtype, wshape, c));
+    Ok(b.bin(BinaryOp::Add, sum, cv)?)
 }
