@@ -362,6 +362,14 @@ def ops():
                helper.make_tensor("z", TensorProto.FLOAT8E4M3FN, [], [0.0])], opset=19),
         [rand(5, 9, lo=-40, hi=40)],
     )
+    # ---- 3-D pooling (video and volumetric models), as two separable 2-D pools ----
+    cases["pool3d_max_avg"] = (
+        model([helper.make_node("MaxPool", ["x"], ["m"], kernel_shape=[3, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 1, 0, 1]),
+               helper.make_node("AveragePool", ["m"], ["y"], kernel_shape=[2, 3, 2], strides=[1, 2, 1],
+                                pads=[0, 1, 1, 1, 0, 0], ceil_mode=1, count_include_pad=0)],
+              [vi("x", F, [1, 3, 7, 8, 9])], [vi("y", F, None)], opset=19),
+        [rand(1, 3, 7, 8, 9)],
+    )
     # ---- Loop with a constant trip count and Scan, unrolled at import ----
     sb = helper.make_graph(
         [helper.make_node("MatMul", ["h", "w"], ["hw"]), helper.make_node("Add", ["hw", "xt"], ["a"]),

@@ -1,8 +1,8 @@
 //! Composite ops expanded into simpler ones once shapes are known: Attention, DepthToSpace, SpaceToDepth,
-//! LpNormalization, LRN, GatherND, Resize (and Upsample), Hardmax, InstanceNormalization, GroupNormalization and
-//! ConvTranspose (conv_transpose.rs), LSTM/GRU/RNN (rnn.rs), Einsum (einsum.rs) and the integer
-//! Quantize/DequantizeLinear family (quantize.rs). Each expansion builds ordinary nodes that shape inference then types and
-//! folds like any other.
+//! LpNormalization, LRN, GatherND, Resize (and Upsample), Hardmax, InstanceNormalization, GroupNormalization,
+//! ConvTranspose (conv_transpose.rs), 3-D pooling (two separable 2-D pools), LSTM/GRU/RNN (rnn.rs), Einsum
+//! (einsum.rs) and the Quantize/DequantizeLinear family (quantize.rs). Each expansion builds ordinary nodes that
+//! shape inference then types and folds like any other.
 
 mod conv_transpose;
 mod einsum;
@@ -32,7 +32,7 @@ fn need_const<'a>(
 
 /// Whether `op` is expanded by [`expand`].
 pub(crate) fn is_composite(op: &Op) -> bool {
-    matches!(op, wgslc_ir::composite!())
+    matches!(op, wgslc_ir::composite!()) || matches!(op, Op::Pool { window, .. } if window.kernel.len() == 3)
 }
 
 /// Replaces composite node `n` by its expansion and returns the new nodes in data order (the caller infers them).
@@ -90,6 +90,68 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             let is_zero = b.bin(BinaryOp::Equal, norm, zero)?;
             let q = b.bin(BinaryOp::Div, x, norm)?;
             vec![Some(b.op(Op::Where, &[Some(is_zero), Some(zero), Some(q)])?)]
+        }
+        // A 3-D window is two 2-D ones: max, average (the valid count is a product of per-axis counts, with
+        // count_include_pad or without) and Lp pooling are separable. [N, C, D, H, W] pools (H, W) as
+        // [N, C·D, H, W], then D as [N, C, D, H'·W'] with a (kd, 1) window.
+        Op::Pool { kind, window: w, count_include_pad } => {
+            let s = &xt.shape;
+            if s.len() != 5 {
+                return Err(err(format!("a 3-D window needs a rank-5 input, got {s:?}")));
+            }
+            let (n, c, d, h, wd) = (s[0], s[1], s[2], s[3], s[4]);
+            let fill = |v: &Vec<usize>, dflt: usize, len: usize| if v.is_empty() { vec![dflt; len] } else { v.clone() };
+            let (k, st, dl) = (w.kernel.clone(), fill(&w.strides, 1, 3), fill(&w.dilations, 1, 3));
+            if st.len() != 3 || dl.len() != 3 || st.contains(&0) || dl.contains(&0) {
+                return Err(err("strides and dilations must be positive and match the spatial rank".into()));
+            }
+            let sp = [d, h, wd];
+            let pads: Vec<usize> = match w.auto_pad {
+                AutoPad::NotSet if w.pads.is_empty() => vec![0; 6],
+                AutoPad::NotSet if w.pads.len() == 6 => w.pads.clone(),
+                AutoPad::NotSet => return Err(err(format!("pads {:?} must have 6 entries", w.pads))),
+                AutoPad::Valid => vec![0; 6],
+                AutoPad::SameUpper | AutoPad::SameLower => {
+                    let mut p = vec![0; 6];
+                    for a in 0..3 {
+                        let total =
+                            ((sp[a].div_ceil(st[a]) - 1) * st[a] + (k[a] - 1) * dl[a] + 1).saturating_sub(sp[a]);
+                        let small = total / 2;
+                        let (b0, e0) = if w.auto_pad == AutoPad::SameUpper {
+                            (small, total - small)
+                        } else {
+                            (total - small, small)
+                        };
+                        p[a] = b0;
+                        p[a + 3] = e0;
+                    }
+                    p
+                }
+            };
+            let win = |kernel: Vec<usize>, strides: Vec<usize>, pads: Vec<usize>, dilations: Vec<usize>| Window {
+                kernel,
+                strides,
+                pads,
+                dilations,
+                auto_pad: AutoPad::NotSet,
+                ceil_mode: w.ceil_mode,
+            };
+            let hw =
+                win(vec![k[1], k[2]], vec![st[1], st[2]], vec![pads[1], pads[2], pads[4], pads[5]], vec![dl[1], dl[2]]);
+            let dw = win(vec![k[0], 1], vec![st[0], 1], vec![pads[0], 0, pads[3], 0], vec![dl[0], 1]);
+            let pool = |b: &mut Builder, x: ValueId, window: Window| {
+                b.op(Op::Pool { kind: *kind, window, count_include_pad: *count_include_pad }, &[Some(x)])
+            };
+            let flat = b.reshape(x, &[n, c * d, h, wd])?;
+            let y = pool(&mut b, flat, hw)?;
+            // H' and W' are inferred for the 2-D pool; the reshapes name them through -1 and 0.
+            let s1 = b.ints(&[n as i64, c as i64, d as i64, -1]);
+            let y = b.op(Op::Reshape { allowzero: false }, &[Some(y), Some(s1)])?;
+            let y = pool(&mut b, y, dw)?;
+            let oh = out_len(h, k[1], st[1], pads[1], pads[4], dl[1], w.ceil_mode)
+                .ok_or_else(|| err("the window is larger than the padded input".into()))?;
+            let s2 = b.ints(&[n as i64, c as i64, 0, oh as i64, -1]);
+            vec![Some(b.op(Op::Reshape { allowzero: false }, &[Some(y), Some(s2)])?)]
         }
         Op::Lrn { size, alpha, beta, bias } => {
             // Σ x² over the channel window as an average pool (count_include_pad: the window always divides by
@@ -811,6 +873,18 @@ fn upsample_factor(taps: &[Vec<(usize, f64)>], n: usize) -> Option<usize> {
     let f = m / n.max(1);
     let whole = f >= 1 && m == f * n;
     (whole && taps.iter().enumerate().all(|(j, t)| t.len() == 1 && t[0].0 == j / f)).then_some(f)
+}
+
+/// Output length of one pooled axis (ONNX's rule; as shape inference's `window_out`).
+fn out_len(n: usize, k: usize, s: usize, p0: usize, p1: usize, d: usize, ceil: bool) -> Option<usize> {
+    let padded = n + p0 + p1;
+    let span = (k.max(1) - 1) * d + 1;
+    let num = padded.checked_sub(span)?;
+    let mut out = if ceil { num.div_ceil(s) + 1 } else { num / s + 1 };
+    if ceil && (out - 1) * s >= n + p0 {
+        out -= 1;
+    }
+    Some(out)
 }
 
 /// One axis of a resize: one Gather per tap, each weighted and summed (nearest: one Gather), plus `fill` at the
