@@ -394,6 +394,33 @@ def ops():
               [init("m", np.array(4, np.int64))], opset=16),
         [rand(2, 3), rand(2, 3)],
     )
+    # The QOperator form of quantized exports: QLinearConv (per-channel weight scales, int32 bias), then
+    # QLinearMatMul over the flattened result; and MatMulInteger (a scalar zero point for A, onnxruntime's limit,
+    # per column for B).
+    U8 = TensorProto.UINT8
+    wc = RNG.integers(-60, 60, (4, 3, 3, 3)).astype(np.int8)
+    wm = RNG.integers(0, 255, (4 * 5 * 5, 6)).astype(np.uint8)
+    cases["qlinear_conv_matmul"] = (
+        model([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["c"],
+                                kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+               helper.make_node("Reshape", ["c", "flat"], ["cf"]),
+               helper.make_node("QLinearMatMul", ["cf", "ys", "yz", "wm", "ms", "mz", "os", "oz"], ["y"])],
+              [vi("x", U8, [1, 3, 10, 9])], [vi("y", U8, None)],
+              [init("xs", np.array(0.02, np.float32)), init("xz", np.array(120, np.uint8)), init("w", wc),
+               init("ws", rand(4, lo=0.002, hi=0.01)), init("wz", np.zeros(4, np.int8)),
+               init("ys", np.array(0.05, np.float32)), init("yz", np.array(100, np.uint8)),
+               init("b", RNG.integers(-500, 500, 4).astype(np.int32)), init("flat", np.array([1, -1], np.int64)),
+               init("wm", wm), init("ms", np.array(0.004, np.float32)), init("mz", np.array(128, np.uint8)),
+               init("os", np.array(0.3, np.float32)), init("oz", np.array(90, np.uint8))], opset=13),
+        [RNG.integers(0, 255, (1, 3, 10, 9)).astype(np.uint8)],
+    )
+    cases["matmul_integer_zero_points"] = (
+        model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
+              [vi("a", U8, [5, 7]), vi("b", U8, [7, 3])], [vi("y", TensorProto.INT32, None)],
+              [init("az", np.array(131, np.uint8)), init("bz", RNG.integers(0, 255, 3).astype(np.uint8))],
+              opset=13),
+        [RNG.integers(0, 255, (5, 7)).astype(np.uint8), RNG.integers(0, 255, (7, 3)).astype(np.uint8)],
+    )
     cases["dynamic_quantize"] = (
         model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], [vi("x", F, [3, 7])],
               [vi("y", TensorProto.UINT8, None), vi("s", F, None), vi("z", TensorProto.UINT8, None)], opset=13),

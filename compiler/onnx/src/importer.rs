@@ -83,8 +83,19 @@ impl Importer<'_> {
         // outputs themselves check first.
         let omitted = || a.err("its first output is omitted (only later outputs are named), which wgslc needs");
         let first_omitted = node.output[0].is_empty();
-        let writes_itself =
-            ["Constant", "Max", "Min", "Sum", "Mean", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"];
+        let writes_itself = [
+            "Constant",
+            "Max",
+            "Min",
+            "Sum",
+            "Mean",
+            "NegativeLogLikelihoodLoss",
+            "SoftmaxCrossEntropyLoss",
+            "MatMulInteger",
+            "ConvInteger",
+            "QLinearMatMul",
+            "QLinearConv",
+        ];
         if first_omitted && writes_itself.contains(&node.op_type.as_str()) {
             return Err(omitted());
         }
@@ -118,6 +129,9 @@ impl Importer<'_> {
             "Or" => Op::Binary(BinaryOp::Or),
             "Max" | "Min" | "Sum" | "Mean" => return self.variadic(&a, node, inputs),
             "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => return self.nll(&a, node, inputs),
+            "MatMulInteger" | "ConvInteger" | "QLinearMatMul" | "QLinearConv" => {
+                return self.quantized_product(&a, node, inputs)
+            }
             "Xor" => Op::Binary(BinaryOp::Xor),
             "BitwiseAnd" => Op::Binary(BinaryOp::BitwiseAnd),
             "BitwiseOr" => Op::Binary(BinaryOp::BitwiseOr),
@@ -767,6 +781,58 @@ impl Importer<'_> {
             self.emit_into(a, "mean", Op::Binary(BinaryOp::Div), &[Some(acc), Some(n)], outs)?;
         }
         Ok(())
+    }
+
+    /// MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv as the float product of their dequantized
+    /// operands: DequantizeLinear (scale 1 for the integer ops; zero points per row of A, per column of B, per
+    /// output channel of W), MatMul or Conv in f32, then a Cast to int32 (exact while every sum stays below 2^24
+    /// in magnitude) or a QuantizeLinear into y's type. QLinearConv's int32 bias is scaled by x_scale · w_scale.
+    fn quantized_product(
+        &mut self,
+        a: &Attrs,
+        node: &NodeProto,
+        inputs: Vec<Option<ValueId>>,
+    ) -> Result<(), ImportError> {
+        let name = a.name;
+        let input = |i: usize| inputs.get(i).copied().flatten();
+        let need = |i: usize, what: &str| input(i).ok_or_else(|| a.err(format!("missing {what}")));
+        let outs = self.define_outputs(name, &node.output, &Op::Identity)?;
+        let one = self.scalar_const(name, "one", 1.0);
+        let dq = |this: &mut Self, part: &str, x: ValueId, s: ValueId, z: Option<ValueId>, axis: i64| {
+            this.emit(name, part, Op::DequantizeLinear { axis, block_size: 0 }, &[Some(x), Some(s), z])
+        };
+        let conv = || -> Result<Op, ImportError> {
+            Ok(Op::Conv { window: self.window(a, false)?, group: a.int("group", 1).max(1) as usize })
+        };
+        match node.op_type.as_str() {
+            "MatMulInteger" | "ConvInteger" => {
+                let is_conv = node.op_type == "ConvInteger";
+                let op = if is_conv { conv()? } else { Op::MatMul };
+                let (x, w) = (need(0, "A")?, need(1, "B")?);
+                let xf = dq(self, "a", x, one, input(2), -2)?;
+                let wf = dq(self, "b", w, one, input(3), if is_conv { 0 } else { -1 })?;
+                let y = self.emit(name, "product", op, &[Some(xf), Some(wf)])?;
+                self.emit_into(a, "", Op::cast(wgslc_ir::DType::I32), &[Some(y)], outs)
+            }
+            _ => {
+                let is_conv = node.op_type == "QLinearConv";
+                let op = if is_conv { conv()? } else { Op::MatMul };
+                let (x, xs, xz) = (need(0, "x")?, need(1, "x_scale")?, input(2));
+                let (w, ws, wz) = (need(3, "w")?, need(4, "w_scale")?, input(5));
+                let (ys, yz) = (need(6, "y_scale")?, input(7));
+                let xf = dq(self, "x", x, xs, xz, -2)?;
+                let wf = dq(self, "w", w, ws, wz, if is_conv { 0 } else { -1 })?;
+                let mut args = vec![Some(xf), Some(wf)];
+                if let (true, Some(bias)) = (is_conv, input(8)) {
+                    let bs = self.emit(name, "bias_scale", Op::Binary(BinaryOp::Mul), &[Some(xs), Some(ws)])?;
+                    let bf = self.emit(name, "bias_f", Op::cast(wgslc_ir::DType::F32), &[Some(bias)])?;
+                    args.push(Some(self.emit(name, "bias", Op::Binary(BinaryOp::Mul), &[Some(bf), Some(bs)])?));
+                }
+                let y = self.emit(name, "product", op, &args)?;
+                let q = Op::QuantizeLinear { axis: -2, block_size: 0, output_dtype: None, saturate: true };
+                self.emit_into(a, "", q, &[Some(y), Some(ys), yz], outs)
+            }
+        }
     }
 
     pub(crate) fn ints_const(&mut self, node: &str, what: &str, v: Vec<i64>) -> ValueId {
