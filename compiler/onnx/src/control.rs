@@ -18,6 +18,11 @@ use wgslc_ir::{DType, Data, Graph, Op, Tensor, ValueId};
 
 /// The most body copies one Loop or Scan may unroll into (iterations × body nodes).
 const MAX_UNROLLED_NODES: usize = 200_000;
+/// The most iterations of one Loop or Scan.
+const MAX_ITERATIONS: usize = 4096;
+/// The most iterations of a Loop whose condition is recomputed by its body (each one folds it over a copy of the
+/// graph).
+const MAX_FOLDED_CONDITIONS: usize = 256;
 
 impl Importer<'_> {
     pub(crate) fn inline_if(&mut self, index: usize, node: &NodeProto, name: &str) -> Result<(), ImportError> {
@@ -242,7 +247,9 @@ impl Importer<'_> {
             )));
         }
         let k = body.output.len() - 1 - n;
-        let limit = MAX_UNROLLED_NODES / body.node.len().max(1);
+        let recomputed = trips.is_none() || body.output[0].name != body.input[1].name;
+        let cap = if recomputed { MAX_FOLDED_CONDITIONS } else { MAX_ITERATIONS };
+        let limit = (MAX_UNROLLED_NODES / body.node.len().max(1)).min(cap);
         let (mut state, mut scans) = (carried, vec![Vec::new(); k]);
         let mut i = 0usize;
         while cond && trips.is_none_or(|m| i < m) {
@@ -265,7 +272,7 @@ impl Importer<'_> {
                 scans[j].push(*s);
             }
             // The condition of the next iteration: the body's, when it is not simply passed through.
-            if trips.is_none() || body.output[0].name != body.input[1].name {
+            if recomputed {
                 cond = truth(&folded(self, outs[0], "condition")?);
             }
             i += 1;
@@ -330,7 +337,7 @@ impl Importer<'_> {
             axes.push(a);
         }
         let len = len.ok_or_else(|| err("it has no scan input".into()))?;
-        if len * body.node.len().max(1) > MAX_UNROLLED_NODES {
+        if len > MAX_ITERATIONS || len * body.node.len().max(1) > MAX_UNROLLED_NODES {
             return Err(err(format!("unrolling {len} steps of its {}-node body is too large", body.node.len())));
         }
         if len == 0 && k > 0 {

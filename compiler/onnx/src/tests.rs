@@ -166,10 +166,16 @@ fn unknown_domains_and_subgraphs_are_refused() {
     n.domain = "com.microsoft".into();
     let m = model(vec![n], vec![input("x", &[fixed(3)])], &["y"], vec![]);
     assert!(matches!(import(&m, &ImportOptions::default()), Err(ImportError::UnknownDomain { .. })));
-    let mut n = node("Loop", &["x"], &["y"]);
+    let mut n = node("SequenceMap", &["x"], &["y"]);
     n.attribute.push(AttributeProto { name: "body".into(), g: Some(GraphProto::default()), ..Default::default() });
     let m = model(vec![n], vec![input("x", &[fixed(3)])], &["y"], vec![]);
     assert!(import(&m, &ImportOptions::default()).unwrap_err().to_string().contains("subgraph"));
+    // A Loop is unrolled, so its trip count must be known: a run-time one names the input to bind.
+    let mut n = node("Loop", &["x"], &["y"]);
+    n.attribute.push(AttributeProto { name: "body".into(), g: Some(GraphProto::default()), ..Default::default() });
+    let m = model(vec![n], vec![input("x", &[fixed(1)])], &["y"], vec![]);
+    let e = import(&m, &ImportOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("trip count input 'x' must be known at compile time"), "{e}");
     // An If on a run-time condition names the input to bind.
     let mut n = node("If", &["x"], &["y"]);
     n.attribute.push(AttributeProto {
