@@ -12,6 +12,7 @@ onnxruntime, numpy.
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -113,7 +114,7 @@ class YOLOv8n(nn.Module):
 
     def forward(self, x):
         feats = []
-        for i, m in enumerate(self.b):
+        for m in self.b:
             x = m(x)
             feats.append(x)
         p4 = self.h12(torch.cat((self.up(feats[9]), feats[6]), 1))
@@ -169,7 +170,6 @@ def main():
         err = np.abs(got.astype(np.float64) - want)
         ok = got.shape == want.shape and bool(np.all(err <= 1e-3 + 1e-3 * np.abs(want)))
         bad += not ok
-        import json
         disp = len(json.load(open(os.path.join(art, "plan.json")))["dispatches"])
         rows.append(f"| {label} | {'match' if ok else 'MISMATCH'} {list(got.shape)} | {disp} dispatches | "
                     f"max abs {err.max():.1e}, max rel {(err / (np.abs(want) + 1e-6)).max():.1e} |")
