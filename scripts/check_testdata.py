@@ -29,7 +29,10 @@ def run_case(wgslc, case, flags, tmp):
     for k, v in meta.get("const", {}).items():
         args += ["--const", f"{k}={os.path.join(case, v)}"]
     art, out = os.path.join(tmp, "art"), os.path.join(tmp, "out")
-    subprocess.run([wgslc, "compile", os.path.join(case, "model.onnx"), "-o", art] + args + flags,
+    model = os.path.join(case, "model.onnx")
+    if not os.path.exists(model):
+        model = os.path.join(case, "model.pt2")
+    subprocess.run([wgslc, "compile", model, "-o", art] + args + flags,
                    check=True, capture_output=True, text=True)
     ins = sorted(glob.glob(os.path.join(case, "input_*.npy")), key=lambda p: int(p.rsplit("_", 1)[1][:-4]))
     cmd = [wgslc, "run", art, "-o", out]
@@ -55,7 +58,7 @@ def run_case(wgslc, case, flags, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wgslc", required=True)
-    ap.add_argument("--suites", default="models,ops,torch")
+    ap.add_argument("--suites", default="models,ops,torch,pt2")
     ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     a = ap.parse_args()
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata")

@@ -20,7 +20,7 @@ struct Cli {
 enum Cmd {
     /// Compile a model into an artifact directory (plan.json, kernels/*.wgsl, weights.safetensors).
     Compile {
-        /// The model file (.onnx).
+        /// The model file: ONNX (.onnx) or a torch.export archive (.pt2).
         model: PathBuf,
         /// Output directory.
         #[arg(short = 'o', long = "out")]
@@ -318,8 +318,9 @@ fn real_main() -> Result<()> {
             let s = wgslc::compile(&model, &out, &opts).with_context(|| format!("compiling '{}'", model.display()));
             pb.finish_and_clear();
             let s = s?;
+            let source = if model.extension().is_some_and(|e| e == "pt2") { "ATen" } else { "ONNX" };
             info(format!(
-                "wgslc: compiled {} ONNX nodes into {} kernels ({} dispatches) in {}",
+                "wgslc: compiled {} {source} nodes into {} kernels ({} dispatches) in {}",
                 s.source_nodes,
                 s.kernels,
                 s.plan.dispatches.len(),

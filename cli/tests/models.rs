@@ -19,3 +19,44 @@ fn ops_match_onnxruntime() {
 fn torch_exports_match_onnxruntime() {
     common::run_suite("torch");
 }
+
+/// Programs saved by `torch.export.save` (`scripts/pt2_exports.py`), compiled from the .pt2 with torch's eager
+/// outputs as the reference: torch 2.11's archives in the core ATen dialect, one in the training-IR dialect, one
+/// with a dynamic batch bound by `--dim`, and the archive layouts of torch 2.6/2.7 and 2.8 (pickled weights).
+#[test]
+fn pt2_exports_match_torch() {
+    common::run_suite("pt2");
+}
+
+/// The frontends only translate: a model saved as .pt2 and exported to ONNX by torch's dynamo exporter
+/// (`exported.onnx` beside the case) compiles to the same number of dispatches, and both match torch.
+#[test]
+fn pt2_and_onnx_exports_compile_alike() {
+    let mut compared = 0;
+    let mut failures = Vec::new();
+    for case in common::cases("pt2") {
+        let onnx = case.dir.join("exported.onnx");
+        if !onnx.exists() {
+            continue;
+        }
+        let dispatches = |model: &std::path::Path| -> Result<usize, String> {
+            let out = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let s = wgslc::compile(model, out.path(), &case.opts).map_err(|e| format!("{}: {e}", model.display()))?;
+            Ok(s.plan.dispatches.len())
+        };
+        let as_onnx = common::Case { model: onnx.clone(), ..common::load_case(&case.dir) };
+        let r = dispatches(&case.model).and_then(|p| Ok((p, dispatches(&onnx)?))).and_then(|(p, o)| {
+            if p != o {
+                return Err(format!("{} dispatches from .pt2, {} from ONNX", p, o));
+            }
+            let got = common::compile_and_run(&as_onnx, &as_onnx.opts)?;
+            common::compare(&got, &case.expected, case.rtol, case.atol)
+        });
+        match r {
+            Ok(()) => compared += 1,
+            Err(e) => failures.push(format!("{}: {e}", case.name)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(compared >= 4, "only {compared} cases have exported.onnx");
+}

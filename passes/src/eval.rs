@@ -71,6 +71,35 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
             }
             Tensor { dtype: out.dtype, shape: out.shape.clone(), data: d.data.gather(&idx) }
         }
+        // Small products of constants: rotary tables (positions × inverse frequencies) as the core-ATen dialect
+        // writes them. Large ones stay kernels (folding weights into weights is the GPU's job, not the compiler's).
+        Op::MatMul if out.dtype.is_float() => matmul(inputs[0], inputs[1], out)?,
+        // Masks built from positions (the core-ATen form of a causal mask counts positions with a cumsum).
+        Op::CumSum { axis: Some(axis), exclusive, reverse, prod } if (*axis as usize) < out.shape.len() => {
+            let axis = *axis as usize;
+            let outer: usize = out.shape[..axis].iter().product();
+            let n = out.shape[axis];
+            let inner: usize = out.shape[axis + 1..].iter().product();
+            let x = inputs[0].to_f64();
+            let mut y = vec![0.0; x.len()];
+            for o in 0..outer {
+                for i in 0..inner {
+                    let mut acc = if *prod { 1.0 } else { 0.0 };
+                    for step in 0..n {
+                        let k = if *reverse { n - 1 - step } else { step };
+                        let at = (o * n + k) * inner + i;
+                        if *exclusive {
+                            y[at] = acc;
+                        }
+                        acc = if *prod { acc * x[at] } else { acc + x[at] };
+                        if !*exclusive {
+                            y[at] = acc;
+                        }
+                    }
+                }
+            }
+            Tensor::from_f64(out.dtype, out.shape.clone(), y)
+        }
         // Computed on the device only: constant inputs to these stay kernels (or are rewritten into the ops above
         // by shape inference first).
         wgslc_ir::import_level!()
@@ -96,6 +125,37 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
         | Op::TileCopy => return None,
     };
     Some(vec![t])
+}
+
+/// Batched, broadcasting MatMul on the host, for at most 2^22 multiply-adds.
+fn matmul(a: &Tensor, b: &Tensor, out: &wgslc_ir::TensorType) -> Option<Tensor> {
+    let (ra, rb, r) = (a.shape.len(), b.shape.len(), out.shape.len());
+    if ra < 2 || rb < 2 || r < 2 {
+        return None;
+    }
+    let (m, k, n) = (a.shape[ra - 2], a.shape[ra - 1], b.shape[rb - 1]);
+    if b.shape[rb - 2] != k || out.shape[r - 2] != m || out.shape[r - 1] != n {
+        return None;
+    }
+    let batch = &out.shape[..r - 2];
+    let count: usize = batch.iter().product();
+    if count.checked_mul(m * n * k).is_none_or(|macs| macs > 1 << 22) {
+        return None;
+    }
+    // Each input's batch offset (in matrices) for each output batch index, broadcasting size-1 and missing dims.
+    let offsets = |shape: &[usize]| strided_indices(batch, 0, &broadcast_strides(&shape[..shape.len() - 2], batch));
+    let (oa, ob) = (offsets(&a.shape), offsets(&b.shape));
+    let (x, y) = (a.to_f64(), b.to_f64());
+    let mut z = Vec::with_capacity(count * m * n);
+    for i in 0..count {
+        let (pa, pb) = (oa[i] * m * k, ob[i] * k * n);
+        for row in 0..m {
+            for col in 0..n {
+                z.push((0..k).map(|t| x[pa + row * k + t] * y[pb + t * n + col]).sum::<f64>());
+            }
+        }
+    }
+    Some(Tensor::from_f64(out.dtype, out.shape.clone(), z))
 }
 
 fn empty_like(d: &Data) -> Data {

@@ -30,6 +30,85 @@ def relu_model(inputs=None, nodes=None, inits=(), outputs=None, opset=17):
     return m
 
 
+def rezip(src, dst, edit, compress=None):
+    """Copies ZIP `src` to `dst`, each entry's bytes through `edit(name, data)` (None drops the entry)."""
+    import zipfile
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = edit(info.filename, zin.read(info.filename))
+            if data is None:
+                continue
+            if compress and compress(info.filename):
+                info.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(info, data)
+
+
+def pt2_cases(cases):
+    """Hostile .pt2 archives, derived from testdata/pt2/mlp (torch ≥ 2.9 layout) and mlp_layout26 (pickles)."""
+    import io
+    import zipfile
+    src = os.path.join(D, "..", "pt2", "mlp", "model.pt2")
+    src26 = os.path.join(D, "..", "pt2", "mlp_layout26", "model.pt2")
+
+    def case(name, expect, edit=None, raw=None, base=src, compress=None):
+        path = os.path.join(D, name)
+        if raw is not None:
+            open(path, "wb").write(raw)
+        else:
+            rezip(base, path, edit, compress)
+        cases.append({"file": name, "kind": "model", "expect": expect})
+
+    def json_edit(entry, f):
+        def edit(name, data):
+            if name.endswith(entry):
+                d = json.loads(data)
+                f(d)
+                return json.dumps(d).encode()
+            return data
+        return edit
+
+    case("pt2_random_bytes.pt2", "not a valid .pt2 archive", raw=bytes(range(256)) * 4)
+    case("pt2_no_program.pt2", "no program in the archive", lambda n, d: None if n.endswith("model.json") else d)
+    case("pt2_schema_v9.pt2", "export schema version 9.0",
+         json_edit("models/model.json", lambda d: d.update(schema_version={"major": 9, "minor": 0})))
+    case("pt2_bad_program.pt2", "does not match torch's export schema",
+         lambda n, d: b'{"graph_module": 3, "schema_version": {"major": 8, "minor": 1}}' if n.endswith("model.json") else d)
+    case("pt2_truncated_weight.pt2", "truncated weights",
+         lambda n, d: d[:20] if n.endswith("weights/weight_0") else d)
+    case("pt2_missing_weight.pt2", "does not hold it",
+         json_edit("model_weights_config.json", lambda d: d["config"].pop("fc1.weight")))
+    case("pt2_complex_weight.pt2", "complex tensors are not supported",
+         json_edit("model_weights_config.json", lambda d: d["config"]["fc1.weight"]["tensor_meta"].update(dtype=10)))
+    case("pt2_unknown_op.pt2", "unsupported op 'aten.frobnicate.default'",
+         json_edit("models/model.json", lambda d: [n.update(target="torch.ops.aten.frobnicate.default")
+                                                  for n in d["graph_module"]["graph"]["nodes"]
+                                                  if n["target"] == "torch.ops.aten.gelu.default"]))
+
+    # A compressed program entry whose header claims fewer bytes than it inflates to: reading stops at the claim.
+    path = os.path.join(D, "pt2_size_lie.pt2")
+    rezip(src, path, lambda n, d: d, compress=lambda n: n.endswith("model.json"))
+    b = bytearray(open(path, "rb").read())
+    at = 0
+    while (at := b.find(b"PK\x01\x02", at)) >= 0:
+        name_len = int.from_bytes(b[at + 28:at + 30], "little")
+        if b[at + 46:at + 46 + name_len].endswith(b"model.json"):
+            b[at + 24:at + 28] = (100).to_bytes(4, "little")
+        at += 4
+    open(path, "wb").write(bytes(b))
+    cases.append({"file": "pt2_size_lie.pt2", "kind": "model", "expect": "not a valid .pt2 archive"})
+
+    # torch 2.6's layout with a state-dict pickle that is not one.
+    def bad_pickle(name, data):
+        if not name.endswith("serialized_state_dict.pt"):
+            return data
+        out = io.BytesIO()
+        with zipfile.ZipFile(io.BytesIO(data)) as zin, zipfile.ZipFile(out, "w") as zout:
+            for info in zin.infolist():
+                zout.writestr(info, b"\x80\x02\xfe." if info.filename.endswith("data.pkl") else zin.read(info))
+        return out.getvalue()
+    case("pt2_bad_pickle.pt2", "opcode 0xfe", bad_pickle, base=src26)
+
+
 # Models the fuzz targets found, kept as they were written (not generated here), with their expected errors.
 FOUND = {"resize_huge_sizes.onnx": "is too large (at most"}
 
@@ -191,6 +270,7 @@ def main():
     conv_transpose("convtranspose_channels.onnx", [4, 2, 3, 3], "must have X's 3 input channels first")
     conv_transpose("convtranspose_huge_strides.onnx", [3, 2, 3, 3], "strides, dilations or padding too large",
                    strides=[1 << 62, 1], dilations=[1, 9 * 10**18])
+    pt2_cases(cases)
     cases.extend({"file": f, "kind": "model", "expect": e} for f, e in FOUND.items())
     json.dump(cases, open(os.path.join(D, "cases.json"), "w"), indent=1)
     print(f"{len(cases)} malformed cases")

@@ -105,8 +105,8 @@ impl Model {
         self
     }
 
-    /// Compiles the model, writes the module and prints `cargo:rerun-if-changed` for the model and its external
-    /// data files.
+    /// Compiles the model (`.onnx` or `.pt2`), writes the module and prints `cargo:rerun-if-changed` for the
+    /// model and its external data files.
     pub fn generate(self) -> Result<Generated, BuildError> {
         let out = match &self.out_dir {
             Some(d) => d.clone(),
@@ -116,8 +116,13 @@ impl Model {
         let bytes = std::fs::read(&self.path).map_err(|e| BuildError::Model(shown.clone(), e.to_string()))?;
         println!("cargo:rerun-if-changed={}", self.path.display());
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        for f in wgslc_onnx::external_data_files(&bytes).map_err(|e| BuildError::Model(shown.clone(), e.to_string()))? {
-            println!("cargo:rerun-if-changed={}", dir.join(f).display());
+        // A .pt2 holds its weights; an ONNX model may keep them in files beside it.
+        if self.path.extension().is_none_or(|e| e != "pt2") {
+            let files =
+                wgslc_onnx::external_data_files(&bytes).map_err(|e| BuildError::Model(shown.clone(), e.to_string()))?;
+            for f in files {
+                println!("cargo:rerun-if-changed={}", dir.join(f).display());
+            }
         }
         let stem = self.path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
         let struct_name = camel(self.name.as_deref().unwrap_or(stem));

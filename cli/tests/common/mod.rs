@@ -21,10 +21,12 @@ pub fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata")
 }
 
-/// A case directory: model.onnx, input_i.npy, output_i.npy and an optional meta.json.
+/// A case directory: model.onnx (or model.pt2), input_i.npy, output_i.npy and an optional meta.json.
 pub struct Case {
     pub name: String,
     pub dir: PathBuf,
+    /// The model file: `model.onnx`, or `model.pt2` for a torch.export case.
+    pub model: PathBuf,
     pub inputs: Vec<HostTensor>,
     pub expected: Vec<HostTensor>,
     pub opts: wgslc::CompileOptions,
@@ -71,6 +73,11 @@ pub fn load_case(dir: &Path) -> Case {
     Case {
         name: dir.file_name().unwrap().to_string_lossy().into_owned(),
         dir: dir.to_path_buf(),
+        model: ["model.onnx", "model.pt2"]
+            .iter()
+            .map(|m| dir.join(m))
+            .find(|p| p.exists())
+            .unwrap_or(dir.join("model.onnx")),
         inputs: numbered(dir, "input"),
         expected: numbered(dir, "output"),
         opts,
@@ -84,12 +91,12 @@ pub fn cases(suite: &str) -> Vec<Case> {
     cases_in(&testdata().join(suite))
 }
 
-/// Every case directory (one holding model.onnx) directly under `root`, sorted by name.
+/// Every case directory (one holding model.onnx or model.pt2) directly under `root`, sorted by name.
 pub fn cases_in(root: &Path) -> Vec<Case> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
         .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
         .map(|e| e.unwrap().path())
-        .filter(|p| p.join("model.onnx").exists())
+        .filter(|p| p.join("model.onnx").exists() || p.join("model.pt2").exists())
         .collect();
     dirs.sort();
     dirs.iter().map(|d| load_case(d)).collect()
@@ -98,7 +105,7 @@ pub fn cases_in(root: &Path) -> Vec<Case> {
 /// Compiles a case into a fresh directory and runs it on the shared GPU.
 pub fn compile_and_run(case: &Case, opts: &wgslc::CompileOptions) -> Result<Vec<HostTensor>, String> {
     let out = tempfile::tempdir().map_err(|e| e.to_string())?;
-    wgslc::compile(&case.dir.join("model.onnx"), out.path(), opts).map_err(|e| format!("compile: {e}"))?;
+    wgslc::compile(&case.model, out.path(), opts).map_err(|e| format!("compile: {e}"))?;
     let session = Session::load_with(out.path(), gpu()).map_err(|e| format!("load: {e}"))?;
     // A kernel binds each buffer range once: a second binding of what it reads becomes an aliasing writable
     // binding when the memory plan puts its output in the same buffer.

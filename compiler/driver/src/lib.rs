@@ -27,10 +27,12 @@ pub enum CompileError {
     #[error(transparent)]
     Import(#[from] wgslc_onnx::ImportError),
     #[error(transparent)]
+    Pt2(#[from] wgslc_pt2::Pt2Error),
+    #[error(transparent)]
     Pass(#[from] wgslc_passes::PassError),
     #[error(transparent)]
     Emit(#[from] wgslc_emit::EmitError),
-    #[error("'{0}': unknown model format (expected .onnx)")]
+    #[error("'{0}': unknown model format (expected .onnx or .pt2)")]
     Format(String),
     #[error("unknown stage '{0}' for --dump-after (stages: {1})")]
     UnknownStage(String, String),
@@ -180,7 +182,7 @@ fn import_model(
     model: &Path,
     opts: &CompileOptions,
 ) -> Result<(Graph, Option<wgslc_onnx::decoder::DecoderLayout>), CompileError> {
-    let mut io = wgslc_onnx::ImportOptions {
+    let mut io = wgslc_ir::ImportOptions {
         dims: opts.dims.clone(),
         shapes: opts.shapes.clone(),
         constants: opts.constants.clone(),
@@ -208,6 +210,14 @@ fn import_model(
                 let dir = model.parent().map(Path::to_path_buf).unwrap_or_else(|| ".".into());
                 Ok((wgslc_onnx::import_model(&proto, Some(&dir), &io)?, Some(layout)))
             }
+        },
+        Some("pt2") => match &opts.kv_cache {
+            None => Ok((wgslc_pt2::import_file(model, &io)?, None)),
+            Some(_) => Err(CompileError::Decoder(
+                "--kv-cache reads ONNX decoders (their cache as graph inputs and outputs); export the model to \
+                 ONNX for it"
+                    .into(),
+            )),
         },
         _ => Err(CompileError::Format(model.display().to_string())),
     }
@@ -287,10 +297,14 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     Ok(Summary { source_nodes, kernels: kernels.len(), plan, report, notes: notes(&g) })
 }
 
-/// ONNX nodes in the model file's main graph (Constant nodes included), for the report.
+/// Nodes in the model file's main graph (ONNX: Constant nodes included; .pt2: the program's ATen nodes), for the
+/// report.
 fn count_source_nodes(model: &Path) -> Option<usize> {
     let bytes = std::fs::read(model).ok()?;
-    wgslc_onnx::op_types(&bytes).ok().map(|ops| ops.len())
+    match model.extension().and_then(|e| e.to_str()) {
+        Some("pt2") => wgslc_pt2::op_types(&bytes).ok().map(|ops| ops.len()),
+        _ => wgslc_onnx::op_types(&bytes).ok().map(|ops| ops.len()),
+    }
 }
 
 /// Runs the pipeline up to `stage` and returns what it produced as text: the IR, and after `schedule` the

@@ -32,7 +32,7 @@ pub struct Report {
     /// [`REPORT_VERSION`]: a reader refuses a report of a newer version by name.
     #[serde(default = "report_version")]
     pub version: u32,
-    /// ONNX nodes in the model file.
+    /// Nodes in the model file (ONNX nodes, or a .pt2 program's ATen nodes).
     pub source_nodes: usize,
     /// Nodes left after shape inference and constant folding (views included).
     pub graph_nodes: usize,

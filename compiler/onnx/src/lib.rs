@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use wgslc_ir::{Graph, Tensor, TensorType};
 
 pub use tensor::dtype_from_onnx;
+pub use wgslc_ir::ImportOptions;
 
 /// Decodes a standalone TensorProto (as in the ONNX test suite's `.pb` files); external data is refused.
 pub fn decode_tensor(bytes: &[u8]) -> Result<Tensor, ImportError> {
@@ -110,18 +111,6 @@ pub enum ImportError {
     Duplicate(String),
     #[error("binding '{0}' does not match any symbolic dimension or input of the model")]
     UnusedBinding(String),
-}
-
-/// User bindings for what the model leaves open.
-#[derive(Clone, Debug, Default)]
-pub struct ImportOptions {
-    /// `--dim NAME=VALUE`: values for named symbolic dims.
-    pub dims: HashMap<String, usize>,
-    /// `--shape INPUT=AxBxC`: overrides of whole input shapes.
-    pub shapes: HashMap<String, Vec<usize>>,
-    /// `--const INPUT=FILE.npy`: inputs specialized to a value at compile time (they stop being run-time
-    /// inputs). This is how a static compiler takes shape-like parameters that a model leaves as inputs.
-    pub constants: HashMap<String, Tensor>,
 }
 
 /// Reads and imports a model file; external data is resolved relative to the file's directory.

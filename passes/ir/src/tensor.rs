@@ -20,6 +20,51 @@ impl Data {
         }
     }
 
+    /// `n` elements of `dtype` from little-endian bytes; 4-bit and 2-bit elements are packed, low bits first. `raw`
+    /// must hold them (the frontends check sizes first).
+    pub fn from_le_bytes(dtype: DType, raw: &[u8], n: usize) -> Data {
+        macro_rules! conv {
+            ($ty:ty, $n:expr, $map:expr) => {
+                raw.chunks_exact($n).map(|c| $map(<$ty>::from_le_bytes(c.try_into().unwrap()))).collect()
+            };
+        }
+        let bits = dtype.onnx_bits();
+        // The bits of element i, for the types narrower than a byte or not native to Rust.
+        let element = |i: usize| -> u32 {
+            match bits {
+                16 => u16::from_le_bytes([raw[2 * i], raw[2 * i + 1]]) as u32,
+                8 => raw[i] as u32,
+                _ => (raw[i * bits / 8] as u32 >> (i * bits % 8)) & ((1 << bits) - 1),
+            }
+        };
+        match dtype {
+            DType::F32 => Data::F32(conv!(f32, 4, |x| x)),
+            DType::F64 => Data::F32(conv!(f64, 8, |x: f64| x as f32)),
+            DType::I64 => Data::I64(conv!(i64, 8, |x| x)),
+            DType::U64 => Data::I64(conv!(u64, 8, |x: u64| x as i64)),
+            DType::I32 => Data::I64(conv!(i32, 4, |x: i32| x as i64)),
+            DType::U32 => Data::I64(conv!(u32, 4, |x: u32| x as i64)),
+            DType::I16 => Data::I64(conv!(i16, 2, |x: i16| x as i64)),
+            DType::U16 => Data::I64(conv!(u16, 2, |x: u16| x as i64)),
+            DType::I8 => Data::I64(raw.iter().map(|&x| x as i8 as i64).collect()),
+            DType::U8 => Data::I64(raw.iter().map(|&x| x as i64).collect()),
+            DType::Bool => Data::Bool(raw.iter().map(|&x| x != 0).collect()),
+            DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
+                Data::I64((0..n).map(|i| dtype.wrap(element(i) as i64)).collect())
+            }
+            DType::F16
+            | DType::BF16
+            | DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::F4E2M1 => {
+                let f = dtype.float_format().expect("a narrow float");
+                Data::F32((0..n).map(|i| f.decode(element(i))).collect())
+            }
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
