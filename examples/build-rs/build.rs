@@ -1,7 +1,8 @@
 // Compiles two bundled models into OUT_DIR, each with a typed module:
 // - the MLP (x: float32 [batch, 16] → y: float32 [batch, 8]) at batch 4, as `Mlp` (MlpInputs, MlpOutputs), its
 //   artifact also embedded into the binary (`Mlp::from_embedded`);
-// - a tiny Llama-style decoder with a KV cache of 48 tokens, as `TinyLlama` (with `generate`).
+// - a tiny Llama-style decoder with a KV cache of 48 tokens, as `TinyLlama` (with `generate`);
+// - a PyTorch MLP saved by torch.export (x: float32 [4, 32] → addmm_1: float32 [4, 16]), as `TorchMlp`.
 fn main() {
     let testdata = std::path::Path::new("../../testdata");
     wgslc_build::Model::new(testdata.join("models/mlp/model.onnx"))
@@ -13,6 +14,10 @@ fn main() {
     wgslc_build::Model::new(testdata.join("decoders/llama_dynamo20/model.onnx"))
         .name("TinyLlama")
         .kv_cache(48, 4)
+        .generate()
+        .unwrap_or_else(|e| panic!("wgslc-build: {e}"));
+    wgslc_build::Model::new(testdata.join("pt2/mlp/model.pt2"))
+        .name("TorchMlp")
         .generate()
         .unwrap_or_else(|e| panic!("wgslc-build: {e}"));
 }

@@ -271,7 +271,9 @@ fn import_program(
                 })?;
                 let t: Tensor =
                     archive::decode(p, storage).map_err(|reason| Pt2Error::Tensor { name: fqn.clone(), reason })?;
-                let v = imp.g.add_const(imp.g.fresh_name(fqn), t);
+                // A dotted FQN never collides with an FX name (identifiers), so weights keep their names.
+                let name = if fqn.contains('.') { fqn.clone() } else { imp.g.fresh_name(fqn) };
+                let v = imp.g.add_const(name, t);
                 tied.insert(key, v);
                 v
             }

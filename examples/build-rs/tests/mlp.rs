@@ -41,3 +41,20 @@ fn the_typed_decoder_generates_torchs_tokens() {
     let opts = wgslc_runtime::GenerateOptions { max_new_tokens: 30, ..Default::default() };
     assert_eq!(llama.generate(&prompt, &opts).unwrap().tokens, want[..prompt.len() + 30]);
 }
+
+/// A model compiled in build.rs from a `.pt2` (torch.export), against torch's own outputs.
+#[test]
+fn the_typed_pt2_model_matches_torch() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/pt2/mlp");
+    let read = |f: &str| match wgslc::npy::read(&dir.join(f)).unwrap().data {
+        TensorData::F32(v) => v,
+        d => panic!("{f}: {d:?}"),
+    };
+    let (x, want) = (read("input_0.npy"), read("output_0.npy"));
+    let mlp = wgslc_example_build_rs::TorchMlp::load(wgslc_runtime::Gpu::new().unwrap()).unwrap();
+    let y = mlp.run(wgslc_example_build_rs::TorchMlpInputs { x }).unwrap().addmm_1;
+    assert_eq!(y.len(), want.len());
+    for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 + 1e-4 * b.abs(), "y[{i}] = {a}, torch {b}");
+    }
+}
