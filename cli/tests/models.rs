@@ -29,7 +29,8 @@ fn pt2_exports_match_torch() {
 }
 
 /// The frontends only translate: a model saved as .pt2 and exported to ONNX by torch's dynamo exporter
-/// (`exported.onnx` beside the case) compiles to the same number of dispatches, and both match torch.
+/// (`exported.onnx` beside the case) compiles to the same number of dispatches, or to the numbers its meta.json
+/// gives with the reason they differ, and both match torch.
 #[test]
 fn pt2_and_onnx_exports_compile_alike() {
     let mut compared = 0;
@@ -45,9 +46,15 @@ fn pt2_and_onnx_exports_compile_alike() {
             Ok(s.plan.dispatches.len())
         };
         let as_onnx = common::Case { model: onnx.clone(), ..common::load_case(&case.dir) };
+        // A known difference is written down in meta.json with its reason, and held to its numbers.
+        let known = std::fs::read_to_string(case.dir.join("meta.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|m| m.get("dispatches_vs_onnx").cloned())
+            .map(|d| (d["pt2"].as_u64().unwrap() as usize, d["onnx"].as_u64().unwrap() as usize));
         let r = dispatches(&case.model).and_then(|p| Ok((p, dispatches(&onnx)?))).and_then(|(p, o)| {
-            if p != o {
-                return Err(format!("{} dispatches from .pt2, {} from ONNX", p, o));
+            if known.is_some_and(|k| k != (p, o)) || (known.is_none() && p != o) {
+                return Err(format!("{p} dispatches from .pt2, {o} from ONNX (meta.json: {known:?})"));
             }
             let got = common::compile_and_run(&as_onnx, &as_onnx.opts)?;
             common::compare(&got, &case.expected, case.rtol, case.atol)

@@ -355,3 +355,66 @@ fn graph_mentions(g: &schema::Graph, name: &str) -> bool {
         .values()
         .any(|m| m.sizes.iter().any(|s| matches!(s, schema::SymInt::AsExpr(e) if sym::mentions(&e.expr_str, name))))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn testdata(case: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/pt2").join(case).join("model.pt2")
+    }
+
+    fn weights(g: &Graph) -> Vec<(String, Tensor)> {
+        let mut w: Vec<(String, Tensor)> = g
+            .value_ids()
+            .filter_map(|v| Some((g.value(v).name.clone(), g.const_data(v)?.clone())))
+            .filter(|(n, _)| n.contains('.'))
+            .collect();
+        w.sort_by(|a, b| a.0.cmp(&b.0));
+        w
+    }
+
+    /// GPT-2 ties its LM head to the token embedding: one storage in the archive, one value in the graph.
+    #[test]
+    fn tied_weights_are_one_value() {
+        let g = import_file(&testdata("gpt2"), &ImportOptions::default()).unwrap();
+        let names: Vec<String> = weights(&g).into_iter().map(|(n, _)| n).collect();
+        let tied = ["m.transformer.wte.weight", "m.lm_head.weight"];
+        assert_eq!(names.iter().filter(|n| tied.contains(&n.as_str())).count(), 1, "{names:?}");
+    }
+
+    /// The pickled layouts of torch 2.6/2.7 and 2.8 give the weights the current layout gives, bit for bit.
+    #[test]
+    fn every_layout_reads_the_same_weights() {
+        for model in ["mlp", "cnn"] {
+            let want = weights(&import_file(&testdata(model), &ImportOptions::default()).unwrap());
+            assert!(want.len() >= 4);
+            for layout in ["26", "28"] {
+                let got = import_file(&testdata(&format!("{model}_layout{layout}")), &ImportOptions::default());
+                assert_eq!(weights(&got.unwrap()), want, "{model} in the {layout} layout");
+            }
+        }
+    }
+
+    /// A symbol is bound by --dim or read off --shape, inside the range the program was exported for.
+    #[test]
+    fn symbolic_batch_binds_within_its_range() {
+        let path = testdata("mlp_dynamic");
+        let at = |dims: &[(&str, usize)], shapes: &[(&str, Vec<usize>)]| {
+            let opts = ImportOptions {
+                dims: dims.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                shapes: shapes.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+                ..Default::default()
+            };
+            import_file(&path, &opts).map(|g| g.ty(g.inputs[0]).shape.clone())
+        };
+        assert_eq!(at(&[("s77", 9)], &[]).unwrap(), vec![9, 32]);
+        assert_eq!(at(&[], &[("x", vec![5, 32])]).unwrap(), vec![5, 32]);
+        let e = at(&[("s77", 65)], &[]).unwrap_err().to_string();
+        assert!(e.contains("[1, 64]"), "{e}");
+        let e = at(&[], &[]).unwrap_err().to_string();
+        assert!(e.contains("'s77' (input 'x', dim 0, [1, 64])"), "{e}");
+        let e = at(&[("s77", 4), ("batch", 4)], &[]).unwrap_err().to_string();
+        assert!(e.contains("'batch'"), "{e}");
+    }
+}
