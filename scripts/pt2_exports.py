@@ -207,7 +207,7 @@ def cases(names, onnx):
                               input_names=[f"input_{i}" for i in range(len(args))], output_names=["output_0"])
 
         yield name, (lambda p, ep=ep: torch.export.save(ep, p)), args, ref, None, onnx_writer if onnx else None
-        if name == "nanogpt":
+        if name in ("nanogpt", "llama"):
             yield f"{name}_training_ir", (lambda p, ep=ep_train: torch.export.save(ep, p)), args, ref, None, None
         if name in ("mlp", "cnn"):
             for layout in ("26", "28"):

@@ -41,6 +41,8 @@ pub struct Importer<'p> {
     /// Nodes already translated, by target and resolved arguments: torch.export does not eliminate common
     /// subexpressions, so each layer recomputes what the model derives once (the attention mask of every layer).
     seen: HashMap<String, Vec<String>>,
+    /// The tensor metadata of the subgraphs being inlined, innermost last (their names may repeat outer ones).
+    scopes: Vec<std::collections::BTreeMap<String, schema::TensorMeta>>,
     /// The node that defines each tensor name, for the few patterns read across nodes.
     producers: HashMap<&'p str, &'p Node>,
 }
@@ -103,6 +105,7 @@ impl<'p> Importer<'p> {
             origins: HashMap::new(),
             perms: HashMap::new(),
             seen: HashMap::new(),
+            scopes: Vec::new(),
             producers,
         }
     }
@@ -125,6 +128,10 @@ impl<'p> Importer<'p> {
     /// `where(isnan(p), 0, p)` (a row of −∞ is exactly a row whose softmax is NaN; they differ only for NaN or
     /// +∞ scores), which the attention kernel folds.
     fn safe_softmax(&self, n: &N) -> Option<String> {
+        // Inside an inlined subgraph names may repeat outer ones: no cross-node patterns there.
+        if !self.scopes.is_empty() {
+            return None;
+        }
         let node = n.node;
         let (not_any, b) = self.producer_of(node, "condition")?;
         let (any, b2) = self.producer_of(not_any, "self").filter(|_| b == "logical_not")?;
@@ -159,10 +166,13 @@ impl<'p> Importer<'p> {
             _ => false,
         };
         let same_scores = name_of(arg(eq, "self")).is_some_and(|s| s == scores);
-        (neg_inf && same_scores && zero && last(any, "dim") && last(sm, "dim")).then(|| {
-            let Some(Argument::AsTensor(t)) = sm.outputs.first() else { return String::new() };
-            t.name.clone()
-        })
+        if !(neg_inf && same_scores && zero && last(any, "dim") && last(sm, "dim")) {
+            return None;
+        }
+        match sm.outputs.first() {
+            Some(Argument::AsTensor(t)) => Some(t.name.clone()),
+            _ => None,
+        }
     }
 
     pub fn bind(&mut self, name: &str, v: ValueId) {
@@ -409,7 +419,13 @@ impl<'p> Importer<'p> {
     // ---- metadata ----
 
     fn meta(&self, n: &N, name: &str) -> R<(DType, Vec<usize>)> {
-        let m = self.graph.tensor_values.get(name).ok_or_else(|| n.err(format!("'{name}' has no tensor metadata")))?;
+        let m = self
+            .scopes
+            .iter()
+            .rev()
+            .find_map(|s| s.get(name))
+            .or_else(|| self.graph.tensor_values.get(name))
+            .ok_or_else(|| n.err(format!("'{name}' has no tensor metadata")))?;
         let dt = dtype_of(m.dtype).map_err(|e| n.err(format!("'{name}': {e}")))?;
         let shape = m
             .sizes
@@ -759,10 +775,13 @@ impl<'p> Importer<'p> {
         match ns {
             "_operator" | "builtins" | "math" => return self.sym_op(n, base),
             "aten" => {}
+            "higher_order" if matches!(base, "wrap_with_set_grad_enabled" | "wrap_with_autocast") => {
+                return self.inline_wrapper(n)
+            }
             "higher_order" => {
                 return Err(n.err(
-                    "higher-order ops (control flow, autograd regions) are not supported: export with \
-                     run_decompositions() inside torch.no_grad(), or without control flow",
+                    "higher-order ops (control flow) are not supported: export a model without data-dependent \
+                     control flow",
                 ))
             }
             _ => return Err(unsupported()),
@@ -1126,7 +1145,7 @@ impl<'p> Importer<'p> {
             }
             "where" => {
                 let (out_dt, _) = self.out_meta(n, 0)?;
-                if let Some(sm) = self.safe_softmax(n).filter(|s| !s.is_empty()) {
+                if let Some(sm) = self.safe_softmax(n) {
                     let p = self.value(n, &sm)?;
                     let nan = self.emit(n, "isnan", Op::Unary(U::IsNaN), &[Some(p)])?;
                     let zero = self.scalar(n, out_dt, 0.0);
@@ -1718,6 +1737,60 @@ impl<'p> Importer<'p> {
         };
         let g = self.emit(n, "gather", Op::Gather { axis: first as i64 }, &[Some(x), flat])?;
         self.reshape_to_out(n, g, 0, None)
+    }
+
+    /// A higher-order op that only wraps a region (`torch.no_grad()` or autocast inside the model, as
+    /// transformers' rotary embeddings do in the training-IR dialect): its subgraph inlined, its inputs bound to
+    /// the operands, its outputs naming the subgraph's.
+    fn inline_wrapper(&mut self, n: &N) -> R<()> {
+        #[derive(serde::Deserialize)]
+        struct GraphArgument {
+            graph: schema::Graph,
+        }
+        let arg = n
+            .node
+            .inputs
+            .iter()
+            .find_map(|a| match &a.arg {
+                Argument::AsGraph(v) => Some(v.clone()),
+                _ => None,
+            })
+            .ok_or_else(|| n.err("no subgraph argument"))?;
+        let sub = serde_json::from_value::<GraphArgument>(arg).map_err(|e| n.err(format!("its subgraph: {e}")))?.graph;
+        let operands: Vec<ValueId> = n
+            .node
+            .inputs
+            .iter()
+            .filter_map(|a| match &a.arg {
+                Argument::AsTensor(t) => Some(self.value(n, &t.name)),
+                _ => None,
+            })
+            .collect::<R<_>>()?;
+        if operands.len() != sub.inputs.len() {
+            return Err(n.err(format!("{} operands for a subgraph of {} inputs", operands.len(), sub.inputs.len())));
+        }
+        for (input, v) in sub.inputs.iter().zip(operands) {
+            let Argument::AsTensor(t) = input else { return Err(n.err("a subgraph input that is not a tensor")) };
+            self.vals.insert(t.name.clone(), Val::T(v));
+        }
+        self.scopes.push(sub.tensor_values.clone());
+        let r = self.nodes(&sub.nodes);
+        self.scopes.pop();
+        r?;
+        let outs = self.output_names(n);
+        if outs.len() != sub.outputs.len() {
+            return Err(n.err(format!("{} outputs for a subgraph of {}", outs.len(), sub.outputs.len())));
+        }
+        for (o, so) in outs.into_iter().zip(&sub.outputs) {
+            let Argument::AsTensor(t) = so else { return Err(n.err("a subgraph output that is not a tensor")) };
+            let v = self
+                .vals
+                .get(&t.name)
+                .cloned()
+                .ok_or_else(|| n.err(format!("its subgraph never defines '{}'", t.name)))?;
+            self.vals.insert(o, v);
+        }
+        Ok(())
     }
 
     /// Python arithmetic on SymInts (`_operator.mul(sym_size, 2)`), folded now that every size is known.
