@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_exports import CNN, MLP, NanoGPT, TORCHVISION, bert, gpt2, randomize_batchnorm  # noqa: E402
+import torch_exports  # noqa: E402
+from torch_exports import TORCHVISION  # noqa: E402
 
 
 class RMSNorm(torch.nn.Module):
@@ -118,28 +119,16 @@ EXTRA = ["resnet18", "mobilenet_v2", "bert"]
 
 
 def models(names):
+    """The models and example inputs: the ones torch_exports.py also exports come from there (each seeded alike),
+    the Llama-style ones from here."""
     for name in names:
         torch.manual_seed(0)
-        if name == "mlp":
-            yield name, MLP(), (torch.randn(4, 32),)
-        elif name == "cnn":
-            yield name, randomize_batchnorm(CNN()), (torch.randn(2, 3, 32, 32),)
-        elif name == "nanogpt":
-            yield name, NanoGPT(), (torch.randint(0, 512, (1, 16)),)
-        elif name == "llama_block":
+        if name == "llama_block":
             yield name, LlamaBlock(), (torch.randn(1, 16, 64),)
-        elif name == "gpt2":
-            yield name, gpt2(), (torch.randint(0, 512, (1, 16)),)
         elif name == "llama":
             yield name, llama(), (torch.randint(0, 512, (1, 16)),)
-        elif name == "bert":
-            mask = torch.ones(1, 16, dtype=torch.long)
-            mask[0, 12:] = 0
-            yield name, bert(), (torch.randint(0, 1000, (1, 16)), mask)
-        elif name in TORCHVISION:
-            import torchvision
-            model = randomize_batchnorm(getattr(torchvision.models, name)(weights=None))
-            yield name, model, (torch.randn(1, 3, 224, 224),)
+        elif name in ["mlp", "cnn", "nanogpt", "gpt2", "bert"] + TORCHVISION:
+            yield next(torch_exports.models([name]))
         else:
             raise SystemExit(f"unknown model '{name}' (known: {', '.join(DEFAULT + EXTRA)})")
 

@@ -246,26 +246,11 @@ pub fn import_model(model: &ModelProto, model_dir: Option<&Path>, opts: &ImportO
         }
         imp.g.inputs.push(v);
     }
-    let mut unused: Vec<&String> = opts
-        .dims
-        .keys()
-        .chain(opts.shapes.keys())
-        .chain(opts.constants.keys())
-        .filter(|k| !used_bindings.contains(*k))
-        .collect();
-    unused.sort();
-    if !unbound.is_empty() {
-        // A misspelled binding is named too: it is often why a dim is unbound.
-        let mut list = unbound.into_iter().collect::<Vec<_>>().join(", ");
-        if !unused.is_empty() {
-            let names = unused.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ");
-            list.push_str(&format!(" (and {names}, given, matches nothing in the model)"));
-        }
-        return Err(ImportError::UnboundDims(list));
-    }
-    if let Some(k) = unused.first() {
-        return Err(ImportError::UnusedBinding(k.to_string()));
-    }
+    // A misspelled binding is named too: it is often why a dim is unbound.
+    opts.check_bindings(&used_bindings, unbound, "model").map_err(|m| match m {
+        wgslc_ir::BindingMismatch::Unbound(list) => ImportError::UnboundDims(list),
+        wgslc_ir::BindingMismatch::Unused(k) => ImportError::UnusedBinding(k),
+    })?;
 
     // Unsupported ops are all listed: each is recorded, its outputs stand in as untyped values so that later
     // nodes still import, and the first other error after one is left for after they are supported.
@@ -289,24 +274,7 @@ pub fn import_model(model: &ModelProto, model_dir: Option<&Path>, opts: &ImportO
     match unsupported.as_slice() {
         [] => {}
         [(op, node)] => return Err(ImportError::UnsupportedOp { node: node.clone(), op: op.clone() }),
-        all => {
-            let mut ops: Vec<(&String, Vec<&String>)> = Vec::new();
-            for (op, node) in all {
-                match ops.iter_mut().find(|(o, _)| *o == op) {
-                    Some((_, nodes)) => nodes.push(node),
-                    None => ops.push((op, vec![node])),
-                }
-            }
-            let list = ops
-                .iter()
-                .map(|(op, nodes)| match nodes.as_slice() {
-                    [one] => format!("'{op}' (node '{one}')"),
-                    many => format!("'{op}' ({} nodes, the first '{}')", many.len(), many[0]),
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            return Err(ImportError::UnsupportedOps(list));
-        }
+        all => return Err(ImportError::UnsupportedOps(wgslc_ir::unsupported_ops_list(all))),
     }
 
     for out in &graph.output {

@@ -269,21 +269,10 @@ fn storage_dtype(class: &str) -> Option<DType> {
     })
 }
 
-/// Bytes per element as torch stores them.
+/// Bytes per element as torch stores them (every type torch saves is at least a byte wide).
 pub fn element_size(d: DType) -> Option<usize> {
-    Some(match d {
-        DType::F64 | DType::I64 | DType::U64 => 8,
-        DType::F32 | DType::I32 | DType::U32 => 4,
-        DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
-        DType::I8
-        | DType::U8
-        | DType::Bool
-        | DType::F8E4M3FN
-        | DType::F8E4M3FNUZ
-        | DType::F8E5M2
-        | DType::F8E5M2FNUZ => 1,
-        _ => return None,
-    })
+    let bits = d.onnx_bits();
+    (bits >= 8).then_some(bits / 8)
 }
 
 /// The tensor a payload views: `as_strided(storage, sizes, strides, offset)`, every index checked against the

@@ -69,14 +69,17 @@ type R<T> = Result<T, Pt2Error>;
 /// Torch's promotion between two operand dtypes, as far as the IR's types go: a float over any integer or
 /// bool, the wider of two of one kind.
 fn promote(a: DType, b: DType) -> DType {
-    let rank = |d: DType| -> (u8, usize) {
-        if d.is_float() {
-            (2, if d == DType::F64 { 8 } else { crate::archive::element_size(d).unwrap_or(4) })
-        } else if d == DType::Bool {
-            (0, 1)
-        } else {
-            (1, crate::archive::element_size(d).unwrap_or(8))
-        }
+    let rank = |d: DType| {
+        (
+            if d.is_float() {
+                2
+            } else if d == DType::Bool {
+                0
+            } else {
+                1
+            },
+            d.onnx_bits(),
+        )
     };
     if rank(a) >= rank(b) {
         a
@@ -213,24 +216,7 @@ impl<'p> Importer<'p> {
         match unsupported.as_slice() {
             [] => Ok(()),
             [(op, node)] => Err(Pt2Error::UnsupportedOp { node: node.clone(), op: op.clone() }),
-            all => {
-                let mut ops: Vec<(&String, Vec<&String>)> = Vec::new();
-                for (op, node) in all {
-                    match ops.iter_mut().find(|(o, _)| *o == op) {
-                        Some((_, nodes)) => nodes.push(node),
-                        None => ops.push((op, vec![node])),
-                    }
-                }
-                let list = ops
-                    .iter()
-                    .map(|(op, nodes)| match nodes.as_slice() {
-                        [one] => format!("'{op}' (node '{one}')"),
-                        many => format!("'{op}' ({} nodes, the first '{}')", many.len(), many[0]),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                Err(Pt2Error::UnsupportedOps(list))
-            }
+            all => Err(Pt2Error::UnsupportedOps(wgslc_ir::unsupported_ops_list(all))),
         }
     }
 
@@ -477,8 +463,8 @@ impl<'p> Importer<'p> {
         self.konst(n, "scalar", Tensor::from_f64(dt, vec![], vec![x]))
     }
 
-    /// The node itself: writes output `i` of `n` under torch's name.
-    fn finish_outputs(&mut self, n: &N, op: Op, inputs: &[Option<ValueId>], count: usize) -> R<()> {
+    /// The node itself, writing its first `count` outputs under torch's names; returns them.
+    fn finish_outputs(&mut self, n: &N, op: Op, inputs: &[Option<ValueId>], count: usize) -> R<Vec<ValueId>> {
         let mut outs = Vec::new();
         for i in 0..count {
             let name = self.out_name(n, i)?;
@@ -486,12 +472,22 @@ impl<'p> Importer<'p> {
             self.vals.insert(name, Val::T(v));
             outs.push(v);
         }
-        Builder::new(&mut self.g, &n.name).op_into("", op, inputs, outs).map_err(|e| n.err(e.to_string()))?;
-        Ok(())
+        Builder::new(&mut self.g, &n.name).op_into("", op, inputs, outs.clone()).map_err(|e| n.err(e.to_string()))?;
+        Ok(outs)
     }
 
     fn finish(&mut self, n: &N, op: Op, inputs: &[Option<ValueId>]) -> R<()> {
-        self.finish_outputs(n, op, inputs, 1)
+        self.finish_outputs(n, op, inputs, 1).map(|_| ())
+    }
+
+    /// Outputs `from..` of `n` are not computed (saved statistics, pooling indices): reading one is an error
+    /// saying `why`.
+    fn not_computed(&mut self, n: &N, from: usize, why: &str) -> R<()> {
+        for i in from..self.output_names(n).len() {
+            let name = self.out_name(n, i)?;
+            self.vals.insert(name, Val::Missing(why.into()));
+        }
+        Ok(())
     }
 
     /// Output `i` of `n` is `v` (no node: an alias of what is already computed).
@@ -545,14 +541,14 @@ impl<'p> Importer<'p> {
         let s = self.ints_const(n, &shape.iter().map(|&d| d as i64).collect::<Vec<_>>());
         let name = self.out_name(n, i)?;
         let v = self.g.add_value(name.clone(), None);
-        self.reshapes.insert((x, shape), v);
-        if let Some(from) = from {
-            self.origins.insert(v, (x, from));
-        }
         self.vals.insert(name, Val::T(v));
         Builder::new(&mut self.g, &n.name)
             .op_into("", Op::Reshape { allowzero: true }, &[Some(x), Some(s)], vec![v])
             .map_err(|e| n.err(e.to_string()))?;
+        self.reshapes.insert((x, shape), v);
+        if let Some(from) = from {
+            self.origins.insert(v, (x, from));
+        }
         Ok(())
     }
 
@@ -565,11 +561,8 @@ impl<'p> Importer<'p> {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return self.alias(n, 0, x);
         }
-        self.finish(n, Op::Transpose { perm: Some(perm.clone()) }, &[Some(x)])?;
-        let name = self.out_name(n, 0)?;
-        if let Some(Val::T(v)) = self.vals.get(&name) {
-            self.perms.insert(*v, (x, perm));
-        }
+        let out = self.finish_outputs(n, Op::Transpose { perm: Some(perm.clone()) }, &[Some(x)], 1)?;
+        self.perms.insert(out[0], (x, perm));
         Ok(())
     }
 
@@ -933,7 +926,7 @@ impl<'p> Importer<'p> {
                     }
                     return Ok(());
                 }
-                self.finish_outputs(n, Op::Split { axis: axis as i64 }, &[Some(x), Some(sp)], count)
+                self.finish_outputs(n, Op::Split { axis: axis as i64 }, &[Some(x), Some(sp)], count).map(|_| ())
             }
             "repeat_interleave" => {
                 // x.repeat_interleave(r, dim): each slice along dim repeated r times in place.
@@ -1461,10 +1454,7 @@ impl<'p> Importer<'p> {
                 let (_, shape) = self.arg_meta(n, "self")?;
                 let window = self.window_pool(n, shape.len())?;
                 let x = self.t(n, "self")?;
-                if base.ends_with("with_indices") {
-                    let name = self.out_name(n, 1)?;
-                    self.vals.insert(name, Val::Missing("MaxPool's indices are not computed by wgslc".into()));
-                }
+                self.not_computed(n, 1, "MaxPool's indices are not computed by wgslc")?;
                 self.finish(n, Op::Pool { kind: PoolKind::Max, window, count_include_pad: false }, &[Some(x)])
             }
             "avg_pool2d" | "avg_pool1d" | "avg_pool3d" => {
@@ -1536,22 +1526,8 @@ impl<'p> Importer<'p> {
                 };
                 let mean = self.t(n, "running_mean")?;
                 let var = self.t(n, "running_var")?;
-                for i in 1..self.output_names(n).len() {
-                    let name = self.out_name(n, i)?;
-                    self.vals.insert(name, Val::Missing("BatchNorm's saved statistics are not computed".into()));
-                }
-                let name = self.out_name(n, 0)?;
-                let v = self.g.add_value(name.clone(), None);
-                self.vals.insert(name, Val::T(v));
-                Builder::new(&mut self.g, &n.name)
-                    .op_into(
-                        "",
-                        Op::BatchNorm { epsilon: eps },
-                        &[Some(x), Some(w), Some(b), Some(mean), Some(var)],
-                        vec![v],
-                    )
-                    .map_err(|e| n.err(e.to_string()))?;
-                Ok(())
+                self.not_computed(n, 1, "BatchNorm's saved statistics are not computed")?;
+                self.finish(n, Op::BatchNorm { epsilon: eps }, &[Some(x), Some(w), Some(b), Some(mean), Some(var)])
             }
             "native_layer_norm" | "layer_norm" | "rms_norm" => {
                 let x = self.t(n, "input")?;
@@ -1574,22 +1550,8 @@ impl<'p> Importer<'p> {
                     None => self.konst(n, "ones", Tensor::from_f64(dt, tail.clone(), vec![1.0; numel])),
                 };
                 let b = if rms { None } else { self.opt_t(n, "bias")? };
-                for i in 1..self.output_names(n).len() {
-                    let name = self.out_name(n, i)?;
-                    self.vals.insert(name, Val::Missing("LayerNorm's saved statistics are not computed".into()));
-                }
-                let name = self.out_name(n, 0)?;
-                let v = self.g.add_value(name.clone(), None);
-                self.vals.insert(name, Val::T(v));
-                Builder::new(&mut self.g, &n.name)
-                    .op_into(
-                        "",
-                        Op::LayerNorm { axis: -(k as i64), epsilon: eps, rms },
-                        &[Some(x), Some(w), b],
-                        vec![v],
-                    )
-                    .map_err(|e| n.err(e.to_string()))?;
-                Ok(())
+                self.not_computed(n, 1, "LayerNorm's saved statistics are not computed")?;
+                self.finish(n, Op::LayerNorm { axis: -(k as i64), epsilon: eps, rms }, &[Some(x), Some(w), b])
             }
             "scaled_dot_product_attention" => {
                 if self.number(n, "dropout_p", Some(0.0))? != 0.0 {

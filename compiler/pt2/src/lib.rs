@@ -88,6 +88,18 @@ pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Graph, Pt2Error>
 /// Imports a `.pt2` archive held in memory.
 pub fn import_bytes(bytes: &[u8], opts: &ImportOptions) -> Result<Graph, Pt2Error> {
     let contents = archive::open(bytes).map_err(Pt2Error::Archive)?;
+    import_program(&program(&contents)?, &contents, opts)
+}
+
+/// The ATen targets of a program's nodes, in order (for reports).
+pub fn op_types(bytes: &[u8]) -> Result<Vec<String>, Pt2Error> {
+    let contents = archive::open(bytes).map_err(Pt2Error::Archive)?;
+    Ok(program(&contents)?.graph_module.graph.nodes.into_iter().map(|n| n.target).collect())
+}
+
+/// The program of an archive, its schema version checked first so that an unknown major is refused by name
+/// rather than by whatever field it changed.
+fn program(contents: &archive::Contents) -> Result<schema::ExportedProgram, Pt2Error> {
     let version: schema::VersionOnly =
         serde_json::from_slice(&contents.program).map_err(|e| Pt2Error::Schema(e.to_string()))?;
     if version.schema_version.major != schema::SCHEMA_MAJOR {
@@ -97,34 +109,7 @@ pub fn import_bytes(bytes: &[u8], opts: &ImportOptions) -> Result<Graph, Pt2Erro
             torch: version.torch_version.unwrap_or_else(|| "unknown".into()),
         });
     }
-    let ep: schema::ExportedProgram =
-        serde_json::from_slice(&contents.program).map_err(|e| Pt2Error::Schema(e.to_string()))?;
-    import_program(&ep, &contents, opts)
-}
-
-/// The names of a program's run-time inputs, in order.
-pub fn input_names(bytes: &[u8]) -> Result<Vec<String>, Pt2Error> {
-    let contents = archive::open(bytes).map_err(Pt2Error::Archive)?;
-    let ep: schema::ExportedProgram =
-        serde_json::from_slice(&contents.program).map_err(|e| Pt2Error::Schema(e.to_string()))?;
-    Ok(ep
-        .graph_module
-        .signature
-        .input_specs
-        .iter()
-        .filter_map(|s| match s {
-            schema::InputSpec::UserInput { arg: schema::Argument::AsTensor(t) } => Some(t.name.clone()),
-            _ => None,
-        })
-        .collect())
-}
-
-/// The ATen targets of a program's nodes, in order (for reports).
-pub fn op_types(bytes: &[u8]) -> Result<Vec<String>, Pt2Error> {
-    let contents = archive::open(bytes).map_err(Pt2Error::Archive)?;
-    let ep: schema::ExportedProgram =
-        serde_json::from_slice(&contents.program).map_err(|e| Pt2Error::Schema(e.to_string()))?;
-    Ok(ep.graph_module.graph.nodes.iter().map(|n| n.target.clone()).collect())
+    serde_json::from_slice(&contents.program).map_err(|e| Pt2Error::Schema(e.to_string()))
 }
 
 fn import_program(
@@ -280,25 +265,10 @@ fn import_program(
         };
         imp.bind(&arg.name, v);
     }
-    let mut unused: Vec<&String> = opts
-        .dims
-        .keys()
-        .chain(opts.shapes.keys())
-        .chain(opts.constants.keys())
-        .filter(|k| !used.contains(*k))
-        .collect();
-    unused.sort();
-    if !unbound.is_empty() {
-        let mut list = unbound.into_iter().collect::<Vec<_>>().join(", ");
-        if !unused.is_empty() {
-            let names = unused.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ");
-            list.push_str(&format!(" (and {names}, given, matches nothing in the program)"));
-        }
-        return Err(Pt2Error::UnboundDims(list));
-    }
-    if let Some(k) = unused.first() {
-        return Err(Pt2Error::UnusedBinding(k.to_string()));
-    }
+    opts.check_bindings(&used, unbound, "program").map_err(|m| match m {
+        wgslc_ir::BindingMismatch::Unbound(list) => Pt2Error::UnboundDims(list),
+        wgslc_ir::BindingMismatch::Unused(k) => Pt2Error::UnusedBinding(k),
+    })?;
 
     imp.nodes(&graph.nodes)?;
 

@@ -20,12 +20,14 @@
 
 mod builder;
 mod dtype;
+mod frontend;
 mod ops;
 mod print;
 mod tensor;
 
 pub use builder::Builder;
 pub use dtype::*;
+pub use frontend::*;
 pub use ops::*;
 pub use print::print;
 pub use tensor::*;
@@ -33,18 +35,6 @@ pub use tensor::*;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::Direction;
 use std::fmt;
-
-/// User bindings for what a model leaves open, as every frontend takes them.
-#[derive(Clone, Debug, Default)]
-pub struct ImportOptions {
-    /// `--dim NAME=VALUE`: values for named symbolic dims.
-    pub dims: std::collections::HashMap<String, usize>,
-    /// `--shape INPUT=AxBxC`: overrides of whole input shapes.
-    pub shapes: std::collections::HashMap<String, Vec<usize>>,
-    /// `--const INPUT=FILE.npy`: inputs specialized to a value at compile time (they stop being run-time
-    /// inputs). This is how a static compiler takes shape-like parameters that a model leaves as inputs.
-    pub constants: std::collections::HashMap<String, Tensor>,
-}
 
 /// A dtype and a static shape.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
