@@ -12,7 +12,9 @@ pub mod conformance;
 pub mod npy;
 
 pub use wgslc_artifact as artifact;
-pub use wgslc_driver::{compile, dump_after, import, stages, CompileError, CompileOptions, KvCache, Progress, Summary};
+pub use wgslc_driver::{
+    compile, dump_after, import, stages, CompileError, CompileOptions, DimRange, KvCache, Progress, Summary,
+};
 pub use wgslc_emit::Limits;
 pub use wgslc_runtime as runtime;
 

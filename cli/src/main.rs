@@ -25,8 +25,9 @@ enum Cmd {
         /// Output directory.
         #[arg(short = 'o', long = "out")]
         out: PathBuf,
-        /// Bind a named symbolic dimension: NAME=VALUE (repeatable).
-        #[arg(long = "dim", value_name = "NAME=N")]
+        /// Bind a named symbolic dimension: NAME=VALUE, or NAME=MIN..MAX for one artifact that runs at every
+        /// value in the range (repeatable).
+        #[arg(long = "dim", value_name = "NAME=N|NAME=MIN..MAX")]
         dims: Vec<String>,
         /// Override an input's shape: INPUT=AxBxC (repeatable).
         #[arg(long = "shape", value_name = "INPUT=AxBxC")]
@@ -273,9 +274,19 @@ fn real_main() -> Result<()> {
             };
             for d in dims {
                 let (k, v) = parse_kv(&d, "--dim")?;
-                let n =
-                    v.parse::<usize>().with_context(|| format!("--dim {k}: '{v}' is not a non-negative integer"))?;
-                opts.dims.insert(k, n);
+                let int = |s: &str| {
+                    s.trim().parse::<usize>().with_context(|| format!("--dim {k}: '{s}' is not a non-negative integer"))
+                };
+                match v.split_once("..") {
+                    Some((lo, hi)) => {
+                        let (min, max) = (int(lo)?, int(hi)?);
+                        opts.ranges.push(wgslc::DimRange { name: k.clone(), min, max });
+                    }
+                    None => {
+                        let n = int(&v)?;
+                        opts.dims.insert(k, n);
+                    }
+                }
             }
             for s in shapes {
                 let (k, v) = parse_kv(&s, "--shape")?;

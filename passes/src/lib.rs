@@ -11,6 +11,7 @@ mod expand;
 mod infer;
 mod lower;
 mod memory;
+mod ranged;
 pub mod view;
 pub use memory::ALIGN;
 mod schedule;
@@ -26,6 +27,7 @@ pub use memory::{
     binding_access, plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan,
     MemoryStats, PlannedBuffer, Slot,
 };
+pub use ranged::{apply_ranges, probe_value, DimRange, Ranged, RangedAxis, DIMS_INPUT};
 pub use schedule::{
     anchor_kind, attention_tiling, concat_placement, expand_tile, group_io, in_place_candidates, input_view,
     is_pointwise, mm_batch_refinement, product_tiling, read_spec, refined_strides, scalar_op_data_slot, schedule,
@@ -176,16 +178,19 @@ pub fn pass_names() -> Vec<&'static str> {
     GRAPH_PASSES.iter().map(|p| p.name).collect()
 }
 
-/// Runs the graph passes (up to and including `stop_after`, if given) and verifies after each.
-pub fn run_pipeline(g: &mut Graph, stop_after: Option<&str>) -> Result<(), PassError> {
-    run_pipeline_with(g, stop_after, true)
-}
-
-/// [`run_pipeline`], with the passes that only serve fusion (`merge`) skipped when `fuse` is false, so
-/// `--no-fuse` keeps one kernel per source op.
-pub fn run_pipeline_with(g: &mut Graph, stop_after: Option<&str>, fuse: bool) -> Result<(), PassError> {
-    verify(g, Stage::Imported)?;
-    for pass in GRAPH_PASSES {
+/// Runs the graph passes after `start_after` (all of them when `None`), up to and including `stop_after`, verifying
+/// after each; passes that only serve fusion are skipped when `fuse` is false.
+pub fn run_passes(
+    g: &mut Graph,
+    start_after: Option<&str>,
+    stop_after: Option<&str>,
+    fuse: bool,
+) -> Result<(), PassError> {
+    let first = start_after.map_or(0, |s| GRAPH_PASSES.iter().position(|p| p.name == s).map_or(0, |i| i + 1));
+    if first == 0 {
+        verify(g, Stage::Imported)?;
+    }
+    for pass in &GRAPH_PASSES[first..] {
         if fuse || pass.without_fusion {
             (pass.run)(g)?;
             verify(g, pass.establishes)?;
@@ -195,6 +200,17 @@ pub fn run_pipeline_with(g: &mut Graph, stop_after: Option<&str>, fuse: bool) ->
         }
     }
     Ok(())
+}
+
+/// Runs the graph passes (up to and including `stop_after`, if given) and verifies after each.
+pub fn run_pipeline(g: &mut Graph, stop_after: Option<&str>) -> Result<(), PassError> {
+    run_pipeline_with(g, stop_after, true)
+}
+
+/// [`run_pipeline`], with the passes that only serve fusion (`merge`) skipped when `fuse` is false, so
+/// `--no-fuse` keeps one kernel per source op.
+pub fn run_pipeline_with(g: &mut Graph, stop_after: Option<&str>, fuse: bool) -> Result<(), PassError> {
+    run_passes(g, None, stop_after, fuse)
 }
 
 #[cfg(test)]

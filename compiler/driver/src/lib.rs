@@ -20,6 +20,7 @@ use wgslc_passes::{MemoryPlan, Schedule};
 
 pub use dump::{print_memory, print_schedule};
 pub use wgslc_onnx::decoder::KvCache;
+pub use wgslc_passes::DimRange;
 
 /// Everything that can stop a compile, by layer.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +46,8 @@ pub enum CompileError {
     OutDirFile(String),
     #[error("--kv-cache: {0}")]
     Decoder(String),
+    #[error("--dim {0}")]
+    Range(String),
 }
 
 /// What [`Progress`] calls.
@@ -76,6 +79,9 @@ impl std::fmt::Debug for Progress {
 pub struct CompileOptions {
     /// Values for named symbolic dims (`--dim NAME=N`).
     pub dims: HashMap<String, usize>,
+    /// Named symbolic dims that take any value in a range at run time (`--dim NAME=MIN..MAX`): one artifact for
+    /// every value, its memory planned for MAX (`wgslc_passes::apply_ranges`).
+    pub ranges: Vec<wgslc_passes::DimRange>,
     /// Whole input shapes (`--shape INPUT=AxBxC`).
     pub shapes: HashMap<String, Vec<usize>>,
     /// Inputs specialized to constant values (`--const INPUT=FILE.npy`).
@@ -167,6 +173,8 @@ pub struct Compiled {
     pub graph: Graph,
     /// `--kv-cache`: where the loop's tensors are.
     pub decoder: Option<wgslc_onnx::decoder::DecoderLayout>,
+    /// Ranged dims: the ranged axes of the inputs and outputs and the input carrying the dims' values.
+    pub ranged: Option<wgslc_passes::Ranged>,
     pub schedule: Option<Schedule>,
     pub memory: Option<MemoryPlan>,
     pub kernels: Option<Vec<Validated>>,
@@ -228,20 +236,48 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     if let Some(s) = stop_after.filter(|s| !stages().contains(s)) {
         return Err(CompileError::UnknownStage(s.into(), stages().join(", ")));
     }
+    let ranged_opts = check_ranges(opts)?;
+    let opts = ranged_opts.as_ref().unwrap_or(opts);
     opts.progress.stage("import");
     let (mut g, decoder) = import_model(model, opts)?;
-    let (mut schedule, mut memory, mut kernels) = (None, None, None);
+    let (mut schedule, mut memory, mut kernels, mut ranged) = (None, None, None, None);
     if stop_after != Some("import") {
         let graph_stop = stop_after.filter(|s| !LATE_STAGES.contains(s));
         opts.progress.stage("graph passes");
-        wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
+        if opts.ranges.is_empty() {
+            wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
+        } else {
+            // The dims at their max, then each at its probe value: the ranged axes are where the graphs differ.
+            const AT: &str = "dce";
+            wgslc_passes::run_passes(&mut g, None, Some(AT), !opts.no_fuse)?;
+            let mut probes = Vec::new();
+            for r in &opts.ranges {
+                let mut p = opts.clone();
+                p.dims.insert(r.name.clone(), wgslc_passes::probe_value(r));
+                let (mut pg, _) = import_model(model, &p)?;
+                wgslc_passes::run_passes(&mut pg, None, Some(AT), !opts.no_fuse).map_err(|e| {
+                    CompileError::Range(format!(
+                        "{}={}..{}: the model does not compile at {}={}: {e}",
+                        r.name,
+                        r.min,
+                        r.max,
+                        r.name,
+                        wgslc_passes::probe_value(r)
+                    ))
+                })?;
+                probes.push(pg);
+            }
+            ranged = Some(wgslc_passes::apply_ranges(&mut g, &opts.ranges, &probes)?);
+            wgslc_passes::verify(&g, wgslc_passes::Stage::Inferred)?;
+            wgslc_passes::run_passes(&mut g, Some(AT), graph_stop, !opts.no_fuse)?;
+        }
         if graph_stop.is_none() {
             opts.progress.stage("split");
             // Weights larger than one binding, in blocks their readers address.
             wgslc_passes::split_weights(&mut g, opts.limits.max_storage_buffer_binding_size)?;
             wgslc_passes::verify(&g, wgslc_passes::Stage::Legalized)?;
             if stop_after == Some("split") {
-                return Ok(Compiled { graph: g, decoder, schedule, memory, kernels });
+                return Ok(Compiled { graph: g, decoder, ranged, schedule, memory, kernels });
             }
             opts.progress.stage("schedule");
             let sched = wgslc_passes::schedule(&g, &opts.fuse_options())?;
@@ -257,7 +293,36 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
             schedule = Some(sched);
         }
     }
-    Ok(Compiled { graph: g, decoder, schedule, memory, kernels })
+    Ok(Compiled { graph: g, decoder, ranged, schedule, memory, kernels })
+}
+
+/// Checks the ranged dims (`--dim NAME=MIN..MAX`) and returns the options to import with: each ranged dim bound
+/// to its max. `None` when there are none.
+fn check_ranges(opts: &CompileOptions) -> Result<Option<CompileOptions>, CompileError> {
+    if opts.ranges.is_empty() {
+        return Ok(None);
+    }
+    if opts.kv_cache.is_some() {
+        return Err(CompileError::Range(
+            "NAME=MIN..MAX cannot be combined with --kv-cache (which binds the sequence dims itself)".into(),
+        ));
+    }
+    let mut o = opts.clone();
+    for (i, r) in opts.ranges.iter().enumerate() {
+        if r.min == 0 || r.min > r.max {
+            return Err(CompileError::Range(format!(
+                "{}={}..{}: the range must satisfy 1 <= MIN <= MAX",
+                r.name, r.min, r.max
+            )));
+        }
+        if opts.dims.contains_key(&r.name) || opts.ranges[..i].iter().any(|p| p.name == r.name) {
+            return Err(CompileError::Range(format!("{} is bound twice", r.name)));
+        }
+        o.dims.insert(r.name.clone(), r.max);
+    }
+    // A range of one value is a plain binding.
+    o.ranges.retain(|r| r.min < r.max);
+    Ok(Some(o))
 }
 
 /// Compiles a model into an artifact directory: every stage (every kernel naga-validated and checked against the
@@ -265,7 +330,7 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
 /// hold a previous artifact, which is replaced (files of the user's in it are never touched); see `out_dir.rs`.
 pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
     let target = out_dir::check(out_dir, opts.force)?;
-    let Compiled { graph: g, decoder, schedule, memory, kernels } = run(model, opts, None)?;
+    let Compiled { graph: g, decoder, ranged, schedule, memory, kernels } = run(model, opts, None)?;
     let (sched, mem, kernels) = (schedule.expect("scheduled"), memory.expect("planned"), kernels.expect("emitted"));
     let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
     // Written beside the target first: a failure leaves the target as it was (see out_dir.rs).
@@ -273,9 +338,14 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     let staged = target.staging()?;
     let written = (|| {
         let mut plan = wgslc_emit::write_artifact(&staged, &g, &mem, &kernels)?;
-        if let Some(layout) = &decoder {
-            plan.decoder = Some(decoder::section(&g, &plan, &kernels, &mem, layout)?);
-            plan.check().map_err(|e| CompileError::Decoder(format!("the decoder section is invalid: {e}")))?;
+        if decoder.is_some() || ranged.is_some() {
+            if let Some(layout) = &decoder {
+                plan.decoder = Some(decoder::section(&g, &plan, &kernels, &mem, layout)?);
+                plan.check().map_err(|e| CompileError::Decoder(format!("the decoder section is invalid: {e}")))?;
+            }
+            if let Some(r) = &ranged {
+                ranges_section(&mut plan, r)?;
+            }
             let ppath = staged.join("plan.json");
             std::fs::write(&ppath, plan.to_json())
                 .map_err(|source| wgslc_emit::EmitError::Io { path: ppath.display().to_string(), source })?;
@@ -295,6 +365,27 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     };
     target.install(&staged)?;
     Ok(Summary { source_nodes, kernels: kernels.len(), plan, report, notes: notes(&g) })
+}
+
+/// The ranges section of plan.json: the dims' values move from the graph inputs to [`wgslc_artifact::Ranges`],
+/// and each input and output names its ranged axes.
+fn ranges_section(plan: &mut wgslc_artifact::Plan, r: &wgslc_passes::Ranged) -> Result<(), CompileError> {
+    let at = plan.inputs.iter().position(|t| t.name == wgslc_passes::DIMS_INPUT);
+    let buffer = at.map(|i| plan.inputs.remove(i).buffer).ok_or_else(|| {
+        CompileError::Range(format!("the compiled graph lost its '{}' input", wgslc_passes::DIMS_INPUT))
+    })?;
+    for t in plan.inputs.iter_mut().chain(plan.outputs.iter_mut()) {
+        t.ranged =
+            r.io.get(&t.name)
+                .into_iter()
+                .flatten()
+                .map(|a| wgslc_artifact::RangedAxis { axis: a.axis, dim: a.dim, factor: a.factor })
+                .collect();
+    }
+    let dims =
+        r.dims.iter().map(|d| wgslc_artifact::DimRange { name: d.name.clone(), min: d.min, max: d.max }).collect();
+    plan.ranges = Some(wgslc_artifact::Ranges { dims, buffer });
+    plan.check().map_err(|e| CompileError::Range(format!("the ranges section is invalid: {e}")))
 }
 
 /// Nodes in the model file's main graph (ONNX: Constant nodes included; .pt2: the program's ATen nodes), for the

@@ -210,6 +210,7 @@ pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::P
             shape: ty.shape.clone(),
             storage: storage_type(storage_of(ty.dtype).expect("legalized")),
             buffer: plan.slots[&v].buffer,
+            ranged: Vec::new(),
         }
     };
     let buffers = plan
@@ -286,6 +287,7 @@ pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::P
             .collect(),
         dispatches: (0..kernels.len()).collect(),
         decoder: None,
+        ranges: None,
         kernels,
     }
 }

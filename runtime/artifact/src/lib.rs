@@ -42,6 +42,44 @@ pub struct Plan {
     /// share. A plain run replays every dispatch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decoder: Option<Decoder>,
+    /// Artifacts compiled with ranged dims (`--dim NAME=MIN..MAX`) only: the dims, and the buffer the runtime writes
+    /// their values into before each run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranges: Option<Ranges>,
+}
+
+/// Ranged dims. Every buffer is sized for each dim's `max`; a run with value `n` holds, along each ranged axis of
+/// a tensor ([`TensorSpec::ranged`]), `factor · n` valid entries laid out as at `max` (the rest is padding the
+/// kernels never read as data). Before a run the runtime finds each dim's `n` from the inputs' shapes (each in
+/// `min..=max`, agreeing across inputs), writes each input at the `max` layout, writes the values as i32, one per
+/// dim in order, at the start of `buffer`, and reads each output's valid entries back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Ranges {
+    pub dims: Vec<DimRange>,
+    pub buffer: usize,
+}
+
+/// A dim that takes any value in `min..=max` at run time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DimRange {
+    pub name: String,
+    pub min: usize,
+    pub max: usize,
+}
+
+/// An axis of a tensor whose extent is `factor · n` for the run's value `n` of `Ranges::dims[dim]` (its shape
+/// holds `factor · max`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RangedAxis {
+    pub axis: usize,
+    pub dim: usize,
+    pub factor: usize,
 }
 
 /// How a decoder artifact generates. The cache inputs (`state`) hold `rows` rows each and belong to the session:
@@ -138,6 +176,9 @@ pub struct TensorSpec {
     pub storage: StorageType,
     /// The buffer holding it (the whole buffer, from offset 0).
     pub buffer: usize,
+    /// The axes that follow a ranged dim (see [`Ranges`]); `shape` holds their largest extent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranged: Vec<RangedAxis>,
 }
 
 /// A constant: a tensor of weights.safetensors copied into a weight buffer at load.
@@ -354,6 +395,41 @@ impl Plan {
         if let Some(d) = &self.decoder {
             self.check_decoder(d)?;
         }
+        self.check_ranges()
+    }
+
+    /// Ranged dims: each `1 <= min <= max`, the values' buffer an input buffer that holds them, each ranged axis
+    /// of a tensor in its shape at `factor · max`, and every dim found in some input.
+    fn check_ranges(&self) -> Result<(), ArtifactError> {
+        let bad = |m: String| Err(ArtifactError::Invalid(format!("ranges: {m}")));
+        let dims = self.ranges.as_ref().map_or(&[][..], |r| &r.dims[..]);
+        if let Some(r) = &self.ranges {
+            if !self
+                .buffers
+                .get(r.buffer)
+                .is_some_and(|b| b.kind == BufferKind::Input && b.size >= 4 * r.dims.len() as u64)
+            {
+                return bad(format!("buffer {} cannot hold the dims' values", r.buffer));
+            }
+            for d in &r.dims {
+                if d.min == 0 || d.min > d.max {
+                    return bad(format!("dim '{}' has range {}..{}", d.name, d.min, d.max));
+                }
+                if !self.inputs.iter().any(|t| t.ranged.iter().any(|a| r.dims.get(a.dim) == Some(d))) {
+                    return bad(format!("dim '{}' is in no input's shape", d.name));
+                }
+            }
+        }
+        for t in self.inputs.iter().chain(&self.outputs) {
+            for a in &t.ranged {
+                let fits = dims.get(a.dim).is_some_and(|d| {
+                    a.factor > 0 && t.shape.get(a.axis).is_some_and(|&e| Some(e) == a.factor.checked_mul(d.max))
+                });
+                if !fits {
+                    return bad(format!("'{}' axis {} does not follow a dim of the plan", t.name, a.axis));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -449,6 +525,7 @@ mod tests {
             }],
             dispatches: vec![0],
             decoder: None,
+            ranges: None,
         }
     }
 

@@ -1,0 +1,148 @@
+//! Ranged dims (`--dim NAME=MIN..MAX`): one artifact, compiled once, run at several values of the dim, must match
+//! onnxruntime's outputs at each (testdata/encoders: a BERT-style encoder from both exporters, made by
+//! scripts/make_encoders.py; testdata/ranged/reductions: every masked read across a ranged axis, made by
+//! testdata/ranged/make_ranged.py); shapes outside the range are refused at run time, and graphs a range cannot
+//! compile are refused at compile time, naming the node.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use wgslc::runtime::{HostTensor, Session};
+
+struct RangedCase {
+    dir: PathBuf,
+    opts: wgslc::CompileOptions,
+    lengths: Vec<usize>,
+}
+
+fn numbered(dir: &Path, prefix: &str) -> Vec<HostTensor> {
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
+        .take_while(|p| p.exists())
+        .map(|p| wgslc::npy::read(&p).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+fn load(dir: PathBuf) -> RangedCase {
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).expect("meta.json")).expect("json");
+    let mut opts = wgslc::CompileOptions::default();
+    for (k, v) in meta["ranges"].as_object().expect("ranges") {
+        let (min, max) = (v[0].as_u64().unwrap() as usize, v[1].as_u64().unwrap() as usize);
+        opts.ranges.push(wgslc::DimRange { name: k.clone(), min, max });
+    }
+    for (k, v) in meta.get("dims").and_then(|d| d.as_object()).into_iter().flatten() {
+        opts.dims.insert(k.clone(), v.as_u64().unwrap() as usize);
+    }
+    let lengths = meta["lengths"].as_array().unwrap().iter().map(|l| l.as_u64().unwrap() as usize).collect();
+    RangedCase { dir, opts, lengths }
+}
+
+fn cases() -> Vec<RangedCase> {
+    let t = common::testdata();
+    ["encoders/bert_torchscript17", "encoders/bert_dynamo20", "ranged/reductions"]
+        .iter()
+        .map(|c| load(t.join(c)))
+        .collect()
+}
+
+fn compile(model: &Path, opts: &wgslc::CompileOptions) -> Result<(tempfile::TempDir, Session), String> {
+    let out = tempfile::tempdir().map_err(|e| e.to_string())?;
+    wgslc::compile(model, out.path(), opts).map_err(|e| format!("compile: {e}"))?;
+    let s = Session::load_with(out.path(), common::gpu()).map_err(|e| format!("load: {e}"))?;
+    Ok((out, s))
+}
+
+/// Fused and one kernel per op, at every length the case holds (MIN, values between, MAX), against onnxruntime.
+#[test]
+fn ranged_artifacts_match_onnxruntime_at_every_length() {
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for case in cases() {
+        let name = case.dir.strip_prefix(common::testdata()).unwrap().display().to_string();
+        for no_fuse in [false, true] {
+            let opts = wgslc::CompileOptions { no_fuse, ..case.opts.clone() };
+            let (_dir, session) = match compile(&case.dir.join("model.onnx"), &opts) {
+                Ok(s) => s,
+                Err(e) => {
+                    failures.push(format!("{name} (no_fuse {no_fuse}): {e}"));
+                    continue;
+                }
+            };
+            assert!(session.plan().ranges.is_some(), "{name}: the plan has no ranges section");
+            for &l in &case.lengths {
+                let d = case.dir.join(format!("len_{l}"));
+                let r = session
+                    .run(&numbered(&d, "input"))
+                    .map_err(|e| e.to_string())
+                    .and_then(|got| common::compare(&got, &numbered(&d, "output"), 1e-4, 1e-4));
+                runs += 1;
+                match r {
+                    Ok(()) => eprintln!("ok   {name} length {l} (no_fuse {no_fuse})"),
+                    Err(e) => failures.push(format!("{name} length {l} (no_fuse {no_fuse}): {e}")),
+                }
+            }
+        }
+    }
+    eprintln!("ranged: {runs} runs, {} failed", failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn ranged_runs_refuse_lengths_outside_the_range_or_disagreeing() {
+    let case = load(common::testdata().join("encoders/bert_dynamo20"));
+    let (_dir, session) = compile(&case.dir.join("model.onnx"), &case.opts).unwrap();
+    let seven = numbered(&case.dir.join("len_7"), "input");
+    let long = numbered(&case.dir.join("len_128"), "input");
+    let pad = |t: &HostTensor| {
+        let wgslc::runtime::TensorData::I64(v) = &t.data else { panic!("int64 inputs") };
+        HostTensor { shape: vec![1, 129], data: wgslc::runtime::TensorData::I64([&v[..], &[0]].concat()) }
+    };
+    let too_long: Vec<HostTensor> = long.iter().map(pad).collect();
+    let e = session.run(&too_long).unwrap_err().to_string();
+    assert!(e.contains("input 'input_ids'") && e.contains("in 1..128") && e.contains("sequence_length"), "{e}");
+    let mixed = vec![seven[0].clone(), long[1].clone(), seven[2].clone()];
+    let e = session.run(&mixed).unwrap_err().to_string();
+    assert!(e.contains("attention_mask") && e.contains("sequence_length = 128") && e.contains("gives 7"), "{e}");
+}
+
+#[test]
+fn ranged_compiles_refuse_what_moves_with_the_dim() {
+    let dir = common::testdata().join("ranged/refused");
+    let opts = wgslc::CompileOptions {
+        ranges: vec![wgslc::DimRange { name: "S".into(), min: 1, max: 32 }],
+        ..Default::default()
+    };
+    for (file, want) in [
+        ("last_row.onnx", "node 'last_row'"),
+        ("concat.onnx", "node 'twice' (Concat): concatenates along an axis that grows with S"),
+        ("merge_front.onnx", "node 'flatten_channels_first'"),
+    ] {
+        let out = tempfile::tempdir().unwrap();
+        let e = wgslc::compile(&dir.join(file), &out.path().join("a"), &opts).unwrap_err().to_string();
+        assert!(e.contains(want), "{file}: {e}");
+        assert!(!out.path().join("a").exists(), "{file}: a failed compile wrote its directory");
+    }
+    // A range of one value is a plain binding; MIN above MAX and binding a dim twice are errors.
+    let model = common::testdata().join("ranged/reductions/model.onnx");
+    for (ranges, dims, want) in [
+        (vec![("S", 5, 4)], vec![], "1 <= MIN <= MAX"),
+        (vec![("S", 0, 4)], vec![], "1 <= MIN <= MAX"),
+        (vec![("S", 1, 4)], vec![("S", 2)], "bound twice"),
+    ] {
+        let opts = wgslc::CompileOptions {
+            ranges: ranges.iter().map(|&(n, min, max)| wgslc::DimRange { name: n.into(), min, max }).collect(),
+            dims: dims.iter().map(|&(n, v)| (n.to_string(), v)).collect(),
+            ..Default::default()
+        };
+        let out = tempfile::tempdir().unwrap();
+        let e = wgslc::compile(&model, &out.path().join("a"), &opts).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+    let one = wgslc::CompileOptions {
+        ranges: vec![wgslc::DimRange { name: "S".into(), min: 5, max: 5 }],
+        ..Default::default()
+    };
+    let (_dir, session) = compile(&model, &one).unwrap();
+    assert!(session.plan().ranges.is_none() && session.inputs()[0].shape == [1, 5, 8]);
+}
