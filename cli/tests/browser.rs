@@ -50,6 +50,9 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
     if let Some(extra) = std::env::var_os("WGSLC_BROWSER_EXTRA") {
         suites.push(("extra", common::cases_in(Path::new(&extra))));
     }
+    // Ranged artifacts (`--dim NAME=MIN..MAX`): one case per length; the lengths of a model share its artifact.
+    suites.push(("ranged", common::ranged_cases()));
+    let mut compiled: std::collections::HashMap<(PathBuf, &str), String> = Default::default();
 
     // Compile every case in every mode the Rust suites run, and write its inputs as raw little-endian bytes.
     let mut runs = Vec::new();
@@ -65,22 +68,34 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
             }
             for (mode, opts) in modes {
                 let id = format!("{suite}__{}__{mode}", case.name);
-                let dir = root.path().join("cases").join(&id);
-                if let Err(e) = wgslc::compile(&case.model, &dir, &opts) {
-                    failures.push(format!("{id}: compile: {e}"));
-                    continue;
-                }
+                let shared = (!opts.ranges.is_empty()).then(|| (case.model.clone(), mode));
+                let art = match shared.as_ref().and_then(|k| compiled.get(k)) {
+                    Some(art) => art.clone(),
+                    None => {
+                        if let Err(e) = wgslc::compile(&case.model, &root.path().join("cases").join(&id), &opts) {
+                            failures.push(format!("{id}: compile: {e}"));
+                            continue;
+                        }
+                        if let Some(k) = shared {
+                            compiled.insert(k, id.clone());
+                        }
+                        id.clone()
+                    }
+                };
+                let dir = root.path().join("cases").join(&art);
                 let session_inputs = wgslc::artifact::Plan::read(&dir).unwrap().inputs;
                 let mut inputs = Vec::new();
                 for (i, (spec, t)) in session_inputs.iter().zip(&case.inputs).enumerate() {
                     let (dtype, bytes) = raw(t);
-                    let file = format!("input_{i}.bin");
+                    let file = format!("{id}_input_{i}.bin");
                     std::fs::write(dir.join(&file), bytes).unwrap();
                     inputs
                         .push(serde_json::json!({ "name": spec.name, "file": file, "dtype": dtype, "shape": t.shape }));
                 }
                 // The bundled models also run profiled (a pass per dispatch, timestamps where the adapter has them).
-                listing.push(serde_json::json!({ "id": id, "inputs": inputs, "profile": *suite == "models" }));
+                listing.push(
+                    serde_json::json!({ "id": id, "dir": art, "inputs": inputs, "profile": *suite == "models" }),
+                );
                 runs.push(Run { id, case });
             }
         }

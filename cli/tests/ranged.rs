@@ -9,43 +9,6 @@ mod common;
 use std::path::{Path, PathBuf};
 use wgslc::runtime::{HostTensor, Session};
 
-struct RangedCase {
-    dir: PathBuf,
-    opts: wgslc::CompileOptions,
-    lengths: Vec<usize>,
-}
-
-fn numbered(dir: &Path, prefix: &str) -> Vec<HostTensor> {
-    (0..)
-        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
-        .take_while(|p| p.exists())
-        .map(|p| wgslc::npy::read(&p).unwrap_or_else(|e| panic!("{e}")))
-        .collect()
-}
-
-fn load(dir: PathBuf) -> RangedCase {
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).expect("meta.json")).expect("json");
-    let mut opts = wgslc::CompileOptions::default();
-    for (k, v) in meta["ranges"].as_object().expect("ranges") {
-        let (min, max) = (v[0].as_u64().unwrap() as usize, v[1].as_u64().unwrap() as usize);
-        opts.ranges.push(wgslc::DimRange { name: k.clone(), min, max });
-    }
-    for (k, v) in meta.get("dims").and_then(|d| d.as_object()).into_iter().flatten() {
-        opts.dims.insert(k.clone(), v.as_u64().unwrap() as usize);
-    }
-    let lengths = meta["lengths"].as_array().unwrap().iter().map(|l| l.as_u64().unwrap() as usize).collect();
-    RangedCase { dir, opts, lengths }
-}
-
-fn cases() -> Vec<RangedCase> {
-    let t = common::testdata();
-    ["encoders/bert_torchscript17", "encoders/bert_dynamo20", "ranged/reductions"]
-        .iter()
-        .map(|c| load(t.join(c)))
-        .collect()
-}
-
 fn compile(model: &Path, opts: &wgslc::CompileOptions) -> Result<(tempfile::TempDir, Session), String> {
     let out = tempfile::tempdir().map_err(|e| e.to_string())?;
     wgslc::compile(model, out.path(), opts).map_err(|e| format!("compile: {e}"))?;
@@ -53,47 +16,51 @@ fn compile(model: &Path, opts: &wgslc::CompileOptions) -> Result<(tempfile::Temp
     Ok((out, s))
 }
 
-/// Fused and one kernel per op, at every length the case holds (MIN, values between, MAX), against onnxruntime.
+/// Fused and one kernel per op, each artifact compiled once and run at every length its case holds (MIN, values
+/// between, MAX), against onnxruntime.
 #[test]
 fn ranged_artifacts_match_onnxruntime_at_every_length() {
+    let cases = common::ranged_cases();
     let mut failures = Vec::new();
     let mut runs = 0;
-    for case in cases() {
-        let name = case.dir.strip_prefix(common::testdata()).unwrap().display().to_string();
-        for no_fuse in [false, true] {
-            let opts = wgslc::CompileOptions { no_fuse, ..case.opts.clone() };
-            let (_dir, session) = match compile(&case.dir.join("model.onnx"), &opts) {
-                Ok(s) => s,
-                Err(e) => {
-                    failures.push(format!("{name} (no_fuse {no_fuse}): {e}"));
-                    continue;
+    for no_fuse in [false, true] {
+        let mut session: Option<(PathBuf, tempfile::TempDir, Session)> = None;
+        for case in &cases {
+            if session.as_ref().is_none_or(|(m, ..)| *m != case.model) {
+                let opts = wgslc::CompileOptions { no_fuse, ..case.opts.clone() };
+                match compile(&case.model, &opts) {
+                    Ok((dir, s)) => session = Some((case.model.clone(), dir, s)),
+                    Err(e) => {
+                        failures.push(format!("{} (no_fuse {no_fuse}): {e}", case.name));
+                        session = None;
+                        continue;
+                    }
                 }
-            };
-            assert!(session.plan().ranges.is_some(), "{name}: the plan has no ranges section");
-            for &l in &case.lengths {
-                let d = case.dir.join(format!("len_{l}"));
-                let r = session
-                    .run(&numbered(&d, "input"))
-                    .map_err(|e| e.to_string())
-                    .and_then(|got| common::compare(&got, &numbered(&d, "output"), 1e-4, 1e-4));
-                runs += 1;
-                match r {
-                    Ok(()) => eprintln!("ok   {name} length {l} (no_fuse {no_fuse})"),
-                    Err(e) => failures.push(format!("{name} length {l} (no_fuse {no_fuse}): {e}")),
-                }
+            }
+            let (.., s) = session.as_ref().unwrap();
+            assert!(s.plan().ranges.is_some(), "{}: the plan has no ranges section", case.name);
+            let r = s
+                .run(&case.inputs)
+                .map_err(|e| e.to_string())
+                .and_then(|got| common::compare(&got, &case.expected, case.rtol, case.atol));
+            runs += 1;
+            match r {
+                Ok(()) => eprintln!("ok   {} (no_fuse {no_fuse})", case.name),
+                Err(e) => failures.push(format!("{} (no_fuse {no_fuse}): {e}", case.name)),
             }
         }
     }
     eprintln!("ranged: {runs} runs, {} failed", failures.len());
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(runs >= 22 && failures.is_empty(), "{runs} runs\n{}", failures.join("\n"));
 }
 
 #[test]
 fn ranged_runs_refuse_lengths_outside_the_range_or_disagreeing() {
-    let case = load(common::testdata().join("encoders/bert_dynamo20"));
-    let (_dir, session) = compile(&case.dir.join("model.onnx"), &case.opts).unwrap();
-    let seven = numbered(&case.dir.join("len_7"), "input");
-    let long = numbered(&case.dir.join("len_128"), "input");
+    let cases = common::ranged_cases();
+    let case = |name: &str| cases.iter().find(|c| c.name == name).expect("case");
+    let (_dir, session) = compile(&case("bert_dynamo20@7").model, &case("bert_dynamo20@7").opts).unwrap();
+    let seven = case("bert_dynamo20@7").inputs.clone();
+    let long = case("bert_dynamo20@128").inputs.clone();
     let pad = |t: &HostTensor| {
         let wgslc::runtime::TensorData::I64(v) = &t.data else { panic!("int64 inputs") };
         HostTensor { shape: vec![1, 129], data: wgslc::runtime::TensorData::I64([&v[..], &[0]].concat()) }

@@ -87,6 +87,8 @@ export async function loadSession(url, options = {}) {
       }),
     );
     await streamWeights(base, plan, buffers, options.fetch ?? globalThis.fetch.bind(globalThis));
+    // Ranged dims start at their max, so a replay without inputs runs the largest shape.
+    if (plan.ranges) device.queue.writeBuffer(buffers[plan.ranges.buffer], 0, Int32Array.from(plan.ranges.dims, (d) => d.max));
     for (const [i, b] of plan.buffers.entries()) if (b.kind === "weight") buffers[i].unmap();
     const weightsMs = performance.now() - tPipelines;
 
@@ -170,13 +172,20 @@ export class Session {
         throw new Error(`input '${name}': the model has no such input (inputs: ${names})`);
       }
     }
-    const data = plan.inputs.map((spec) => {
+    for (const spec of plan.inputs) {
       if (!(spec.name in inputs)) {
         throw new Error(`artifact: the model takes ${plan.inputs.length} inputs, ${given.length} were given (missing '${spec.name}')`);
       }
-      return inputBytes(spec, inputs[spec.name]);
+    }
+    // Ranged dims: each dim's value from the inputs' shapes; inputs go in at the max layout, outputs come out cut.
+    const values = plan.ranges ? dimValues(plan, inputs) : null;
+    const data = plan.inputs.map((spec) => {
+      if (!values) return inputBytes(spec, inputs[spec.name]);
+      const actual = atValues(spec, values);
+      return relayout(inputBytes(actual, inputs[spec.name]), actual.shape, spec.shape, true);
     });
     for (const [i, spec] of plan.inputs.entries()) device.queue.writeBuffer(buffers[spec.buffer], 0, data[i]);
+    if (values) device.queue.writeBuffer(buffers[plan.ranges.buffer], 0, Int32Array.from(values));
 
     let profile = null;
     await scoped(device, "replay", () => {
@@ -195,7 +204,13 @@ export class Session {
     });
     const out = {};
     for (const [i, spec] of plan.outputs.entries()) {
-      out[spec.name] = { data: outputData(spec, readback[i].getMappedRange()), shape: [...spec.shape] };
+      if (values) {
+        const actual = atValues(spec, values);
+        const words = new Uint32Array(readback[i].getMappedRange(), 0, spec.shape.reduce((a, d) => a * d, 1));
+        out[spec.name] = { data: outputData(actual, relayout(words, actual.shape, spec.shape, false).buffer), shape: [...actual.shape] };
+      } else {
+        out[spec.name] = { data: outputData(spec, readback[i].getMappedRange()), shape: [...spec.shape] };
+      }
       readback[i].unmap();
     }
     if (profile && profile.read) profile = await profile.read();
@@ -586,8 +601,15 @@ export function parsePlan(text) {
     const extra = Object.keys(obj ?? {}).find((f) => !fields.includes(f));
     if (extra !== undefined) throw new Error(`plan.json is not a valid plan: unknown field \`${extra}\` in ${what}`);
   };
-  known("the plan", plan, ["format", "version", "inputs", "outputs", "buffers", "weights", "kernels", "dispatches", "decoder"]);
-  for (const t of [...plan.inputs, ...plan.outputs]) known(`'${t.name}'`, t, ["name", "dtype", "shape", "storage", "buffer"]);
+  known("the plan", plan, ["format", "version", "inputs", "outputs", "buffers", "weights", "kernels", "dispatches", "decoder", "ranges"]);
+  for (const t of [...plan.inputs, ...plan.outputs]) {
+    known(`'${t.name}'`, t, ["name", "dtype", "shape", "storage", "buffer", "ranged"]);
+    for (const a of t.ranged ?? []) known(`'${t.name}'`, a, ["axis", "dim", "factor"]);
+  }
+  if (plan.ranges != null) {
+    known("ranges", plan.ranges, ["dims", "buffer"]);
+    for (const d of plan.ranges.dims ?? []) known("ranges", d, ["name", "min", "max"]);
+  }
   for (const b of plan.buffers) known(`buffer '${b.name}'`, b, ["name", "size", "kind"]);
   for (const w of plan.weights) known(`weight '${w.name}'`, w, ["name", "shape", "storage", "buffer", "offset"]);
   for (const k of plan.kernels) {
@@ -642,7 +664,33 @@ export function parsePlan(text) {
   const d = plan.dispatches.find((d) => !(d >= 0 && d < plan.kernels.length));
   if (d !== undefined) bad(`dispatch names kernel ${d} of ${plan.kernels.length}`);
   if (plan.decoder !== undefined && plan.decoder !== null) checkDecoder(plan, known);
+  checkRanges(plan);
   return plan;
+}
+
+// The ranges section (`--dim NAME=MIN..MAX`), checked as wgslc_artifact::Plan::check_ranges does.
+function checkRanges(plan) {
+  const bad = (m) => {
+    throw new Error(`plan.json: ranges: ${m}`);
+  };
+  const r = plan.ranges;
+  const dims = r ? r.dims : [];
+  if (r) {
+    const b = plan.buffers[r.buffer];
+    if (!Array.isArray(r.dims) || !(b && b.kind === "input" && b.size >= 4 * r.dims.length)) {
+      bad(`buffer ${r.buffer} cannot hold the dims' values`);
+    }
+    for (const [i, d] of r.dims.entries()) {
+      if (!(Number.isInteger(d.min) && d.min >= 1 && d.min <= d.max)) bad(`dim '${d.name}' has range ${d.min}..${d.max}`);
+      if (!plan.inputs.some((t) => (t.ranged ?? []).some((a) => a.dim === i))) bad(`dim '${d.name}' is in no input's shape`);
+    }
+  }
+  for (const t of [...plan.inputs, ...plan.outputs]) {
+    for (const a of t.ranged ?? []) {
+      const d = dims[a.dim];
+      if (!(d && a.factor > 0 && t.shape[a.axis] === a.factor * d.max)) bad(`'${t.name}' axis ${a.axis} does not follow a dim of the plan`);
+    }
+  }
 }
 
 // The decoder section (`wgslc compile --kv-cache`), checked as wgslc_artifact::Plan::check_decoder does.
@@ -934,8 +982,93 @@ function concat(parts, n) {
 
 // ---- tensors ------------------------------------------------------------------------------------------------
 
+// A spec's shape with its ranged axes named: [1, sequence_length, 64].
+function shapeText(spec, plan) {
+  return fmt(spec.shape.map((e, i) => {
+    const a = (spec.ranged ?? []).find((x) => x.axis === i);
+    if (!a) return e;
+    const name = plan.ranges.dims[a.dim].name;
+    return a.factor === 1 ? name : `${a.factor}*${name}`;
+  }));
+}
+
+// Each ranged dim's value, from the inputs' shapes (given as { data, shape }, or derived from the length where an
+// input has one ranged axis), as Session::run finds them in the Rust runtime.
+function dimValues(plan, inputs) {
+  const dims = plan.ranges.dims;
+  const values = dims.map(() => null);
+  for (const spec of plan.inputs) {
+    const ranged = spec.ranged ?? [];
+    if (ranged.length === 0) continue;
+    const err = (reason) => new Error(`input '${spec.name}': ${reason}`);
+    const v = inputs[spec.name];
+    let shape = v && !ArrayBuffer.isView(v) && !Array.isArray(v) && v.shape ? [...v.shape] : null;
+    if (!shape) {
+      const data = v && !ArrayBuffer.isView(v) && !Array.isArray(v) && "data" in v ? v.data : v;
+      if (ranged.length !== 1 || data == null || data.length === undefined) {
+        throw err(`pass { data, shape }: its shape ${shapeText(spec, plan)} has ranged axes`);
+      }
+      const a = ranged[0];
+      const rest = spec.shape.reduce((p, e, i) => (i === a.axis ? p : p * e), 1);
+      shape = spec.shape.map((e, i) => (i === a.axis ? (rest > 0 ? data.length / rest : 0) : e));
+    }
+    if (shape.length !== spec.shape.length) {
+      throw err(`expected ${spec.shape.length} dims (shape ${shapeText(spec, plan)}), got shape ${fmt(shape)}`);
+    }
+    for (const a of ranged) {
+      const d = dims[a.dim];
+      const e = shape[a.axis];
+      const n = e / a.factor;
+      if (!Number.isInteger(n) || n < d.min || n > d.max) {
+        const scaled = a.factor === 1 ? "" : ` times ${a.factor}`;
+        throw err(`axis ${a.axis} is ${e}: it must be ${d.name}${scaled}, in ${d.min}..${d.max} (shape ${shapeText(spec, plan)}, got ${fmt(shape)})`);
+      }
+      if (values[a.dim] && values[a.dim][0] !== n) {
+        throw err(`axis ${a.axis} gives ${d.name} = ${n}, but input '${values[a.dim][1]}' gives ${values[a.dim][0]}`);
+      }
+      values[a.dim] ??= [n, spec.name];
+    }
+  }
+  return values.map((v, i) => {
+    if (!v) throw new Error(`artifact: no input gives dim '${dims[i].name}'`);
+    return v[0];
+  });
+}
+
+// A tensor spec at the run's dim values (its ranged axes at factor · n).
+function atValues(spec, values) {
+  const shape = [...spec.shape];
+  for (const a of spec.ranged ?? []) shape[a.axis] = a.factor * values[a.dim];
+  return { ...spec, shape };
+}
+
+// Moves a `small`-shaped tensor of 4-byte words between its dense layout and its place in a `big` layout (each axis
+// at least as long): into `big` (the rest zero) when `pad`, out of it otherwise.
+function relayout(src, small, big, pad) {
+  if (small.length === 0 || fmt(small) === fmt(big)) return src;
+  const rank = small.length;
+  const row = small[rank - 1];
+  const strides = big.map(() => 1);
+  for (let i = rank - 2; i >= 0; i--) strides[i] = strides[i + 1] * big[i + 1];
+  const rows = small.slice(0, -1).reduce((a, d) => a * d, 1);
+  const out = new src.constructor(pad ? big.reduce((a, d) => a * d, 1) : rows * row);
+  const idx = new Array(rank - 1).fill(0);
+  for (let r = 0; r < rows; r++) {
+    const at = idx.reduce((a, x, i) => a + x * strides[i], 0);
+    if (pad) out.set(src.subarray(r * row, (r + 1) * row), at);
+    else out.set(src.subarray(at, at + row), r * row);
+    for (let a = rank - 2; a >= 0; a--) {
+      if (++idx[a] < small[a]) break;
+      idx[a] = 0;
+    }
+  }
+  return out;
+}
+
 function publicSpec(s) {
-  return { name: s.name, dtype: s.dtype, shape: [...s.shape] };
+  const p = { name: s.name, dtype: s.dtype, shape: [...s.shape] };
+  if (s.ranged && s.ranged.length) p.ranged = s.ranged.map((a) => ({ ...a }));
+  return p;
 }
 
 function fmt(xs) {

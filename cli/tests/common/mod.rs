@@ -102,6 +102,41 @@ pub fn cases_in(root: &Path) -> Vec<Case> {
     dirs.iter().map(|d| load_case(d)).collect()
 }
 
+/// The ranged-dims cases (`--dim NAME=MIN..MAX`: testdata/encoders and testdata/ranged/reductions, whose meta.json
+/// names the `ranges`, the `dims` bound to one value and the `lengths` run): one [`Case`] per length, named
+/// `<case>@<length>`, with that length's inputs and onnxruntime's outputs; every length of a case compiles alike.
+pub fn ranged_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for c in ["encoders/bert_torchscript17", "encoders/bert_dynamo20", "ranged/reductions"] {
+        let dir = testdata().join(c);
+        let text = std::fs::read_to_string(dir.join("meta.json")).expect("meta.json");
+        let meta: serde_json::Value = serde_json::from_str(&text).expect("meta.json");
+        let mut opts = wgslc::CompileOptions::default();
+        for (k, v) in meta["ranges"].as_object().expect("ranges") {
+            let (min, max) = (v[0].as_u64().expect("min") as usize, v[1].as_u64().expect("max") as usize);
+            opts.ranges.push(wgslc::DimRange { name: k.clone(), min, max });
+        }
+        for (k, v) in meta.get("dims").and_then(|d| d.as_object()).into_iter().flatten() {
+            opts.dims.insert(k.clone(), v.as_u64().expect("dim value") as usize);
+        }
+        for l in meta["lengths"].as_array().expect("lengths") {
+            let len = dir.join(format!("len_{l}"));
+            out.push(Case {
+                name: format!("{}@{l}", dir.file_name().unwrap().to_string_lossy()),
+                dir: dir.clone(),
+                model: dir.join("model.onnx"),
+                inputs: numbered(&len, "input"),
+                expected: numbered(&len, "output"),
+                opts: opts.clone(),
+                also: None,
+                rtol: 1e-4,
+                atol: 1e-4,
+            });
+        }
+    }
+    out
+}
+
 /// Compiles a case into a fresh directory and runs it on the shared GPU.
 pub fn compile_and_run(case: &Case, opts: &wgslc::CompileOptions) -> Result<Vec<HostTensor>, String> {
     let out = tempfile::tempdir().map_err(|e| e.to_string())?;

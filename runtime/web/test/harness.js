@@ -78,12 +78,12 @@ async function main() {
     }
     try {
       const t0 = performance.now();
-      const session = await loadSession(`/cases/${c.id}/`);
+      const session = await loadSession(`/cases/${c.dir}/`);
       r.load_ms = performance.now() - t0;
       r.slowest_pipeline_ms = Math.max(0, ...session.loadStats.pipelines.map((p) => p.ms));
       const inputs = {};
       for (const inp of c.inputs) {
-        const bytes = await (await fetch(`/cases/${c.id}/${inp.file}`)).arrayBuffer();
+        const bytes = await (await fetch(`/cases/${c.dir}/${inp.file}`)).arrayBuffer();
         inputs[inp.name] = { data: new INPUT_TYPES[inp.dtype](bytes), shape: inp.shape };
       }
       const t1 = performance.now();
