@@ -93,9 +93,8 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
                         .push(serde_json::json!({ "name": spec.name, "file": file, "dtype": dtype, "shape": t.shape }));
                 }
                 // The bundled models also run profiled (a pass per dispatch, timestamps where the adapter has them).
-                listing.push(
-                    serde_json::json!({ "id": id, "dir": art, "inputs": inputs, "profile": *suite == "models" }),
-                );
+                listing
+                    .push(serde_json::json!({ "id": id, "dir": art, "inputs": inputs, "profile": *suite == "models" }));
                 runs.push(Run { id, case });
             }
         }

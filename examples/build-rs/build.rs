@@ -2,7 +2,8 @@
 // - the MLP (x: float32 [batch, 16] → y: float32 [batch, 8]) at batch 4, as `Mlp` (MlpInputs, MlpOutputs), its
 //   artifact also embedded into the binary (`Mlp::from_embedded`);
 // - a tiny Llama-style decoder with a KV cache of 48 tokens, as `TinyLlama` (with `generate`);
-// - a PyTorch MLP saved by torch.export (x: float32 [4, 32] → addmm_1: float32 [4, 16]), as `TorchMlp`.
+// - a PyTorch MLP saved by torch.export (x: float32 [4, 32] → addmm_1: float32 [4, 16]), as `TorchMlp`;
+// - a BERT-style encoder whose sequence length may be anything in 1..=128 at run time, as `Bert`.
 fn main() {
     let testdata = std::path::Path::new("../../testdata");
     wgslc_build::Model::new(testdata.join("models/mlp/model.onnx"))
@@ -18,6 +19,11 @@ fn main() {
         .unwrap_or_else(|e| panic!("wgslc-build: {e}"));
     wgslc_build::Model::new(testdata.join("pt2/mlp/model.pt2"))
         .name("TorchMlp")
+        .generate()
+        .unwrap_or_else(|e| panic!("wgslc-build: {e}"));
+    wgslc_build::Model::new(testdata.join("encoders/bert_dynamo20/model.onnx"))
+        .name("Bert")
+        .dim_range("sequence_length", 1, 128)
         .generate()
         .unwrap_or_else(|e| panic!("wgslc-build: {e}"));
 }

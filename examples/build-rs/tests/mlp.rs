@@ -58,3 +58,29 @@ fn the_typed_pt2_model_matches_torch() {
         assert!((a - b).abs() <= 1e-5 + 1e-4 * b.abs(), "y[{i}] = {a}, torch {b}");
     }
 }
+
+/// A model compiled in build.rs with a ranged dim runs at several lengths through one artifact, against
+/// onnxruntime (testdata/encoders, made by scripts/make_encoders.py).
+#[test]
+fn the_typed_ranged_model_runs_at_every_length() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/encoders/bert_dynamo20");
+    let bert = wgslc_example_build_rs::Bert::load(wgslc_runtime::Gpu::new().unwrap()).unwrap();
+    for l in [1, 7, 128] {
+        let read = |f: &str| wgslc::npy::read(&dir.join(format!("len_{l}")).join(f)).unwrap().data;
+        let ids = |f: &str| match read(f) {
+            TensorData::I64(v) => v,
+            d => panic!("{f}: {d:?}"),
+        };
+        let inputs = wgslc_example_build_rs::BertInputs {
+            input_ids: ids("input_0.npy"),
+            attention_mask: ids("input_1.npy"),
+            token_type_ids: ids("input_2.npy"),
+        };
+        let out = bert.run(inputs).unwrap();
+        let TensorData::F32(want) = read("output_0.npy") else { panic!("float output") };
+        assert_eq!(out.last_hidden_state.len(), l * 64);
+        for (i, (a, b)) in out.last_hidden_state.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= 1e-4 + 1e-4 * b.abs(), "length {l}: [{i}] = {a}, onnxruntime {b}");
+        }
+    }
+}
