@@ -295,7 +295,11 @@ fn module(name: &str, model: &str, dir: &Path, plan: &Plan, embed: bool) -> Stri
             [a] => {
                 let rest: usize = t.shape.iter().enumerate().filter(|&(i, _)| i != a.axis).map(|(_, &e)| e).product();
                 let dims: Vec<String> = (0..t.shape.len())
-                    .map(|i| if i == a.axis { format!("inputs.{f}.len() / {rest}") } else { t.shape[i].to_string() })
+                    .map(|i| match i == a.axis {
+                        true if rest == 1 => format!("inputs.{f}.len()"),
+                        true => format!("inputs.{f}.len() / {rest}"),
+                        false => t.shape[i].to_string(),
+                    })
                     .collect();
                 format!("vec![{}]", dims.join(", "))
             }
