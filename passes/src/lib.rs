@@ -27,7 +27,9 @@ pub use memory::{
     binding_access, plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan,
     MemoryStats, PlannedBuffer, Slot,
 };
-pub use ranged::{apply_ranges, probe_value, DimRange, Ranged, RangedAxis, DIMS_INPUT};
+pub use ranged::{
+    apply_ranges, find_ranged_axes, mask_ranges, probe_value, DimRange, Ranged, RangedAxes, RangedAxis, DIMS_INPUT,
+};
 pub use schedule::{
     anchor_kind, attention_tiling, concat_placement, expand_tile, group_io, in_place_candidates, input_view,
     is_pointwise, mm_batch_refinement, product_tiling, read_spec, refined_strides, scalar_op_data_slot, schedule,

@@ -46,20 +46,30 @@ pub struct Ranged {
     pub input: ValueId,
     /// The ranged axes of the graph's inputs and outputs, by name.
     pub io: HashMap<String, Vec<RangedAxis>>,
+    /// The masked values (`Where(index < n, x, fill)`): whatever writes one must write its padding too, since the
+    /// reduction after it reads the padding as the fill.
+    pub masked: std::collections::HashSet<ValueId>,
 }
 
 /// The name of the input that carries the dims' values.
 pub const DIMS_INPUT: &str = "wgslc.dims";
 
-/// The second value a ranged dim is compiled at: next to MAX (two points tell an extent `k·NAME` from
-/// `k·NAME + c`), at least 2 where it can be (1 is where exporters and passes special-case sizes).
+/// The second value a ranged dim is compiled at: about half its max (far enough that tiled workgroup counts
+/// change, so the driver sees which follow the dim), inside the range and at least 2 where it can be (1 is where
+/// exporters and passes special-case sizes).
 pub fn probe_value(r: &DimRange) -> usize {
-    if r.max >= 3 {
+    let half = r.min.max(r.max.div_ceil(2));
+    if half >= 2 && half < r.max {
+        half
+    } else if r.max >= 3 {
         r.max - 1
     } else {
         r.min
     }
 }
+
+/// The ranged axes of each value of a graph (those with none are absent).
+pub type RangedAxes = HashMap<ValueId, Vec<RangedAxis>>;
 
 /// Finds the ranged axes of every value of `g` (compiled with each dim at its max) against `probes` (the same
 /// model compiled with dim `i` at [`probe_value`], in the order of `dims`), refuses what a range cannot compile,
@@ -68,7 +78,13 @@ pub fn probe_value(r: &DimRange) -> usize {
 /// Requires: inferred graphs (after `dce`), one probe per dim. Establishes: every node reads, for each valid entry
 /// it writes, only valid entries of its inputs or masked ones; the graph inputs end with [`DIMS_INPUT`].
 pub fn apply_ranges(g: &mut Graph, dims: &[DimRange], probes: &[Graph]) -> Result<Ranged, PassError> {
-    let mut axes: HashMap<ValueId, Vec<RangedAxis>> = HashMap::new();
+    let axes = find_ranged_axes(g, dims, probes)?;
+    mask_ranges(g, dims, &axes)
+}
+
+/// The first half of [`apply_ranges`]: the ranged axes, every refusal but the per-node ones.
+pub fn find_ranged_axes(g: &Graph, dims: &[DimRange], probes: &[Graph]) -> Result<RangedAxes, PassError> {
+    let mut axes: RangedAxes = HashMap::new();
     for (d, (r, p)) in dims.iter().zip(probes).enumerate() {
         same_structure(g, p, r)?;
         find_axes(g, p, d, r, &mut axes)?;
@@ -83,10 +99,16 @@ pub fn apply_ranges(g: &mut Graph, dims: &[DimRange], probes: &[Graph]) -> Resul
             });
         }
     }
+    Ok(axes)
+}
+
+/// The second half of [`apply_ranges`]: checks each node against `axes` and masks the reads across them. Applied
+/// to a probe with the same `axes`, it makes the same nodes and values (the probe's kernels then tell how each
+/// kernel's workgroups follow the dim).
+pub fn mask_ranges(g: &mut Graph, dims: &[DimRange], axes: &RangedAxes) -> Result<Ranged, PassError> {
     let input = g.add_value(DIMS_INPUT, Some(TensorType::new(DType::I32, vec![dims.len()])));
     g.inputs.push(input);
-    let mut m =
-        Masker { dims, input, axes: &axes, scalars: HashMap::new(), compares: HashMap::new(), masked: HashMap::new() };
+    let mut m = Masker { dims, input, axes, scalars: HashMap::new(), compares: HashMap::new(), masked: HashMap::new() };
     for n in g.topo_order()? {
         m.node(g, n)?;
     }
@@ -96,7 +118,8 @@ pub fn apply_ranges(g: &mut Graph, dims: &[DimRange], probes: &[Graph]) -> Resul
         .chain(&g.outputs)
         .map(|&v| (g.value(v).name.clone(), axes.get(&v).cloned().unwrap_or_default()))
         .collect();
-    Ok(Ranged { dims: dims.to_vec(), input, io })
+    let masked = m.masked.values().copied().collect();
+    Ok(Ranged { dims: dims.to_vec(), input, io, masked })
 }
 
 fn node_err(g: &Graph, n: NodeId, reason: String) -> PassError {
@@ -206,7 +229,7 @@ fn prefix_equal(a: &Tensor, b: &Tensor) -> bool {
 struct Masker<'a> {
     dims: &'a [DimRange],
     input: ValueId,
-    axes: &'a HashMap<ValueId, Vec<RangedAxis>>,
+    axes: &'a RangedAxes,
     /// Dim `d`'s value as a scalar.
     scalars: HashMap<usize, ValueId>,
     /// `index / factor < n` along one axis of a given rank: (rank, axis, dim, factor) → bool value.

@@ -426,7 +426,7 @@ impl Session {
         gpu.scoped("replay", || {
             let mut enc =
                 gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc replay") });
-            self.encode(&mut enc, None);
+            self.encode_at(&mut enc, None, values.as_deref());
             for (o, rb) in self.plan.outputs.iter().zip(&self.readback) {
                 enc.copy_buffer_to_buffer(&self.buffers[o.buffer], 0, rb, 0, rb.size());
             }
@@ -454,6 +454,12 @@ impl Session {
     /// Records every dispatch into one compute pass; with a query set, a timestamp before each dispatch (index i
     /// before dispatch i) and one after the last.
     fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
+        self.encode_at(enc, timestamps, None)
+    }
+
+    /// [`Self::encode`] at the ranged dims' `values` (None: their max): a kernel that scales with a dim dispatches
+    /// `ceil(W · n / max)` workgroups along its axis.
+    fn encode_at(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>, values: Option<&[usize]>) {
         let mut pass =
             enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
         for (i, &d) in self.dispatches.iter().enumerate() {
@@ -461,9 +467,14 @@ impl Session {
                 pass.write_timestamp(q, i as u32);
             }
             let k = &self.plan.kernels[d];
+            let mut w = k.workgroups;
+            if let (Some(s), Some(vals), Some(r)) = (k.scale, values, &self.plan.ranges) {
+                let max = r.dims[s.dim].max as u64;
+                w[s.axis] = (w[s.axis] as u64 * vals[s.dim] as u64).div_ceil(max).clamp(1, w[s.axis] as u64) as u32;
+            }
             pass.set_pipeline(&self.pipelines[d]);
             pass.set_bind_group(0, &self.bind_groups[d], &[]);
-            pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
+            pass.dispatch_workgroups(w[0], w[1], w[2]);
         }
         if let Some(q) = timestamps {
             pass.write_timestamp(q, self.dispatches.len() as u32);

@@ -191,7 +191,7 @@ export class Session {
     await scoped(device, "replay", () => {
       const enc = device.createCommandEncoder({ label: "wgslc replay" });
       if (options.profile) profile = this.#encodeProfiled(enc);
-      else this.#encode(enc);
+      else this.#encode(enc, values);
       for (const [i, o] of plan.outputs.entries()) {
         enc.copyBufferToBuffer(buffers[o.buffer], 0, readback[i], 0, readback[i].size);
       }
@@ -221,11 +221,18 @@ export class Session {
     return out;
   }
 
-  #encode(enc) {
+  // At the ranged dims' `values` (null: their max), a kernel that scales with a dim dispatches ceil(W · n / max)
+  // workgroups along its axis, as the Rust runtime does.
+  #encode(enc, values = null) {
     const { plan, pipelines, bindGroups } = this.#s;
     const pass = enc.beginComputePass({ label: "wgslc" });
     for (const d of plan.dispatches) {
-      const w = plan.kernels[d].workgroups;
+      const k = plan.kernels[d];
+      const w = [...k.workgroups];
+      if (values && k.scale) {
+        const max = plan.ranges.dims[k.scale.dim].max;
+        w[k.scale.axis] = Math.min(w[k.scale.axis], Math.max(1, Math.ceil((w[k.scale.axis] * values[k.scale.dim]) / max)));
+      }
       pass.setPipeline(pipelines[d]);
       pass.setBindGroup(0, bindGroups[d]);
       pass.dispatchWorkgroups(w[0], w[1], w[2]);
@@ -613,7 +620,8 @@ export function parsePlan(text) {
   for (const b of plan.buffers) known(`buffer '${b.name}'`, b, ["name", "size", "kind"]);
   for (const w of plan.weights) known(`weight '${w.name}'`, w, ["name", "shape", "storage", "buffer", "offset"]);
   for (const k of plan.kernels) {
-    known(`kernel '${k.name}'`, k, ["name", "wgsl", "entry_point", "bindings", "workgroups"]);
+    known(`kernel '${k.name}'`, k, ["name", "wgsl", "entry_point", "bindings", "workgroups", "scale"]);
+    if (k.scale != null) known(`kernel '${k.name}'`, k.scale, ["axis", "dim"]);
     for (const b of k.bindings ?? []) known(`kernel '${k.name}'`, b, ["binding", "buffer", "offset", "size", "access"]);
   }
   if (plan.format !== FORMAT) bad(`format is '${plan.format}', expected '${FORMAT}'`);
@@ -683,6 +691,11 @@ function checkRanges(plan) {
     for (const [i, d] of r.dims.entries()) {
       if (!(Number.isInteger(d.min) && d.min >= 1 && d.min <= d.max)) bad(`dim '${d.name}' has range ${d.min}..${d.max}`);
       if (!plan.inputs.some((t) => (t.ranged ?? []).some((a) => a.dim === i))) bad(`dim '${d.name}' is in no input's shape`);
+    }
+  }
+  for (const k of plan.kernels) {
+    if (k.scale != null && !(k.scale.axis >= 0 && k.scale.axis <= 2 && dims[k.scale.dim])) {
+      bad(`kernel '${k.name}' scales its workgroups by a dim or axis the plan lacks`);
     }
   }
   for (const t of [...plan.inputs, ...plan.outputs]) {

@@ -173,11 +173,19 @@ pub struct Compiled {
     pub graph: Graph,
     /// `--kv-cache`: where the loop's tensors are.
     pub decoder: Option<wgslc_onnx::decoder::DecoderLayout>,
-    /// Ranged dims: the ranged axes of the inputs and outputs and the input carrying the dims' values.
-    pub ranged: Option<wgslc_passes::Ranged>,
+    /// Ranged dims: the ranged axes of the inputs and outputs, the input carrying the dims' values, and which
+    /// kernels' workgroup counts follow the dims.
+    pub ranged: Option<RangedCompile>,
     pub schedule: Option<Schedule>,
     pub memory: Option<MemoryPlan>,
     pub kernels: Option<Vec<Validated>>,
+}
+
+/// What a compile with ranged dims adds to the artifact.
+pub struct RangedCompile {
+    pub ranged: wgslc_passes::Ranged,
+    /// Per kernel (emission order): the workgroup axis that follows a dim, where one does.
+    pub scales: Vec<Option<wgslc_artifact::GridScale>>,
 }
 
 /// Imports a model file into the IR.
@@ -240,45 +248,82 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     let opts = ranged_opts.as_ref().unwrap_or(opts);
     opts.progress.stage("import");
     let (mut g, decoder) = import_model(model, opts)?;
-    let (mut schedule, mut memory, mut kernels, mut ranged) = (None, None, None, None);
-    if stop_after != Some("import") {
-        let graph_stop = stop_after.filter(|s| !LATE_STAGES.contains(s));
-        opts.progress.stage("graph passes");
-        if opts.ranges.is_empty() {
-            wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
-        } else {
-            // The dims at their max, then each at its probe value: the ranged axes are where the graphs differ.
-            const AT: &str = "dce";
-            wgslc_passes::run_passes(&mut g, None, Some(AT), !opts.no_fuse)?;
-            let mut probes = Vec::new();
-            for r in &opts.ranges {
-                let mut p = opts.clone();
-                p.dims.insert(r.name.clone(), wgslc_passes::probe_value(r));
-                let (mut pg, _) = import_model(model, &p)?;
-                wgslc_passes::run_passes(&mut pg, None, Some(AT), !opts.no_fuse).map_err(|e| {
-                    CompileError::Range(format!(
-                        "{}={}..{}: the model does not compile at {}={}: {e}",
-                        r.name,
-                        r.min,
-                        r.max,
-                        r.name,
-                        wgslc_passes::probe_value(r)
-                    ))
-                })?;
-                probes.push(pg);
-            }
-            ranged = Some(wgslc_passes::apply_ranges(&mut g, &opts.ranges, &probes)?);
-            wgslc_passes::verify(&g, wgslc_passes::Stage::Inferred)?;
-            wgslc_passes::run_passes(&mut g, Some(AT), graph_stop, !opts.no_fuse)?;
+    let mut c = Compiled { graph: Graph::new(), decoder, ranged: None, schedule: None, memory: None, kernels: None };
+    if stop_after == Some("import") {
+        c.graph = g;
+        return Ok(c);
+    }
+    let graph_stop = stop_after.filter(|s| !LATE_STAGES.contains(s));
+    opts.progress.stage("graph passes");
+    if opts.ranges.is_empty() {
+        wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
+        late_stages(&mut c, g, opts, graph_stop, stop_after)?;
+        return Ok(c);
+    }
+    // The dims at their max, then each at its probe value: the ranged axes are where the graphs differ.
+    const AT: &str = "dce";
+    wgslc_passes::run_passes(&mut g, None, Some(AT), !opts.no_fuse)?;
+    let mut probes = Vec::new();
+    for r in &opts.ranges {
+        let b = wgslc_passes::probe_value(r);
+        let at_probe = |e: String| {
+            CompileError::Range(format!(
+                "{}={}..{}: the model does not compile at {}={b}: {e}",
+                r.name, r.min, r.max, r.name
+            ))
+        };
+        let mut p = opts.clone();
+        p.dims.insert(r.name.clone(), b);
+        let (mut pg, _) = import_model(model, &p).map_err(|e| at_probe(e.to_string()))?;
+        wgslc_passes::run_passes(&mut pg, None, Some(AT), !opts.no_fuse).map_err(|e| at_probe(e.to_string()))?;
+        probes.push(pg);
+    }
+    let axes = wgslc_passes::find_ranged_axes(&g, &opts.ranges, &probes)?;
+    let ranged = wgslc_passes::mask_ranges(&mut g, &opts.ranges, &axes)?;
+    wgslc_passes::verify(&g, wgslc_passes::Stage::Inferred)?;
+    wgslc_passes::run_passes(&mut g, Some(AT), graph_stop, !opts.no_fuse)?;
+    late_stages(&mut c, g, opts, graph_stop, stop_after)?;
+    let mut scales = Vec::new();
+    if let Some(kernels) = c.kernels.as_ref().filter(|_| stop_after.is_none()) {
+        // Each probe compiled to kernels the same way: which workgroup counts follow which dim.
+        let mut probe_kernels = Vec::new();
+        for mut pg in probes {
+            let compiled = (|| {
+                wgslc_passes::mask_ranges(&mut pg, &opts.ranges, &axes).ok()?;
+                wgslc_passes::run_passes(&mut pg, Some(AT), None, !opts.no_fuse).ok()?;
+                let mut pc = Compiled {
+                    graph: Graph::new(),
+                    decoder: None,
+                    ranged: None,
+                    schedule: None,
+                    memory: None,
+                    kernels: None,
+                };
+                late_stages(&mut pc, pg, opts, None, None).ok()?;
+                Some((pc.graph, pc.kernels?))
+            })();
+            probe_kernels.push(compiled);
         }
-        if graph_stop.is_none() {
-            opts.progress.stage("split");
-            // Weights larger than one binding, in blocks their readers address.
-            wgslc_passes::split_weights(&mut g, opts.limits.max_storage_buffer_binding_size)?;
-            wgslc_passes::verify(&g, wgslc_passes::Stage::Legalized)?;
-            if stop_after == Some("split") {
-                return Ok(Compiled { graph: g, decoder, ranged, schedule, memory, kernels });
-            }
+        scales = grid_scales(&c.graph, kernels, &probe_kernels, &opts.ranges, &ranged.masked);
+    }
+    c.ranged = Some(RangedCompile { ranged, scales });
+    Ok(c)
+}
+
+/// `split`, `schedule`, `memory` and `emit` on a graph after the graph passes, as far as `stop_after` asks.
+fn late_stages(
+    c: &mut Compiled,
+    mut g: Graph,
+    opts: &CompileOptions,
+    graph_stop: Option<&str>,
+    stop_after: Option<&str>,
+) -> Result<(), CompileError> {
+    if graph_stop.is_none() {
+        opts.progress.stage("split");
+        // Weights larger than one binding, in blocks their readers address.
+        wgslc_passes::split_weights(&mut g, opts.limits.max_storage_buffer_binding_size)?;
+        wgslc_passes::verify(&g, wgslc_passes::Stage::Legalized)?;
+        if stop_after != Some("split") {
             opts.progress.stage("schedule");
             let sched = wgslc_passes::schedule(&g, &opts.fuse_options())?;
             if stop_after != Some("schedule") {
@@ -286,14 +331,72 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
                 let mem = wgslc_passes::plan_memory_with(&g, &sched, &opts.memory_options())?;
                 if stop_after != Some("memory") {
                     opts.progress.stage("emit");
-                    kernels = Some(wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?);
+                    c.kernels = Some(wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?);
                 }
-                memory = Some(mem);
+                c.memory = Some(mem);
             }
-            schedule = Some(sched);
+            c.schedule = Some(sched);
         }
     }
-    Ok(Compiled { graph: g, decoder, ranged, schedule, memory, kernels })
+    c.graph = g;
+    Ok(())
+}
+
+/// Which kernels may dispatch fewer workgroups for a smaller value of a ranged dim: a kernel whose probe (the same
+/// kernel compiled with one dim at its probe value) differs in the workgroup count along exactly one axis, whose
+/// every written tensor differs along one axis with nothing but 1s in front of it (so its valid entries are a
+/// prefix of its rows), and whose probe needed no more workgroups than `ceil(W · probe / max)` (the same tiling),
+/// runs `ceil(W · n / max)` workgroups along that axis. Anything else (a probe that compiled otherwise, an
+/// in-place write, a kernel writing a masked value, whose padding a reduction reads as the fill) keeps its counts:
+/// always correct, the padding computed too.
+fn grid_scales(
+    g: &Graph,
+    kernels: &[Validated],
+    probes: &[Option<(Graph, Vec<Validated>)>],
+    ranges: &[wgslc_passes::DimRange],
+    masked: &std::collections::HashSet<wgslc_ir::ValueId>,
+) -> Vec<Option<wgslc_artifact::GridScale>> {
+    let mut out = vec![None; kernels.len()];
+    let same = |pk: &Vec<Validated>| {
+        pk.len() == kernels.len()
+            && pk
+                .iter()
+                .zip(kernels)
+                .all(|(a, b)| a.kernel.name == b.kernel.name && a.kernel.bindings == b.kernel.bindings)
+    };
+    if !probes.iter().all(|p| p.as_ref().is_some_and(|(_, pk)| same(pk))) {
+        return out;
+    }
+    'kernel: for (i, k) in kernels.iter().enumerate() {
+        if k.kernel.stored_bytes.is_some() || k.kernel.bindings.iter().any(|&(v, w)| w && masked.contains(&v)) {
+            continue;
+        }
+        let mut found = None;
+        for (d, (pg, pk)) in probes.iter().flatten().enumerate() {
+            let (wa, wb) = (k.kernel.workgroups, pk[i].kernel.workgroups);
+            let diff: Vec<usize> = (0..3).filter(|&a| wa[a] != wb[a]).collect();
+            if diff.is_empty() {
+                continue;
+            }
+            if diff.len() != 1 || found.is_some() {
+                continue 'kernel;
+            }
+            let a = diff[0];
+            let prefix = k.kernel.bindings.iter().filter(|&&(_, w)| w).all(|&(v, _)| {
+                let (sa, sb) = (&g.ty(v).shape, &pg.ty(v).shape);
+                let d: Vec<usize> = (0..sa.len()).filter(|&j| sa[j] != sb[j]).collect();
+                d.len() == 1 && sa[..d[0]].iter().all(|&e| e == 1)
+            });
+            let (max, b) = (ranges[d].max as u64, wgslc_passes::probe_value(&ranges[d]) as u64);
+            let covers = wb[a] as u64 <= (wa[a] as u64 * b).div_ceil(max);
+            if !prefix || !covers {
+                continue 'kernel;
+            }
+            found = Some(wgslc_artifact::GridScale { axis: a, dim: d });
+        }
+        out[i] = found;
+    }
+    out
 }
 
 /// Checks the ranged dims (`--dim NAME=MIN..MAX`) and returns the options to import with: each ranged dim bound
@@ -369,7 +472,11 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
 
 /// The ranges section of plan.json: the dims' values move from the graph inputs to [`wgslc_artifact::Ranges`],
 /// and each input and output names its ranged axes.
-fn ranges_section(plan: &mut wgslc_artifact::Plan, r: &wgslc_passes::Ranged) -> Result<(), CompileError> {
+fn ranges_section(plan: &mut wgslc_artifact::Plan, rc: &RangedCompile) -> Result<(), CompileError> {
+    let r = &rc.ranged;
+    for (k, s) in plan.kernels.iter_mut().zip(&rc.scales) {
+        k.scale = *s;
+    }
     let at = plan.inputs.iter().position(|t| t.name == wgslc_passes::DIMS_INPUT);
     let buffer = at.map(|i| plan.inputs.remove(i).buffer).ok_or_else(|| {
         CompileError::Range(format!("the compiled graph lost its '{}' input", wgslc_passes::DIMS_INPUT))

@@ -234,6 +234,7 @@ pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::P
             name: k.kernel.name.clone(),
             wgsl: kernel_path(i, &k.kernel),
             entry_point: "main".into(),
+            scale: None,
             bindings: k
                 .kernel
                 .bindings

@@ -238,6 +238,22 @@ pub struct Kernel {
     pub bindings: Vec<Binding>,
     /// Workgroup counts (x, y, z) of its dispatch.
     pub workgroups: [u32; 3],
+    /// Artifacts with ranged dims only: the one workgroup axis whose count follows a dim. A run with value `n`
+    /// dispatches `max(1, ceil(workgroups[axis] · n / max))` along it (the workgroups past that compute only
+    /// padding); other kernels always dispatch `workgroups`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<GridScale>,
+}
+
+/// See [`Kernel::scale`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct GridScale {
+    /// 0, 1 or 2: x, y or z.
+    pub axis: usize,
+    /// An index into `Ranges::dims`.
+    pub dim: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -420,6 +436,11 @@ impl Plan {
                 }
             }
         }
+        for k in &self.kernels {
+            if k.scale.is_some_and(|s| s.axis > 2 || s.dim >= dims.len()) {
+                return bad(format!("kernel '{}' scales its workgroups by a dim or axis the plan lacks", k.name));
+            }
+        }
         for t in self.inputs.iter().chain(&self.outputs) {
             for a in &t.ranged {
                 let fits = dims.get(a.dim).is_some_and(|d| {
@@ -522,6 +543,7 @@ mod tests {
                 entry_point: "main".into(),
                 bindings: vec![Binding { binding: 0, buffer: 0, offset: 0, size: 16, access: Access::ReadWrite }],
                 workgroups: [1, 1, 1],
+                scale: None,
             }],
             dispatches: vec![0],
             decoder: None,
