@@ -56,10 +56,10 @@ class Layer(torch.nn.Module):
 
 
 class Encoder(torch.nn.Module):
-    def __init__(self, vocab=256, h=64, heads=4, ffn=128, layers=2):
+    def __init__(self, vocab=256, h=64, heads=4, ffn=128, layers=2, max_pos=MAX):
         super().__init__()
         self.word = torch.nn.Embedding(vocab, h)
-        self.pos = torch.nn.Embedding(MAX, h)
+        self.pos = torch.nn.Embedding(max_pos, h)
         self.token_type = torch.nn.Embedding(2, h)
         self.ln = torch.nn.LayerNorm(h, eps=1e-12)
         self.layers = torch.nn.ModuleList(Layer(h, heads, ffn) for _ in range(layers))

@@ -46,9 +46,9 @@ pub struct Ranged {
     pub input: ValueId,
     /// The ranged axes of the graph's inputs and outputs, by name.
     pub io: HashMap<String, Vec<RangedAxis>>,
-    /// The masked values (`Where(index < n, x, fill)`): whatever writes one must write its padding too, since the
-    /// reduction after it reads the padding as the fill.
-    pub masked: std::collections::HashSet<ValueId>,
+    /// The masked values (`Where(index < n, x, fill)`) and the axes each is masked along: whatever writes one must
+    /// write its padding along those axes too, since the reduction after it reads that padding as the fill.
+    pub masked: HashMap<ValueId, Vec<usize>>,
 }
 
 /// The name of the input that carries the dims' values.
@@ -118,7 +118,7 @@ pub fn mask_ranges(g: &mut Graph, dims: &[DimRange], axes: &RangedAxes) -> Resul
         .chain(&g.outputs)
         .map(|&v| (g.value(v).name.clone(), axes.get(&v).cloned().unwrap_or_default()))
         .collect();
-    let masked = m.masked.values().copied().collect();
+    let masked = m.masked.iter().map(|((_, axes, _), &v)| (v, axes.clone())).collect();
     Ok(Ranged { dims: dims.to_vec(), input, io, masked })
 }
 

@@ -177,6 +177,9 @@ pub struct Session {
     /// What `run`, `profile` and `time_replay` replay: the plan's dispatches, or one decoder step's.
     dispatches: Vec<usize>,
     run_lock: Mutex<()>,
+    /// Ranged dims: the values of the last run (their max before any), which the GPU's dims buffer holds and
+    /// replays without inputs (`time_replay`, `profile`) dispatch at.
+    dim_values: Mutex<Vec<usize>>,
 }
 
 impl Session {
@@ -356,7 +359,19 @@ impl Session {
         }
         gpu.check_lost()?;
         let dispatches = plan.dispatches.clone();
-        Ok(Session { gpu, plan, buffers, pipelines, bind_groups, readback, dispatches, run_lock: Mutex::new(()) })
+        let dim_values =
+            Mutex::new(plan.ranges.as_ref().map(|r| r.dims.iter().map(|d| d.max).collect()).unwrap_or_default());
+        Ok(Session {
+            gpu,
+            plan,
+            buffers,
+            pipelines,
+            bind_groups,
+            readback,
+            dispatches,
+            run_lock: Mutex::new(()),
+            dim_values,
+        })
     }
 
     pub fn inputs(&self) -> &[TensorSpec] {
@@ -422,6 +437,7 @@ impl Session {
         }
         if let (Some(r), Some(vals)) = (&self.plan.ranges, &values) {
             gpu.queue.write_buffer(&self.buffers[r.buffer], 0, &dim_words(vals));
+            *self.dim_values.lock().unwrap_or_else(|p| p.into_inner()) = vals.clone();
         }
         gpu.scoped("replay", || {
             let mut enc =
@@ -453,8 +469,10 @@ impl Session {
 
     /// Records every dispatch into one compute pass; with a query set, a timestamp before each dispatch (index i
     /// before dispatch i) and one after the last.
+    /// Ranged dims: at the last run's values.
     fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
-        self.encode_at(enc, timestamps, None)
+        let values = self.dim_values.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.encode_at(enc, timestamps, Some(&values))
     }
 
     /// [`Self::encode`] at the ranged dims' `values` (None: their max): a kernel that scales with a dim dispatches

@@ -342,6 +342,59 @@ fn late_stages(
     Ok(())
 }
 
+/// A kernel that says what its workgroup axes walk (a product: columns along x, rows along y): an axis whose
+/// walked extent is `k·max` at max and `k·probe` in the probe scales with that dim, unless the kernel writes a
+/// masked value along it (its padding must hold the fill) or another axis scales already.
+fn declared_scale(
+    g: &Graph,
+    k: &Validated,
+    probes: &[Option<(Graph, Vec<Validated>)>],
+    ranges: &[wgslc_passes::DimRange],
+    masked: &HashMap<wgslc_ir::ValueId, Vec<usize>>,
+    i: usize,
+) -> Option<wgslc_artifact::GridScale> {
+    use wgslc_emit::Walks;
+    let grid = k.kernel.grid;
+    let (cols, rows) = (grid[0].map(|a| a.extent), grid[1].map(|a| a.extent));
+    // The axis of a written value that a walk covers, for a value shaped [.., rows, cols] (else none is known).
+    let value_axis = |shape: &[usize], walks: Walks| {
+        let r = shape.len();
+        (r >= 2 && Some(shape[r - 2]) == rows && Some(shape[r - 1]) == cols).then(|| {
+            if walks == Walks::Rows {
+                r - 2
+            } else {
+                r - 1
+            }
+        })
+    };
+    let mut found = None;
+    for (d, (_, pk)) in probes.iter().flatten().enumerate() {
+        for a in 0..3 {
+            let (Some(ga), Some(gb)) = (grid[a], pk[i].kernel.grid[a]) else { continue };
+            if ga.extent == gb.extent {
+                continue;
+            }
+            let (max, b) = (ranges[d].max, wgslc_passes::probe_value(&ranges[d]));
+            if ga.extent % max != 0 || ga.extent / max * b != gb.extent {
+                return None;
+            }
+            let keeps_fill = k.kernel.bindings.iter().filter(|&&(_, w)| w).any(|&(v, _)| {
+                masked
+                    .get(&v)
+                    .is_some_and(|axes| value_axis(&g.ty(v).shape, ga.walks).is_none_or(|j| axes.contains(&j)))
+            });
+            if keeps_fill {
+                continue;
+            }
+            if found.is_some() {
+                return None;
+            }
+            found = Some(wgslc_artifact::GridScale { axis: a, dim: d });
+        }
+    }
+    found
+}
+
 /// Which kernels may dispatch fewer workgroups for a smaller value of a ranged dim: a kernel whose probe (the same
 /// kernel compiled with one dim at its probe value) differs in the workgroup count along exactly one axis, whose
 /// every written tensor differs along one axis with nothing but 1s in front of it (so its valid entries are a
@@ -354,7 +407,7 @@ fn grid_scales(
     kernels: &[Validated],
     probes: &[Option<(Graph, Vec<Validated>)>],
     ranges: &[wgslc_passes::DimRange],
-    masked: &std::collections::HashSet<wgslc_ir::ValueId>,
+    masked: &HashMap<wgslc_ir::ValueId, Vec<usize>>,
 ) -> Vec<Option<wgslc_artifact::GridScale>> {
     let mut out = vec![None; kernels.len()];
     let same = |pk: &Vec<Validated>| {
@@ -368,7 +421,14 @@ fn grid_scales(
         return out;
     }
     'kernel: for (i, k) in kernels.iter().enumerate() {
-        if k.kernel.stored_bytes.is_some() || k.kernel.bindings.iter().any(|&(v, w)| w && masked.contains(&v)) {
+        if k.kernel.stored_bytes.is_some() {
+            continue;
+        }
+        if k.kernel.grid.iter().any(Option::is_some) {
+            out[i] = declared_scale(g, k, probes, ranges, masked, i);
+            continue;
+        }
+        if k.kernel.bindings.iter().any(|&(v, w)| w && masked.contains_key(&v)) {
             continue;
         }
         let mut found = None;

@@ -266,6 +266,7 @@ impl Emitter<'_> {
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
         let bindings = bindings(&reads, &[(out, "out")]);
         let t = self.product_tiling(group, n)?;
+        let tile = t.tile;
         let gx = nn.div_ceil(t.tile);
         let gy = m.div_ceil(t.tile);
         let max = self.limits.max_workgroups_per_dimension as usize;
@@ -306,6 +307,9 @@ impl Emitter<'_> {
             bias_sn,
         };
         let name = self.group_name(group);
-        self.kernel(n, name, "matmul", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])
+        let mut k = self.kernel(n, name, "matmul", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])?;
+        k.grid[0] = Some(GridAxis { walks: Walks::Cols, extent: nn, tile });
+        k.grid[1] = Some(GridAxis { walks: Walks::Rows, extent: m, tile });
+        Ok(k)
     }
 }

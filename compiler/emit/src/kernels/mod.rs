@@ -39,6 +39,26 @@ pub struct EmittedKernel {
     /// Bindings in binding-number order: the value bound and whether the kernel writes it.
     pub bindings: Vec<(ValueId, bool)>,
     pub workgroups: [u32; 3],
+    /// What each workgroup axis walks, where the kernel says: the workgroup at index `i` along it writes only the
+    /// entries `i·tile .. (i+1)·tile` of an `extent`-long axis of what it computes (a product's rows or columns),
+    /// so that fewer workgroups compute a prefix of that axis (ranged dims).
+    pub grid: [Option<GridAxis>; 3],
+}
+
+/// See [`EmittedKernel::grid`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GridAxis {
+    /// What the axis walks: a product's rows (M) or columns (N).
+    pub walks: Walks,
+    pub extent: usize,
+    pub tile: usize,
+}
+
+/// The axis of a product a workgroup axis walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walks {
+    Rows,
+    Cols,
 }
 
 struct BindingDecl {
@@ -358,6 +378,7 @@ impl Emitter<'_> {
             bindings: bindings.iter().map(|&(v, w, _)| (v, w)).collect(),
             workgroups,
             stored_bytes: None,
+            grid: [None; 3],
         })
     }
 
