@@ -369,8 +369,8 @@ fn declared_scale(
     };
     let mut found = None;
     for (d, (_, pk)) in probes.iter().flatten().enumerate() {
-        for a in 0..3 {
-            let (Some(ga), Some(gb)) = (grid[a], pk[i].kernel.grid[a]) else { continue };
+        for (a, (ga, gb)) in grid.iter().zip(pk[i].kernel.grid).enumerate() {
+            let (Some(ga), Some(gb)) = (ga, gb) else { continue };
             if ga.extent == gb.extent {
                 continue;
             }
