@@ -554,3 +554,47 @@ fn report_renders_and_checks_its_version() {
     assert_eq!(o.status.code(), Some(1));
     assert!(error_line(&o).contains("reads wgslc-report up to version 1"), "{}", stderr(&o));
 }
+
+/// `--dim NAME=MIN..MAX` on the command line: one artifact, run at two lengths by `wgslc run`, each output of its
+/// run's shape and onnxruntime's values; a length outside the range and a malformed range are one-line errors.
+#[test]
+fn ranged_dims_on_the_command_line() {
+    let case = common::testdata().join("ranged/reductions");
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("art");
+    let model = case.join("model.onnx");
+    let o = wgslc(&["compile", model.to_str().unwrap(), "-o", art.to_str().unwrap(), "--dim", "S=1..32"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for l in [5, 32] {
+        let dir = case.join(format!("len_{l}"));
+        let out = tmp.path().join(format!("out{l}"));
+        let input = dir.join("input_0.npy");
+        let o = wgslc(&["run", art.to_str().unwrap(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        for i in 0..11 {
+            let got = wgslc::npy::read(&out.join(format!("output_{i}.npy"))).unwrap();
+            let want = wgslc::npy::read(&dir.join(format!("output_{i}.npy"))).unwrap();
+            common::compare(&[got], &[want], 1e-4, 1e-4).unwrap_or_else(|e| panic!("length {l}, output {i}: {e}"));
+        }
+    }
+    let long = tmp.path().join("long.npy");
+    wgslc::npy::write(
+        &long,
+        &wgslc::runtime::HostTensor { shape: vec![1, 33, 8], data: wgslc::runtime::TensorData::F32(vec![0.0; 264]) },
+    )
+    .unwrap();
+    let o = wgslc(&[
+        "run",
+        art.to_str().unwrap(),
+        "--input",
+        long.to_str().unwrap(),
+        "-o",
+        tmp.path().join("x").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(error_line(&o).contains("input 'x_in': axis 1 is 33: it must be S, in 1..32"), "{}", error_line(&o));
+    let o =
+        wgslc(&["compile", model.to_str().unwrap(), "-o", tmp.path().join("b").to_str().unwrap(), "--dim", "S=1..x"]);
+    assert!(!o.status.success());
+    assert!(error_line(&o).contains("--dim S: 'x' is not a non-negative integer"), "{}", error_line(&o));
+}

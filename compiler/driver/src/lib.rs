@@ -255,13 +255,16 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     }
     let graph_stop = stop_after.filter(|s| !LATE_STAGES.contains(s));
     opts.progress.stage("graph passes");
-    if opts.ranges.is_empty() {
+    // The ranged axes are found after `AT`; a dump of an earlier stage shows the graph at each dim's max.
+    const AT: &str = "dce";
+    let passes = wgslc_passes::pass_names();
+    let early = graph_stop.is_some_and(|s| passes.iter().position(|p| *p == s) <= passes.iter().position(|p| *p == AT));
+    if opts.ranges.is_empty() || early {
         wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
         late_stages(&mut c, g, opts, graph_stop, stop_after)?;
         return Ok(c);
     }
     // The dims at their max, then each at its probe value: the ranged axes are where the graphs differ.
-    const AT: &str = "dce";
     wgslc_passes::run_passes(&mut g, None, Some(AT), !opts.no_fuse)?;
     let mut probes = Vec::new();
     for r in &opts.ranges {
