@@ -6,17 +6,23 @@
 export const FORMAT: "wgslc-plan";
 export const VERSION: 2;
 
-/** A graph input or output: its name, the dtype the model declares ("float32", "int64", "bool", …) and its shape. */
+/**
+ * A graph input or output: its name, the dtype the model declares ("float32", "int64", "bool", …) and its shape.
+ * In an artifact compiled with a ranged dim (`--dim NAME=MIN..MAX`), `ranged` names the axes that follow one:
+ * `shape[axis]` is `factor · max`, and a run takes (and returns) `factor · n` for any `n` in the dim's range.
+ */
 export interface TensorInfo {
   name: string;
   dtype: string;
   shape: number[];
+  ranged?: { axis: number; dim: number; factor: number }[];
 }
 
 /**
  * An input value: a typed array of the input's element count (Float32Array for float inputs; Int32Array,
  * BigInt64Array or any other integer array for integer inputs, range-checked into i32; Uint8Array or boolean[]
- * for bool), a plain array of numbers, or `{ data, shape }` to have the shape checked too.
+ * for bool), a plain array of numbers, or `{ data, shape }` to have the shape checked too (and to give the length
+ * of a ranged dim; a typed array alone does where the input has one ranged axis).
  */
 export type InputData =
   | Float32Array
