@@ -8,6 +8,7 @@ outputs at several values of S.
   ArgMax, a reversed CumSum and Softmax over S, a product whose K is S, a Conv1d and a MaxPool along S (their
   padding past the end), a Gather of the first row; model.onnx, meta.json (`ranges`), and len_<L>/input_<i>.npy,
   len_<L>/output_<i>.npy for L in LENGTHS.
+- `batch2/`: two sequences at once (`[2, S, 8]`), the ranged axis behind the batch axis;
 - `refused/*.onnx`: graphs a range cannot compile (the last row, a Concat along S, a reshape merging S with an axis
   in front of it); tests expect the error to name the node.
 """
@@ -80,6 +81,37 @@ def reductions():
         json.dump({"ranges": {"S": [1, 32]}, "lengths": LENGTHS}, f, indent=1)
 
 
+def batch2():
+    """Two sequences at once: the ranged axis behind the batch axis (inputs written and outputs read strided, and a
+    product whose rows may fold the batch in front of the dim)."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"]),
+        helper.make_node("Add", ["xw", "b"], ["xwb"]),
+        helper.make_node("Relu", ["xwb"], ["y"]),
+        helper.make_node("ReduceMean", ["y"], ["mean"], axes=[1], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "batch2", [helper.make_tensor_value_info("x", F, [2, "S", 8])],
+        [helper.make_tensor_value_info("y", F, [2, "S", 16]), helper.make_tensor_value_info("mean", F, [2, 16])],
+        initializer=[onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")])
+    d = os.path.join(HERE, "batch2")
+    os.makedirs(d, exist_ok=True)
+    save(graph, os.path.join(d, "model.onnx"))
+    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), providers=["CPUExecutionProvider"])
+    for length in LENGTHS:
+        x = rng.standard_normal((2, length, 8)).astype(np.float32)
+        ld = os.path.join(d, f"len_{length}")
+        os.makedirs(ld, exist_ok=True)
+        np.save(os.path.join(ld, "input_0.npy"), x)
+        for i, o in enumerate(sess.run(None, {"x": x})):
+            np.save(os.path.join(ld, f"output_{i}.npy"), o)
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump({"ranges": {"S": [1, 32]}, "lengths": LENGTHS}, f, indent=1)
+
+
 def refused():
     d = os.path.join(HERE, "refused")
     os.makedirs(d, exist_ok=True)
@@ -99,4 +131,5 @@ def refused():
 
 if __name__ == "__main__":
     reductions()
+    batch2()
     refused()

@@ -346,8 +346,10 @@ fn late_stages(
 }
 
 /// A kernel that says what its workgroup axes walk (a product: columns along x, rows along y): an axis whose
-/// walked extent is `k·max` at max and `k·probe` in the probe scales with that dim, unless the kernel writes a
-/// masked value along it (its padding must hold the fill) or another axis scales already.
+/// walked extent is `k·max` at max and `k·probe` in the probe scales with that dim when everything the kernel
+/// writes is the product's `[.., rows, cols]` with that axis ranged (not a transposed store, not rows that fold a
+/// batch in front of the dim), unless it writes a masked value along it (its padding must hold the fill) or
+/// another axis scales already.
 fn declared_scale(
     g: &Graph,
     k: &Validated,
@@ -371,7 +373,7 @@ fn declared_scale(
         })
     };
     let mut found = None;
-    for (d, (_, pk)) in probes.iter().flatten().enumerate() {
+    for (d, (pg, pk)) in probes.iter().flatten().enumerate() {
         for (a, (ga, gb)) in grid.iter().zip(pk[i].kernel.grid).enumerate() {
             let (Some(ga), Some(gb)) = (ga, gb) else { continue };
             if ga.extent == gb.extent {
@@ -381,12 +383,18 @@ fn declared_scale(
             if ga.extent % max != 0 || ga.extent / max * b != gb.extent {
                 return None;
             }
-            let keeps_fill = k.kernel.bindings.iter().filter(|&&(_, w)| w).any(|&(v, _)| {
-                masked
-                    .get(&v)
-                    .is_some_and(|axes| value_axis(&g.ty(v).shape, ga.walks).is_none_or(|j| axes.contains(&j)))
+            // Every written value is the product as computed ([.., rows, cols], batches along z; not stored
+            // transposed, not rows that fold a batch in front of the dim), the walked axis its ranged one, and not
+            // one whose padding holds a mask's fill.
+            let ok = k.kernel.bindings.iter().filter(|&&(_, w)| w).all(|&(v, _)| {
+                match value_axis(&g.ty(v).shape, ga.walks) {
+                    Some(j) => {
+                        g.ty(v).shape[j] != pg.ty(v).shape[j] && !masked.get(&v).is_some_and(|axes| axes.contains(&j))
+                    }
+                    None => false,
+                }
             });
-            if keeps_fill {
+            if !ok {
                 continue;
             }
             if found.is_some() {
@@ -400,8 +408,8 @@ fn declared_scale(
 
 /// Which kernels may dispatch fewer workgroups for a smaller value of a ranged dim: a kernel whose probe (the same
 /// kernel compiled with one dim at its probe value) differs in the workgroup count along exactly one axis, whose
-/// every written tensor differs along one axis with nothing but 1s in front of it (so its valid entries are a
-/// prefix of its rows), and whose probe needed no more workgroups than `ceil(W · probe / max)` (the same tiling),
+/// every written tensor, and every value its nodes compute, differs along at most one axis with nothing but 1s in
+/// front of it (so its valid entries are a prefix in the order it computes them), and whose probe needed no more workgroups than `ceil(W · probe / max)` (the same tiling),
 /// runs `ceil(W · n / max)` workgroups along that axis. Anything else (a probe that compiled otherwise, an
 /// in-place write, a kernel writing a masked value, whose padding a reduction reads as the fill) keeps its counts:
 /// always correct, the padding computed too.
@@ -445,11 +453,20 @@ fn grid_scales(
                 continue 'kernel;
             }
             let a = diff[0];
-            let prefix = k.kernel.bindings.iter().filter(|&&(_, w)| w).all(|&(v, _)| {
+            // What it writes follows the dim, with only 1s in front of its ranged axis, and so does everything its
+            // nodes compute on the way (a kernel iterating another layout, e.g. one that stores transposed, has a
+            // value with the dim behind another axis).
+            let leading = |v: wgslc_ir::ValueId, must: bool| {
                 let (sa, sb) = (&g.ty(v).shape, &pg.ty(v).shape);
                 let d: Vec<usize> = (0..sa.len()).filter(|&j| sa[j] != sb[j]).collect();
-                d.len() == 1 && sa[..d[0]].iter().all(|&e| e == 1)
-            });
+                match d[..] {
+                    [] => !must,
+                    [j] => sa[..j].iter().all(|&e| e == 1),
+                    _ => false,
+                }
+            };
+            let prefix = k.kernel.bindings.iter().filter(|&&(_, w)| w).all(|&(v, _)| leading(v, true))
+                && k.kernel.nodes.iter().flat_map(|&n| g.node(n).outputs.clone()).all(|v| leading(v, false));
             let (max, b) = (ranges[d].max as u64, wgslc_passes::probe_value(&ranges[d]) as u64);
             let covers = wb[a] as u64 <= (wa[a] as u64 * b).div_ceil(max);
             if !prefix || !covers {
