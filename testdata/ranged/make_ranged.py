@@ -9,6 +9,7 @@ outputs at several values of S.
   padding past the end), a Gather of the first row; model.onnx, meta.json (`ranges`), and len_<L>/input_<i>.npy,
   len_<L>/output_<i>.npy for L in LENGTHS.
 - `batch2/`: two sequences at once (`[2, S, 8]`), the ranged axis behind the batch axis;
+- `tied/`: two symbols the graph forces equal (tied into one dim) beside an independent one of the same range;
 - `refused/*.onnx`: graphs a range cannot compile (the last row, a Concat along S, a reshape merging S with an axis
   in front of it); tests expect the error to name the node.
 """
@@ -112,6 +113,42 @@ def batch2():
         json.dump({"ranges": {"S": [1, 32]}, "lengths": LENGTHS}, f, indent=1)
 
 
+def tied():
+    """Two symbols for one length (as torch's dynamo exporter names each input's dim) and a third, independent one
+    of the same range: `--dim S1=1..32 --dim S2=1..32 --dim T=1..32` must tie S1 and S2 (the Add forces them equal)
+    and keep T apart. len_<L> holds S1 = S2 = L and T = max(1, L - 2)."""
+    rng = np.random.default_rng(13)
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["y"]),
+        helper.make_node("ReduceMax", ["y"], ["m"], axes=[1], keepdims=0),
+        helper.make_node("ReduceSum", ["c", "ax1"], ["z"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "tied",
+        [helper.make_tensor_value_info("a", F, [1, "S1", 8]), helper.make_tensor_value_info("b", F, [1, "S2", 8]),
+         helper.make_tensor_value_info("c", F, [1, "T", 8])],
+        [helper.make_tensor_value_info("y", F, [1, "S1", 8]), helper.make_tensor_value_info("m", F, [1, 8]),
+         helper.make_tensor_value_info("z", F, [1, 8])],
+        initializer=[onnx.numpy_helper.from_array(np.array([1]), "ax1")])
+    d = os.path.join(HERE, "tied")
+    os.makedirs(d, exist_ok=True)
+    save(graph, os.path.join(d, "model.onnx"))
+    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), providers=["CPUExecutionProvider"])
+    for length in LENGTHS:
+        t = max(1, length - 2)
+        feed = {"a": rng.standard_normal((1, length, 8)).astype(np.float32) - 2,
+                "b": rng.standard_normal((1, length, 8)).astype(np.float32) - 2,
+                "c": rng.standard_normal((1, t, 8)).astype(np.float32) + 1}
+        ld = os.path.join(d, f"len_{length}")
+        os.makedirs(ld, exist_ok=True)
+        for i, n in enumerate(["a", "b", "c"]):
+            np.save(os.path.join(ld, f"input_{i}.npy"), feed[n])
+        for i, o in enumerate(sess.run(None, feed)):
+            np.save(os.path.join(ld, f"output_{i}.npy"), o)
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump({"ranges": {"S1": [1, 32], "S2": [1, 32], "T": [1, 32]}, "lengths": LENGTHS}, f, indent=1)
+
+
 def refused():
     d = os.path.join(HERE, "refused")
     os.makedirs(d, exist_ok=True)
@@ -132,4 +169,5 @@ def refused():
 if __name__ == "__main__":
     reductions()
     batch2()
+    tied()
     refused()

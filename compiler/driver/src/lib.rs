@@ -266,23 +266,9 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     }
     // The dims at their max, then each at its probe value: the ranged axes are where the graphs differ.
     wgslc_passes::run_passes(&mut g, None, Some(AT), !opts.no_fuse)?;
-    let mut probes = Vec::new();
-    for r in &opts.ranges {
-        let b = wgslc_passes::probe_value(r);
-        let at_probe = |e: String| {
-            CompileError::Range(format!(
-                "{}={}..{}: the model does not compile at {}={b}: {e}",
-                r.name, r.min, r.max, r.name
-            ))
-        };
-        let mut p = opts.clone();
-        p.dims.insert(r.name.clone(), b);
-        let (mut pg, _) = import_model(model, &p).map_err(|e| at_probe(e.to_string()))?;
-        wgslc_passes::run_passes(&mut pg, None, Some(AT), !opts.no_fuse).map_err(|e| at_probe(e.to_string()))?;
-        probes.push(pg);
-    }
-    let axes = wgslc_passes::find_ranged_axes(&g, &opts.ranges, &probes)?;
-    let ranged = wgslc_passes::mask_ranges(&mut g, &opts.ranges, &axes)?;
+    let (dims, probes) = probe_dims(model, opts, AT)?;
+    let axes = wgslc_passes::find_ranged_axes(&g, &dims, &probes)?;
+    let ranged = wgslc_passes::mask_ranges(&mut g, &dims, &axes)?;
     wgslc_passes::verify(&g, wgslc_passes::Stage::Inferred)?;
     wgslc_passes::run_passes(&mut g, Some(AT), graph_stop, !opts.no_fuse)?;
     late_stages(&mut c, g, opts, graph_stop, stop_after)?;
@@ -292,7 +278,7 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
         let mut probe_kernels = Vec::new();
         for mut pg in probes {
             let compiled = (|| {
-                wgslc_passes::mask_ranges(&mut pg, &opts.ranges, &axes).ok()?;
+                wgslc_passes::mask_ranges(&mut pg, &dims, &axes).ok()?;
                 wgslc_passes::run_passes(&mut pg, Some(AT), None, !opts.no_fuse).ok()?;
                 let mut pc = Compiled {
                     graph: Graph::new(),
@@ -307,10 +293,82 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
             })();
             probe_kernels.push(compiled);
         }
-        scales = grid_scales(&c.graph, kernels, &probe_kernels, &opts.ranges, &ranged.masked);
+        scales = grid_scales(&c.graph, kernels, &probe_kernels, &dims, &ranged.masked);
     }
     c.ranged = Some(RangedCompile { ranged, scales });
     Ok(c)
+}
+
+/// The ranged dims as the graph knows them, each with its probe (the model imported and run to `at` with that dim
+/// at [`wgslc_passes::probe_value`], the others at their max). Exporters name one length with several symbols
+/// (torch's dynamo exporter gives each input its own): a dim whose probe alone does not compile is probed together
+/// with the other dims of the same range, then with as few of them as still compile, and the group is one dim
+/// (named `a=b`), whose inputs must then agree at run time.
+fn probe_dims(
+    model: &Path,
+    opts: &CompileOptions,
+    at: &str,
+) -> Result<(Vec<wgslc_passes::DimRange>, Vec<Graph>), CompileError> {
+    let probe = |names: &[&str], b: usize| -> Result<Graph, String> {
+        let mut p = opts.clone();
+        for n in names {
+            p.dims.insert(n.to_string(), b);
+        }
+        let (mut pg, _) = import_model(model, &p).map_err(|e| e.to_string())?;
+        wgslc_passes::run_passes(&mut pg, None, Some(at), !opts.no_fuse).map_err(|e| e.to_string())?;
+        Ok(pg)
+    };
+    let ranges = &opts.ranges;
+    let (mut dims, mut probes) = (Vec::new(), Vec::new());
+    let mut done = vec![false; ranges.len()];
+    for i in 0..ranges.len() {
+        if done[i] {
+            continue;
+        }
+        let r = &ranges[i];
+        let b = wgslc_passes::probe_value(r);
+        let alone = match probe(&[&r.name], b) {
+            Ok(pg) => {
+                done[i] = true;
+                dims.push(r.clone());
+                probes.push(pg);
+                continue;
+            }
+            Err(e) => e,
+        };
+        let name = |j: usize| ranges[j].name.as_str();
+        let mut group: Vec<usize> =
+            (i..ranges.len()).filter(|&j| !done[j] && (ranges[j].min, ranges[j].max) == (r.min, r.max)).collect();
+        let names = |group: &[usize]| group.iter().map(|&j| name(j)).collect::<Vec<_>>();
+        let mut pg = match probe(&names(&group), b) {
+            Ok(pg) if group.len() > 1 => pg,
+            _ => {
+                return Err(CompileError::Range(format!(
+                    "{}={}..{}: the model does not compile at {}={b}: {alone}",
+                    r.name, r.min, r.max, r.name
+                )))
+            }
+        };
+        // As few as still compile: a dim of the same range that the graph does not tie to this one stays its own.
+        let mut k = 1;
+        while k < group.len() {
+            let mut fewer = group.clone();
+            fewer.remove(k);
+            match probe(&names(&fewer), b) {
+                Ok(p) if fewer.len() > 1 => {
+                    group = fewer;
+                    pg = p;
+                }
+                _ => k += 1,
+            }
+        }
+        for &j in &group {
+            done[j] = true;
+        }
+        dims.push(wgslc_passes::DimRange { name: names(&group).join("="), min: r.min, max: r.max });
+        probes.push(pg);
+    }
+    Ok((dims, probes))
 }
 
 /// `split`, `schedule`, `memory` and `emit` on a graph after the graph passes, as far as `stop_after` asks.
