@@ -261,6 +261,19 @@ def main():
     artifact("artifact_too_many_workgroups", lambda p: p["kernels"][0].update(workgroups=[70000, 1, 1]), "workgroups")
     artifact("artifact_reads_and_writes_one_buffer", lambda p: p["kernels"][0]["bindings"].append(
         {"binding": 1, "buffer": 0, "offset": 0, "size": 16, "access": "read"}), "both read-only and read-write")
+    # Ranged dims: an input whose ranged axis is not factor · max in its shape, a kernel scaled along a fourth axis.
+    def ranged(p, axis=1, extent=8, scale=None):
+        p["buffers"].append({"name": "x", "size": 4 * extent, "kind": "input"})
+        p["buffers"].append({"name": "dims", "size": 4, "kind": "input"})
+        p["inputs"].append({"name": "x", "dtype": "float32", "shape": [1, extent], "storage": "f32", "buffer": 1,
+                            "ranged": [{"axis": axis, "dim": 0, "factor": 1}]})
+        p["ranges"] = {"dims": [{"name": "S", "min": 1, "max": 32}], "buffer": 2}
+        if scale:
+            p["kernels"][0]["scale"] = scale
+    artifact("artifact_range_axis_mismatch", ranged, "'x' axis 1 does not follow a dim of the plan")
+    artifact("artifact_range_bad_scale", lambda p: ranged(p, extent=32, scale={"axis": 3, "dim": 0}),
+             "scales its workgroups by a dim or axis the plan lacks")
+
     def conv_transpose(name, w_shape, expect, **attrs):
         node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
