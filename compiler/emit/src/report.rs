@@ -53,6 +53,21 @@ pub struct Report {
     /// Edges that cross a kernel boundary, with the reason each was not fused.
     pub boundaries: Vec<BoundaryReport>,
     pub memory: MemoryReport,
+    /// Artifacts with ranged dims (`--dim NAME=MIN..MAX`) only: each dim and how many kernels dispatch fewer
+    /// workgroups below its max. Every byte, FLOP and time above is at the max.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranges: Vec<RangeReport>,
+}
+
+/// A ranged dim of the artifact.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct RangeReport {
+    pub name: String,
+    pub min: usize,
+    pub max: usize,
+    /// Kernels whose workgroups follow this dim (plan.json `scale`); the rest always run at the max.
+    pub scaled_kernels: usize,
 }
 
 /// The memory plan: totals and every intermediate's lifetime and buffer.
@@ -266,6 +281,17 @@ pub fn build(
         folded: folded.into_iter().map(|n| node_ref(g, n)).collect(),
         boundaries,
         memory,
+        ranges: artifact
+            .ranges
+            .iter()
+            .flat_map(|r| r.dims.iter().enumerate())
+            .map(|(d, dim)| RangeReport {
+                name: dim.name.clone(),
+                min: dim.min,
+                max: dim.max,
+                scaled_kernels: artifact.kernels.iter().filter(|k| k.scale.is_some_and(|s| s.dim == d)).count(),
+            })
+            .collect(),
     }
 }
 
@@ -324,6 +350,19 @@ impl Report {
         );
         let _ = writeln!(s, "flops              {:.3} G", self.flops as f64 / 1e9);
         let _ = writeln!(s, "bandwidth floor    {:.2} us at {} GB/s", self.floor_us, self.bandwidth_gbps);
+        for r in &self.ranges {
+            let _ = writeln!(
+                s,
+                "ranged dim         {} in {}..{}: {} of {} kernels dispatch fewer workgroups below {} (totals at {})",
+                r.name,
+                r.min,
+                r.max,
+                r.scaled_kernels,
+                self.kernels.len(),
+                r.max,
+                r.max
+            );
+        }
         let _ = writeln!(s, "\nkernels:");
         let _ = writeln!(
             s,
