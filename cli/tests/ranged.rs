@@ -113,3 +113,27 @@ fn ranged_compiles_refuse_what_moves_with_the_dim() {
     let (_dir, session) = compile(&model, &one).unwrap();
     assert!(session.plan().ranges.is_none() && session.inputs()[0].shape == [1, 5, 8]);
 }
+
+/// A `.pt2` program's symbols take ranges too: testdata/pt2/mlp_dynamic (batch `s77`, torch's outputs at batch 4)
+/// compiled with `s77=1..16` runs at 4 and at 2 and 1, whose rows are the first rows of torch's (an MLP's rows are
+/// independent).
+#[test]
+fn pt2_symbols_take_ranges_too() {
+    let dir = common::testdata().join("pt2/mlp_dynamic");
+    let opts = wgslc::CompileOptions {
+        ranges: vec![wgslc::DimRange { name: "s77".into(), min: 1, max: 16 }],
+        ..Default::default()
+    };
+    let (_dir, session) = compile(&dir.join("model.pt2"), &opts).unwrap();
+    let x = wgslc::npy::read(&dir.join("input_0.npy")).unwrap();
+    let y = wgslc::npy::read(&dir.join("output_0.npy")).unwrap();
+    let rows = |t: &HostTensor, n: usize| {
+        let wgslc::runtime::TensorData::F32(v) = &t.data else { panic!("float32") };
+        let width = t.shape[1];
+        HostTensor { shape: vec![n, width], data: wgslc::runtime::TensorData::F32(v[..n * width].to_vec()) }
+    };
+    for n in [4, 2, 1] {
+        let got = session.run(&[rows(&x, n)]).unwrap();
+        common::compare(&got, &[rows(&y, n)], 1e-4, 1e-5).unwrap_or_else(|e| panic!("batch {n}: {e}"));
+    }
+}
