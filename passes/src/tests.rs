@@ -456,3 +456,44 @@ fn concat_is_written_in_place_by_its_producers() {
     let sched = schedule(&g, &FuseOptions::default()).unwrap();
     assert!(sched.concats.is_empty() && sched.kernels.iter().all(|k| k.write_into().is_none()));
 }
+
+/// `x: [1, S, 4]` → Softmax over S → ReduceSum over S, and a Gather of row `idx` along S; built at S = `s`.
+fn ranged_graph(s: usize, idx: i64) -> Graph {
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1, s, 4]);
+    let sm = g.add_value("sm", None);
+    g.add_node("softmax", Op::Softmax { axis: 1, legacy: false, log: false }, vec![Some(x)], vec![sm]).unwrap();
+    let axes = g.add_const("axes", Tensor::i64(vec![1], vec![1]));
+    let sum = g.add_value("sum", None);
+    let reduce = Op::Reduce { op: wgslc_ir::ReduceOp::Sum, axes: None, keepdims: false, noop_with_empty_axes: false };
+    g.add_node("sum", reduce, vec![Some(sm), Some(axes)], vec![sum]).unwrap();
+    let i = g.add_const("i", Tensor::i64(vec![], vec![idx]));
+    let row = g.add_value("row", None);
+    g.add_node("row", Op::Gather { axis: 1 }, vec![Some(x), Some(i)], vec![row]).unwrap();
+    g.outputs.extend([sum, row]);
+    run_pipeline(&mut g, Some("dce")).unwrap();
+    g
+}
+
+#[test]
+fn ranges_find_the_ranged_axes_and_mask_the_reads_across_them() {
+    let dims = [DimRange { name: "S".into(), min: 2, max: 8 }];
+    assert_eq!(probe_value(&dims[0]), 4);
+    let mut g = ranged_graph(8, 0);
+    let r = apply_ranges(&mut g, &dims, &[ranged_graph(4, 0)]).unwrap();
+    assert_eq!(r.io["x"], [RangedAxis { axis: 1, dim: 0, factor: 1 }]);
+    assert!(r.io["sum"].is_empty() && r.io["row"].is_empty());
+    assert_eq!(g.value(*g.inputs.last().unwrap()).name, DIMS_INPUT);
+    // The softmax reads x through a mask along S (the reduction after it reads the softmax, masked again).
+    let softmax = g.node_ids().find(|&n| g.node(n).name == "softmax").unwrap();
+    let read = g.node(softmax).inputs[0].unwrap();
+    let masked = g.value(read).producer.map(|p| g.node(p).op.clone());
+    assert_eq!(masked, Some(Op::Where));
+    assert_eq!(r.masked[&read], [1]);
+    // Row 1 lies below MIN = 2 and is kept; row -1 moves with S and is refused by node.
+    let mut ok = ranged_graph(8, 1);
+    assert!(apply_ranges(&mut ok, &dims, &[ranged_graph(4, 1)]).is_ok());
+    let mut last = ranged_graph(8, -1);
+    let e = apply_ranges(&mut last, &dims, &[ranged_graph(4, -1)]).unwrap_err().to_string();
+    assert!(e.contains("node 'row'") && e.contains("move with the run's value"), "{e}");
+}
