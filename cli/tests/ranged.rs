@@ -9,6 +9,11 @@ mod common;
 use std::path::{Path, PathBuf};
 use wgslc::runtime::{HostTensor, Session};
 
+/// Default options with one dim ranged.
+fn ranged(name: &str, min: usize, max: usize) -> wgslc::CompileOptions {
+    wgslc::CompileOptions { ranges: vec![wgslc::DimRange { name: name.into(), min, max }], ..Default::default() }
+}
+
 fn compile(model: &Path, opts: &wgslc::CompileOptions) -> Result<(tempfile::TempDir, Session), String> {
     let out = tempfile::tempdir().map_err(|e| e.to_string())?;
     wgslc::compile(model, out.path(), opts).map_err(|e| format!("compile: {e}"))?;
@@ -76,10 +81,7 @@ fn ranged_runs_refuse_lengths_outside_the_range_or_disagreeing() {
 #[test]
 fn ranged_compiles_refuse_what_moves_with_the_dim() {
     let dir = common::testdata().join("ranged/refused");
-    let opts = wgslc::CompileOptions {
-        ranges: vec![wgslc::DimRange { name: "S".into(), min: 1, max: 32 }],
-        ..Default::default()
-    };
+    let opts = ranged("S", 1, 32);
     for (file, want) in [
         ("last_row.onnx", "node 'last_row'"),
         ("concat.onnx", "node 'twice' (Concat): concatenates along an axis that grows with S"),
@@ -106,11 +108,7 @@ fn ranged_compiles_refuse_what_moves_with_the_dim() {
         let e = wgslc::compile(&model, &out.path().join("a"), &opts).unwrap_err().to_string();
         assert!(e.contains(want), "{e}");
     }
-    let one = wgslc::CompileOptions {
-        ranges: vec![wgslc::DimRange { name: "S".into(), min: 5, max: 5 }],
-        ..Default::default()
-    };
-    let (_dir, session) = compile(&model, &one).unwrap();
+    let (_dir, session) = compile(&model, &ranged("S", 5, 5)).unwrap();
     assert!(session.plan().ranges.is_none() && session.inputs()[0].shape == [1, 5, 8]);
 }
 
@@ -120,11 +118,7 @@ fn ranged_compiles_refuse_what_moves_with_the_dim() {
 #[test]
 fn pt2_symbols_take_ranges_too() {
     let dir = common::testdata().join("pt2/mlp_dynamic");
-    let opts = wgslc::CompileOptions {
-        ranges: vec![wgslc::DimRange { name: "s77".into(), min: 1, max: 16 }],
-        ..Default::default()
-    };
-    let (_dir, session) = compile(&dir.join("model.pt2"), &opts).unwrap();
+    let (_dir, session) = compile(&dir.join("model.pt2"), &ranged("s77", 1, 16)).unwrap();
     let x = wgslc::npy::read(&dir.join("input_0.npy")).unwrap();
     let y = wgslc::npy::read(&dir.join("output_0.npy")).unwrap();
     let rows = |t: &HostTensor, n: usize| {

@@ -42,8 +42,6 @@ pub struct RangedAxis {
 #[derive(Clone, Debug)]
 pub struct Ranged {
     pub dims: Vec<DimRange>,
-    /// The graph input that holds each dim's value at run time (i32, one per dim): `wgslc.dims`.
-    pub input: ValueId,
     /// The ranged axes of the graph's inputs and outputs, by name.
     pub io: HashMap<String, Vec<RangedAxis>>,
     /// The masked values (`Where(index < n, x, fill)`) and the axes each is masked along: whatever writes one must
@@ -119,7 +117,16 @@ pub fn mask_ranges(g: &mut Graph, dims: &[DimRange], axes: &RangedAxes) -> Resul
         .map(|&v| (g.value(v).name.clone(), axes.get(&v).cloned().unwrap_or_default()))
         .collect();
     let masked = m.masked.iter().map(|((_, axes, _), &v)| (v, axes.clone())).collect();
-    Ok(Ranged { dims: dims.to_vec(), input, io, masked })
+    Ok(Ranged { dims: dims.to_vec(), io, masked })
+}
+
+/// An op's axis counted from the front (inference has checked it lies in the rank).
+fn resolved_axis(axis: i64, rank: usize) -> usize {
+    if axis < 0 {
+        (axis + rank as i64) as usize
+    } else {
+        axis as usize
+    }
 }
 
 fn node_err(g: &Graph, n: NodeId, reason: String) -> PassError {
@@ -332,7 +339,7 @@ impl Masker<'_> {
             Op::Softmax { axis, legacy, .. } => {
                 let x = ins[0];
                 let r = rank(g, x);
-                let ax = if *axis < 0 { (*axis + r as i64) as usize } else { *axis as usize };
+                let ax = resolved_axis(*axis, r);
                 let axes: Vec<usize> = if *legacy { (ax..r).collect() } else { vec![ax] };
                 self.mask_input(g, n, &axes, lowest(g.ty(x).dtype))?;
                 Ok(())
@@ -340,7 +347,7 @@ impl Masker<'_> {
             Op::LayerNorm { axis, .. } => {
                 let x = ins[0];
                 let r = rank(g, x);
-                let ax = if *axis < 0 { (*axis + r as i64) as usize } else { *axis as usize };
+                let ax = resolved_axis(*axis, r);
                 match (ax..r).find_map(|i| self.ranged_at(x, i)) {
                     Some(a) => refuse(g, format!("normalizes over an axis that grows with {}", self.dim_name(a))),
                     None => Ok(()),
@@ -348,14 +355,14 @@ impl Masker<'_> {
             }
             Op::ArgReduce { max, axis, .. } => {
                 let x = ins[0];
-                let ax = if *axis < 0 { (*axis + rank(g, x) as i64) as usize } else { *axis as usize };
+                let ax = resolved_axis(*axis, rank(g, x));
                 let fill = if *max { lowest(g.ty(x).dtype) } else { -lowest(g.ty(x).dtype) };
                 self.mask_input(g, n, &[ax], fill)?;
                 Ok(())
             }
             Op::CumSum { axis, reverse, prod, .. } => {
                 let x = ins[0];
-                let ax = axis.map(|a| if a < 0 { (a + rank(g, x) as i64) as usize } else { a as usize });
+                let ax = axis.map(|a| resolved_axis(a, rank(g, x)));
                 if let (true, Some(ax)) = (*reverse, ax) {
                     self.mask_input(g, n, &[ax], if *prod { 1.0 } else { 0.0 })?;
                 }
@@ -414,7 +421,7 @@ impl Masker<'_> {
             }
             Op::TopK { axis, .. } => {
                 let x = ins[0];
-                let ax = if *axis < 0 { (*axis + rank(g, x) as i64) as usize } else { *axis as usize };
+                let ax = resolved_axis(*axis, rank(g, x));
                 match self.ranged_at(x, ax) {
                     Some(a) => refuse(g, format!("selects along an axis that grows with {}", self.dim_name(a))),
                     None => Ok(()),

@@ -474,7 +474,10 @@ impl Session {
     /// before dispatch i) and one after the last.
     /// Ranged dims: at the last run's values.
     fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
-        let values = self.dim_values.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if self.plan.ranges.is_none() {
+            return self.encode_at(enc, timestamps, None);
+        }
+        let values = self.dim_values.lock().unwrap_or_else(|p| p.into_inner());
         self.encode_at(enc, timestamps, Some(&values))
     }
 

@@ -38,6 +38,25 @@ def save(model, path):
     onnx.save(model, path)
 
 
+def write_case(name, graph, ranges, feed):
+    """HERE/<name>/: model.onnx, and for each length L the inputs `feed(L)` gives (in graph-input order) with
+    onnxruntime's outputs in len_<L>/, and meta.json with the ranges and lengths."""
+    d = os.path.join(HERE, name)
+    os.makedirs(d, exist_ok=True)
+    save(graph, os.path.join(d, "model.onnx"))
+    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), providers=["CPUExecutionProvider"])
+    for length in LENGTHS:
+        inputs = feed(length)
+        ld = os.path.join(d, f"len_{length}")
+        os.makedirs(ld, exist_ok=True)
+        for i, x in enumerate(inputs.values()):
+            np.save(os.path.join(ld, f"input_{i}.npy"), x)
+        for i, o in enumerate(sess.run(None, inputs)):
+            np.save(os.path.join(ld, f"output_{i}.npy"), o)
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump({"ranges": ranges, "lengths": LENGTHS}, f, indent=1)
+
+
 def reductions():
     rng = np.random.default_rng(7)
     w = rng.standard_normal((4, 8, 3)).astype(np.float32)
@@ -67,19 +86,8 @@ def reductions():
         initializer=[onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(np.array([1]), "ax1"),
                      onnx.numpy_helper.from_array(np.array(1.0, np.float32), "one"),
                      onnx.numpy_helper.from_array(np.array(0), "zero")])
-    d = os.path.join(HERE, "reductions")
-    os.makedirs(d, exist_ok=True)
-    save(graph, os.path.join(d, "model.onnx"))
-    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), providers=["CPUExecutionProvider"])
-    for k, length in enumerate(LENGTHS):
-        x = rng.standard_normal((1, length, 8)).astype(np.float32) * 3
-        ld = os.path.join(d, f"len_{length}")
-        os.makedirs(ld, exist_ok=True)
-        np.save(os.path.join(ld, "input_0.npy"), x)
-        for i, o in enumerate(sess.run(None, {"x_in": x})):
-            np.save(os.path.join(ld, f"output_{i}.npy"), o)
-    with open(os.path.join(d, "meta.json"), "w") as f:
-        json.dump({"ranges": {"S": [1, 32]}, "lengths": LENGTHS}, f, indent=1)
+    write_case("reductions", graph, {"S": [1, 32]},
+               lambda length: {"x_in": rng.standard_normal((1, length, 8)).astype(np.float32) * 3})
 
 
 def batch2():
@@ -98,19 +106,8 @@ def batch2():
         nodes, "batch2", [helper.make_tensor_value_info("x", F, [2, "S", 8])],
         [helper.make_tensor_value_info("y", F, [2, "S", 16]), helper.make_tensor_value_info("mean", F, [2, 16])],
         initializer=[onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")])
-    d = os.path.join(HERE, "batch2")
-    os.makedirs(d, exist_ok=True)
-    save(graph, os.path.join(d, "model.onnx"))
-    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), providers=["CPUExecutionProvider"])
-    for length in LENGTHS:
-        x = rng.standard_normal((2, length, 8)).astype(np.float32)
-        ld = os.path.join(d, f"len_{length}")
-        os.makedirs(ld, exist_ok=True)
-        np.save(os.path.join(ld, "input_0.npy"), x)
-        for i, o in enumerate(sess.run(None, {"x": x})):
-            np.save(os.path.join(ld, f"output_{i}.npy"), o)
-    with open(os.path.join(d, "meta.json"), "w") as f:
-        json.dump({"ranges": {"S": [1, 32]}, "lengths": LENGTHS}, f, indent=1)
+    write_case("batch2", graph, {"S": [1, 32]},
+               lambda length: {"x": rng.standard_normal((2, length, 8)).astype(np.float32)})
 
 
 def tied():
@@ -130,23 +127,10 @@ def tied():
         [helper.make_tensor_value_info("y", F, [1, "S1", 8]), helper.make_tensor_value_info("m", F, [1, 8]),
          helper.make_tensor_value_info("z", F, [1, 8])],
         initializer=[onnx.numpy_helper.from_array(np.array([1]), "ax1")])
-    d = os.path.join(HERE, "tied")
-    os.makedirs(d, exist_ok=True)
-    save(graph, os.path.join(d, "model.onnx"))
-    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), providers=["CPUExecutionProvider"])
-    for length in LENGTHS:
-        t = max(1, length - 2)
-        feed = {"a": rng.standard_normal((1, length, 8)).astype(np.float32) - 2,
-                "b": rng.standard_normal((1, length, 8)).astype(np.float32) - 2,
-                "c": rng.standard_normal((1, t, 8)).astype(np.float32) + 1}
-        ld = os.path.join(d, f"len_{length}")
-        os.makedirs(ld, exist_ok=True)
-        for i, n in enumerate(["a", "b", "c"]):
-            np.save(os.path.join(ld, f"input_{i}.npy"), feed[n])
-        for i, o in enumerate(sess.run(None, feed)):
-            np.save(os.path.join(ld, f"output_{i}.npy"), o)
-    with open(os.path.join(d, "meta.json"), "w") as f:
-        json.dump({"ranges": {"S1": [1, 32], "S2": [1, 32], "T": [1, 32]}, "lengths": LENGTHS}, f, indent=1)
+    write_case("tied", graph, {"S1": [1, 32], "S2": [1, 32], "T": [1, 32]},
+               lambda length: {"a": rng.standard_normal((1, length, 8)).astype(np.float32) - 2,
+                               "b": rng.standard_normal((1, length, 8)).astype(np.float32) - 2,
+                               "c": rng.standard_normal((1, max(1, length - 2), 8)).astype(np.float32) + 1})
 
 
 def refused():
