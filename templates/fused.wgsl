@@ -1,6 +1,6 @@
 {%- if fu.defined %}
 // The fused elementwise body: `acc` is the anchor's value (unused without one), `i` the flat output index.
-fn fused(acc: f32, i: u32) -> {{ fu.ty }} {
+fn {{ fu.name() }}(acc: f32, i: u32) -> {{ fu.ty }} {
 {%- for c in fu.coords %}
     let {{ c.name }} = i32((i / {{ c.stride }}u) % {{ c.extent }}u);
 {%- endfor %}

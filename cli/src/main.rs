@@ -157,8 +157,22 @@ enum Cmd {
         #[arg(long)]
         profile: bool,
         /// Decoder artifacts (`compile --kv-cache`): replay only this step (`decode` or `prefill`).
-        #[arg(long, value_name = "STEP")]
+        #[arg(long, value_name = "STEP", conflicts_with = "decode")]
         step: Option<String>,
+        /// Decoder artifacts: time generation instead of replays (greedy, a pseudo-random prompt) and print
+        /// tokens/s, ms/token, dispatches/token, GPU time/token and the share of the bandwidth floor; with
+        /// --profile, every kernel of one decode step with its time and bandwidth.
+        #[arg(long, conflicts_with = "inputs")]
+        decode: bool,
+        /// With --decode: prompt tokens.
+        #[arg(long, value_name = "N", default_value_t = 32, requires = "decode", value_parser = clap::value_parser!(u64).range(1..))]
+        prompt: u64,
+        /// With --decode: tokens to generate.
+        #[arg(long, value_name = "N", default_value_t = 128, requires = "decode", value_parser = clap::value_parser!(u64).range(2..))]
+        tokens: u64,
+        /// With --decode: decode steps per submit.
+        #[arg(long = "steps-per-submit", value_name = "K", default_value_t = 16, requires = "decode", value_parser = clap::value_parser!(u64).range(1..))]
+        steps_per_submit: u64,
     },
 }
 
@@ -441,12 +455,23 @@ fn real_main() -> Result<()> {
                 None => print!("{body}"),
             }
         }
-        Cmd::Bench { dir, inputs, iterations, warmup, profile, step } => {
+        Cmd::Bench { dir, inputs, iterations, warmup, profile, step, decode, prompt, tokens, steps_per_submit } => {
             let gpu = Gpu::new()?;
             let pb = spinner(quiet, &format!("loading {}", dir.display()));
             let session = Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()));
             pb.finish_and_clear();
             let mut session = session?;
+            if decode {
+                let runs = iterations.min(5) as usize;
+                return bench_decode(
+                    session,
+                    prompt as usize,
+                    tokens as usize,
+                    steps_per_submit as usize,
+                    runs,
+                    profile,
+                );
+            }
             if let Some(step) = &step {
                 session.replay_step(step)?;
             }
@@ -484,6 +509,97 @@ fn real_main() -> Result<()> {
                     );
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// `wgslc bench --decode`: generations of `tokens` tokens after a pseudo-random prompt of `prompt` tokens (one
+/// untimed, then the fastest of `runs`), the decode step's GPU time by timestamps, and the bandwidth floor: the
+/// bytes the decode step's kernels bind (weights, cache, activations; each region once) over the device's copy
+/// bandwidth. One JSON line; with `profile`, one more per kernel of the decode step in dispatch order.
+fn bench_decode(
+    mut session: Session,
+    prompt: usize,
+    tokens: usize,
+    steps_per_submit: usize,
+    runs: usize,
+    profile: bool,
+) -> Result<()> {
+    use wgslc::runtime::GenerateOptions;
+    let plan = session.plan().clone();
+    let Some(d) = &plan.decoder else {
+        bail!("--decode: this artifact has no decoder section (compile the model with --kv-cache)");
+    };
+    let step = d.steps.iter().find(|s| s.name == "decode").context("the decoder section has no 'decode' step")?;
+    let vocab = *plan.outputs[step.logits].shape.last().context("logits without a vocabulary axis")?;
+    // A fixed pseudo-random prompt (an LCG), the same on every run and device.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let ids: Vec<i64> = (0..prompt)
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            ((x >> 33) % vocab.max(1) as u64) as i64
+        })
+        .collect();
+    let opts = GenerateOptions { max_new_tokens: tokens, eos: None, steps_per_submit, sampling: None };
+    session.generate(&ids, &GenerateOptions { max_new_tokens: tokens.min(8), ..opts.clone() })?;
+    let mut best: Option<wgslc::runtime::Generation> = None;
+    for _ in 0..runs.max(1) {
+        let g = session.generate(&ids, &opts)?;
+        if best.as_ref().is_none_or(|b| g.decode_ms < b.decode_ms) {
+            best = Some(g);
+        }
+    }
+    let g = best.expect("at least one run");
+    let steps = g.decode_steps.max(1) as f64;
+    let ms_per_token = g.decode_ms / steps;
+    // Bytes one decode step binds: every distinct bound region of its kernels.
+    let kernel_bytes = |k: &wgslc_artifact::Kernel| k.bindings.iter().map(|b| b.size).sum::<u64>();
+    let mut regions: Vec<(usize, u64, u64)> = step
+        .dispatches
+        .iter()
+        .flat_map(|&i| plan.kernels[i].bindings.iter().map(|b| (b.buffer, b.offset, b.size)))
+        .collect();
+    regions.sort_unstable();
+    regions.dedup();
+    let bytes: u64 = regions.iter().map(|r| r.2).sum();
+    let gbps = session.gpu().copy_bandwidth(10)?;
+    let floor_ms = bytes as f64 / (gbps * 1e9) * 1e3;
+    session.replay_step("decode")?;
+    let p = session.profile(20)?;
+    let gpu_ms: f64 = p.kernels.iter().map(|k| k.1).sum();
+    let copies =
+        3 + d.state.iter().map(|s| plan.inputs[s.input].shape[..s.axis].iter().product::<usize>()).sum::<usize>();
+    let round = |x: f64| (x * 1e4).round() / 1e4;
+    println!(
+        "{}",
+        serde_json::json!({
+            "adapter": session.gpu().describe(),
+            "prompt_tokens": prompt,
+            "new_tokens": tokens,
+            "steps_per_submit": steps_per_submit,
+            "tokens_per_s": round(steps / (g.decode_ms / 1e3)),
+            "ms_per_token": round(ms_per_token),
+            "host_ms_per_token": round(g.host_ms / steps),
+            "prefill_ms": round(g.prefill_ms),
+            "dispatches_per_token": step.dispatches.len(),
+            "copies_per_token": copies,
+            "gpu_ms_per_token": round(gpu_ms),
+            "gpu_time": if p.timestamps { "gpu timestamps in one pass" } else { "one submit per dispatch" },
+            "bytes_per_token": bytes,
+            "copy_gb_per_s": round(gbps),
+            "floor_ms_per_token": round(floor_ms),
+            "floor_share": round(floor_ms / ms_per_token),
+        })
+    );
+    if profile {
+        for (i, ((name, ms), &k)) in p.kernels.iter().zip(&step.dispatches).enumerate() {
+            let b = kernel_bytes(&plan.kernels[k]);
+            let gb_s = if *ms > 0.0 { b as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
+            println!(
+                "{}",
+                serde_json::json!({ "dispatch": i, "kernel": name, "us": round(ms * 1e3), "bytes": b, "gb_per_s": round(gb_s) })
+            );
         }
     }
     Ok(())

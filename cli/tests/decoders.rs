@@ -374,13 +374,32 @@ fn cli_generate_writes_tokens_and_prints_timings() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(!r.status.success() && err.contains("--temperature must be 0 or more"), "{err}");
 
+    // `bench --decode`: one JSON line of decode timings whose counts are the plan's, then, with --profile, one
+    // line per kernel of the decode step.
+    let r = wgslc(&["bench", &s(&art), "--decode", "--prompt", "5", "--tokens", "6", "--iterations", "1", "--profile"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let text = String::from_utf8_lossy(&r.stdout);
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("JSON lines")).collect();
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(art.join("plan.json")).unwrap()).unwrap();
+    let step = plan["decoder"]["steps"].as_array().unwrap().iter().find(|s| s["name"] == "decode").unwrap();
+    let dispatches = step["dispatches"].as_array().unwrap().len();
+    assert_eq!(lines[0]["dispatches_per_token"].as_u64(), Some(dispatches as u64), "{}", lines[0]);
+    for key in ["tokens_per_s", "ms_per_token", "host_ms_per_token", "gpu_ms_per_token", "floor_share"] {
+        assert!(lines[0][key].as_f64().is_some_and(|x| x > 0.0), "{key} missing in {}", lines[0]);
+    }
+    assert_eq!(lines.len(), 1 + dispatches, "one line per kernel of the decode step");
+    assert!(lines[1..].iter().all(|l| l["us"].is_number() && l["gb_per_s"].is_number()));
+    let r = wgslc(&["bench", &s(&plain_dir(&tmp)), "--decode"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("no decoder section"), "{err}");
+
     // Past the capacity, and on an artifact compiled without --kv-cache: clear errors, no panic.
     let r = wgslc(&["generate", &s(&art), "--input-ids", &s(&prompt), "--max-new-tokens", "20", "-o", &s(&out)]);
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(!r.status.success() && err.contains("tokens of KV cache"), "{err}");
-    let plain = tmp.path().join("plain");
+    let plain = plain_dir(&tmp);
     let mlp = common::testdata().join("models/mlp/model.onnx");
-    assert!(wgslc(&["compile", &s(&mlp), "-o", &s(&plain), "--dim", "batch=1"]).status.success());
     let r = wgslc(&["generate", &s(&plain), "--input-ids", &s(&prompt), "--max-new-tokens", "2", "-o", &s(&out)]);
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(!r.status.success() && err.contains("compile the model with --kv-cache"), "{err}");
@@ -388,4 +407,15 @@ fn cli_generate_writes_tokens_and_prints_timings() {
     let r = wgslc(&["compile", &s(&mlp), "-o", &s(&tmp.path().join("x")), "--kv-cache", "8"]);
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(!r.status.success() && err.contains("past_key_values.N.key"), "{err}");
+}
+
+/// An artifact of a model without a KV cache, compiled once under `tmp`.
+fn plain_dir(tmp: &tempfile::TempDir) -> PathBuf {
+    let plain = tmp.path().join("plain");
+    if !plain.join("plan.json").exists() {
+        let mlp = common::testdata().join("models/mlp/model.onnx");
+        let r = wgslc(&["compile", mlp.to_str().unwrap(), "-o", plain.to_str().unwrap(), "--dim", "batch=1"]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    }
+    plain
 }

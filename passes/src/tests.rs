@@ -497,3 +497,28 @@ fn ranges_find_the_ranged_axes_and_mask_the_reads_across_them() {
     let e = apply_ranges(&mut last, &dims, &[ranged_graph(4, -1)]).unwrap_err().to_string();
     assert!(e.contains("node 'row'") && e.contains("move with the run's value"), "{e}");
 }
+
+/// The matrix-vector layouts of an LLM decode step (Qwen2.5-0.5B's shapes): every workgroup is 256 threads, B is
+/// read in at least 32-byte runs, and the workgroups reach [`GEMV_WORKGROUPS`] where the outputs allow it.
+#[test]
+fn gemv_tilings_fill_the_gpu_with_coalesced_reads() {
+    let cases = [
+        // (outputs, K, K-major, vec4) → (lanes, outputs per workgroup)
+        ((151_936, 896, true, false), (32, 8)), // LM head tied to the embedding table
+        ((896, 4864, false, true), (2, 8)),     // down projection: narrow, K split inside the workgroup
+        ((9728, 896, false, true), (8, 32)),    // gate and up, merged
+        ((9728, 896, false, false), (32, 32)),  // the same without vec4 loads
+        ((896, 896, true, false), (128, 2)),    // K-major and narrow: more lanes per output
+        ((10, 64, true, false), (64, 4)),       // lanes never exceed K (rounded up)
+    ];
+    for ((nn, k, kmajor, vec4), (lanes, cols)) in cases {
+        let t = gemv_tiling(nn, k, 1, kmajor, vec4);
+        assert_eq!((t.lanes, t.cols), (lanes, cols), "{nn} outputs over K = {k}: {t:?}");
+        assert_eq!(t.lanes * t.groups, 256);
+        let run_bytes = if kmajor { t.lanes * 4 } else { t.lanes * t.vec * 4 };
+        assert!(run_bytes >= 32, "{t:?} reads runs of {run_bytes} bytes");
+        if nn.div_ceil(t.cols) < GEMV_WORKGROUPS {
+            assert!(if kmajor { t.cols == 1 || t.lanes >= k } else { t.lanes * 4 * t.vec == 32 }, "{t:?}");
+        }
+    }
+}

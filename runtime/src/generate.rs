@@ -66,6 +66,9 @@ pub struct Generation {
     pub decode_ms: f64,
     /// Submits of the decode loop.
     pub submits: usize,
+    /// Host time of the decode loop's encoding and submits (the part of `decode_ms` the CPU spends; the rest
+    /// is waiting for the GPU).
+    pub host_ms: f64,
 }
 
 /// One 4-byte element in a tensor's storage type.
@@ -242,8 +245,10 @@ impl Session {
         if opts.eos.is_some() {
             tokens = self.read_tokens(&history, &readback, produced)?.into();
         }
+        let mut host = std::time::Duration::ZERO;
         while produced < total && !stopped(tokens.as_deref(), prompt.len(), opts.eos) {
             let k = opts.steps_per_submit.min(total - produced);
+            let encoding = std::time::Instant::now();
             gpu.scoped("decode", || {
                 let mut enc =
                     dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc decode") });
@@ -263,6 +268,7 @@ impl Session {
                 }
                 gpu.queue.submit([enc.finish()]);
             })?;
+            host += encoding.elapsed();
             produced += k;
             steps += k;
             submits += 1;
@@ -280,7 +286,8 @@ impl Session {
                 tokens.truncate(prompt.len() + i + 1);
             }
         }
-        Ok(Generation { tokens, prefill_ms, decode_steps: steps, decode_ms, submits })
+        let host_ms = host.as_secs_f64() * 1e3;
+        Ok(Generation { tokens, prefill_ms, decode_steps: steps, decode_ms, submits, host_ms })
     }
 
     /// One step's dispatches in one compute pass.

@@ -154,6 +154,39 @@ impl Gpu {
         Ok(())
     }
 
+    /// The device's memory bandwidth as a buffer copy measures it, GB/s (bytes read plus bytes written): a
+    /// 128 MiB buffer copied `iterations` times in one submit, after one untimed copy. The yardstick for "the
+    /// bandwidth floor" of a memory-bound replay.
+    pub fn copy_bandwidth(&self, iterations: usize) -> Result<f64, RuntimeError> {
+        const BYTES: u64 = 128 << 20;
+        let (src, dst) = self.scoped("copy bandwidth", || {
+            let buf = |label| {
+                self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size: BYTES,
+                    usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            };
+            (buf("wgslc copy source"), buf("wgslc copy destination"))
+        })?;
+        let copies = |n: usize| -> Result<f64, RuntimeError> {
+            let start = std::time::Instant::now();
+            let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            for _ in 0..n {
+                enc.copy_buffer_to_buffer(&src, 0, &dst, 0, BYTES);
+            }
+            self.queue.submit([enc.finish()]);
+            self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+            Ok(start.elapsed().as_secs_f64())
+        };
+        copies(1)?;
+        let n = iterations.max(1);
+        let secs = copies(n)?;
+        self.check_lost()?;
+        Ok(2.0 * BYTES as f64 * n as f64 / secs / 1e9)
+    }
+
     /// Runs `f` inside validation and out-of-memory error scopes and reports what they caught.
     fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T, RuntimeError> {
         let _guard = self.scope_lock.lock().unwrap_or_else(|p| p.into_inner());

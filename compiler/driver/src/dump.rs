@@ -21,6 +21,7 @@ pub fn print_schedule(g: &Graph, sched: &Schedule) -> String {
         for f in &k.folds {
             let what = match f {
                 Fold::Operand { slot, node } => format!("operand {slot}: {}", name(*node)),
+                Fold::RowOperand(nodes) => format!("row operand {}", names(nodes)),
                 Fold::Expand(c) => format!("expand {}", names(&f_nodes(c.conv, &c.then))),
                 Fold::Depthwise(c) => format!("depthwise {}", names(&f_nodes(c.conv, &c.then))),
                 Fold::RmsNorm(n) => format!("rms norm {}", name(*n)),

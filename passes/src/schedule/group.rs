@@ -29,6 +29,11 @@ pub struct KernelGroup {
 pub enum Fold {
     /// A pointwise node with only scalar-constant operands applied to MatMul operand `slot` as it is loaded.
     Operand { slot: usize, node: NodeId },
+    /// The elementwise nodes (a whole elementwise kernel, in data order) that compute the A operand of a
+    /// one-row MatMul and nothing else: the matrix-vector kernel computes each element of A as it loads it, every
+    /// workgroup the whole row (a row of K values, read from cache), so the row never reaches memory and its
+    /// kernel is gone (SwiGLU's `SiLU(gate) · up` before the down projection of an LLM decode step).
+    RowOperand(Vec<NodeId>),
     /// A pointwise (1x1) ungrouped Conv (with its scalar epilogue, e.g. ReLU6) whose output only this group's
     /// depthwise Conv reads (the anchor, or the [`Fold::Depthwise`] folded into a projection): each workgroup
     /// computes the expanded channels over its output tile's input window into workgroup memory, so the
@@ -82,6 +87,7 @@ pub struct AttentionTail {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FoldKind {
     Operand,
+    RowOperand,
     Expand,
     Depthwise,
     RmsNorm,
@@ -111,6 +117,7 @@ impl Fold {
     pub fn kind(&self) -> FoldKind {
         match self {
             Fold::Operand { .. } => FoldKind::Operand,
+            Fold::RowOperand(_) => FoldKind::RowOperand,
             Fold::Expand(_) => FoldKind::Expand,
             Fold::Depthwise(_) => FoldKind::Depthwise,
             Fold::RmsNorm(_) => FoldKind::RmsNorm,
@@ -132,6 +139,7 @@ impl Fold {
         let folded = |f: &FoldedConv| std::iter::once(f.conv).chain(f.then.iter().copied()).collect();
         match self {
             Fold::Operand { node, .. } | Fold::RmsNorm(node) | Fold::StoreCopy(node) => vec![*node],
+            Fold::RowOperand(nodes) => nodes.clone(),
             Fold::Expand(f) | Fold::Depthwise(f) => folded(f),
             Fold::ConvSum { conv, .. } => vec![*conv],
             // The Concat is written by several kernels and belongs to none.
@@ -157,7 +165,7 @@ impl Fold {
     pub fn allowed_over(&self, anchor: AnchorKind) -> bool {
         use AnchorKind as A;
         match self.kind() {
-            FoldKind::Operand | FoldKind::RmsNorm | FoldKind::Attention => anchor == A::MatMul,
+            FoldKind::Operand | FoldKind::RowOperand | FoldKind::RmsNorm | FoldKind::Attention => anchor == A::MatMul,
             FoldKind::Expand => matches!(anchor, A::DepthwiseConv | A::PointwiseConv),
             FoldKind::Depthwise => anchor == A::PointwiseConv,
             FoldKind::ConvSum => matches!(anchor, A::PointwiseConv | A::Conv),
@@ -175,6 +183,10 @@ impl Fold {
         match (a, b) {
             // One per slot is checked separately.
             (K::Operand, K::Operand) => true,
+            // B's prologue next to A computed in the kernel (one per slot is checked separately).
+            (K::Operand, K::RowOperand) => true,
+            (K::RowOperand, K::StoreCopy | K::WriteInto) => true,
+            (K::RowOperand, _) => false,
             (K::Operand, K::Attention | K::StoreCopy) => true,
             (K::Operand, _) => false,
             // A whole inverted-residual block: expansion → depthwise → projection.
@@ -241,6 +253,14 @@ impl KernelGroup {
     pub fn prologue(&self) -> impl Iterator<Item = (usize, NodeId)> + '_ {
         self.folds.iter().filter_map(|f| match f {
             Fold::Operand { slot, node } => Some((*slot, *node)),
+            _ => None,
+        })
+    }
+
+    /// The elementwise nodes computing A as it is loaded ([`Fold::RowOperand`]).
+    pub fn row_operand(&self) -> Option<&[NodeId]> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::RowOperand(nodes) => Some(nodes.as_slice()),
             _ => None,
         })
     }

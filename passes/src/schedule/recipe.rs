@@ -11,6 +11,9 @@ use wgslc_ir::{contiguous_strides, Graph, NodeId, Op};
 pub struct Recipe {
     /// For products (MatMul, Gemm, ungrouped Conv as implicit GEMM): how the output is cut into workgroups.
     pub product: Option<ProductTiling>,
+    /// For a MatMul or Gemm: the product has one row of A (and no batch), so it runs as a matrix-vector product
+    /// ([`gemv_tiling`]).
+    pub one_row: bool,
     /// For a MatMul: the finer batch coordinates both operands are read over ([`mm_batch_refinement`]).
     pub batch: Option<Vec<usize>>,
     /// For an attention kernel: its rows per workgroup and V staging ([`attention_tiling`]).
@@ -114,6 +117,54 @@ pub fn product_tiling(m: usize, nn: usize, k: usize, batches: usize) -> ProductT
     ProductTiling { tile, tg, slices, kc: k.div_ceil(slices).div_ceil(ks) * ks, ks }
 }
 
+/// How a matrix-vector product (one row of A) lays out its work ([`gemv_tiling`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemvTiling {
+    /// B's columns are contiguous (its K stride is 1): each group of lanes owns one output and walks K.
+    /// Otherwise B's rows are contiguous: the lanes own neighbouring outputs and each group walks a share of K.
+    pub kmajor: bool,
+    /// Neighbouring threads that read neighbouring elements of B.
+    pub lanes: usize,
+    /// 256 / `lanes`.
+    pub groups: usize,
+    /// Outputs per workgroup: `groups` when K-major, else `lanes · vec`.
+    pub cols: usize,
+    /// Row-major B read four columns at a time (`vec4<f32>` loads: four times the bytes in flight per load), or
+    /// one.
+    pub vec: usize,
+}
+
+/// Workgroups a matrix-vector product should reach to fill a large GPU (two per SM of an H100) before it trades
+/// coalescing width for more of them.
+pub const GEMV_WORKGROUPS: usize = 264;
+
+/// The layout of a one-row product over `nn` outputs and K = `k`, `batches` times, reading B in its layout: a
+/// memory-bound kernel, so everything is about reading B once, coalesced, with enough workgroups in flight.
+/// K-major B (an LM head tied to its embedding table, Gemm's transB): as few lanes per output as keep whole
+/// 128-byte lines per warp (32) when that gives [`GEMV_WORKGROUPS`], else more lanes and fewer outputs per
+/// workgroup, down to one output per workgroup; lanes never exceed K rounded up to a power of two. Row-major B
+/// (a Linear's weight as exporters store it): the widest run of neighbouring outputs (64 down to 8, the 32-byte
+/// sector) that gives enough workgroups, the rest of the 256 threads splitting K. With `vec4` (B's rows and
+/// offset in whole `vec4`s) each lane reads four neighbouring outputs at once, down to two lanes (the 32-byte
+/// sector): a down projection (896 outputs over K = 4864) then keeps four times the bytes in flight.
+pub fn gemv_tiling(nn: usize, k: usize, batches: usize, kmajor: bool, vec4: bool) -> GemvTiling {
+    let wgs = |cols: usize| nn.div_ceil(cols) * batches;
+    if kmajor {
+        let max_lanes = k.next_power_of_two().clamp(32, 256);
+        let lanes = [32usize, 64, 128, 256]
+            .into_iter()
+            .filter(|&l| l <= max_lanes)
+            .find(|&l| wgs(256 / l) >= GEMV_WORKGROUPS)
+            .unwrap_or(max_lanes);
+        GemvTiling { kmajor, lanes, groups: 256 / lanes, cols: 256 / lanes, vec: 1 }
+    } else {
+        let (vec, widths): (usize, &[usize]) = if vec4 { (4, &[16, 8, 4, 2]) } else { (1, &[64, 32, 16, 8]) };
+        let narrowest = *widths.last().expect("widths");
+        let lanes = widths.iter().copied().find(|&l| wgs(l * vec) >= GEMV_WORKGROUPS).unwrap_or(narrowest);
+        GemvTiling { kmajor, lanes, groups: 256 / lanes, cols: lanes * vec, vec }
+    }
+}
+
 /// How an attention kernel lays out its work ([`attention_tiling`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionTiling {
@@ -208,6 +259,7 @@ pub fn recipe(g: &Graph, k: &KernelGroup) -> Option<Recipe> {
                 }
             };
             r.product = Some(product_tiling(m, nn, kk, batches));
+            r.one_row = m == 1;
         }
         Op::Conv { group: 1, window } => {
             let (xs, ws) = (&g.ty(node.inputs[0]?).shape, &g.ty(node.inputs[1]?).shape);

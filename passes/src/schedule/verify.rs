@@ -96,6 +96,9 @@ pub fn check_folds(g: &Graph, k: &KernelGroup) -> Result<(), String> {
                     return Err(format!("two operand folds on slot {a}"));
                 }
             }
+            if let (Fold::Operand { slot: 0, .. }, Fold::RowOperand(_)) = (f, h) {
+                return Err("an operand fold on slot 0 next to A computed in the kernel".into());
+            }
         }
     }
     if anchor == AnchorKind::PointwiseConv && k.has(FoldKind::Expand) && !k.has(FoldKind::Depthwise) {
@@ -106,6 +109,7 @@ pub fn check_folds(g: &Graph, k: &KernelGroup) -> Result<(), String> {
     if k.has(FoldKind::Expand) != recipe.expand.is_some()
         || stores != recipe.store.is_some()
         || k.has(FoldKind::Attention) != recipe.attention.is_some()
+        || (k.has(FoldKind::RowOperand) && !recipe.one_row)
     {
         return Err("the recipe does not match the folds".into());
     }

@@ -79,6 +79,40 @@ pub(super) struct MatmulTpl {
     pub(super) bias_sn: usize,
 }
 
+/// A one-row product ([`wgslc_passes::gemv_tiling`]): B read once, coalesced, with the matmul kernel's prologues,
+/// folded RMSNormalization, bias and epilogue.
+#[derive(Template)]
+#[template(path = "gemv.wgsl", escape = "none")]
+pub(super) struct GemvTpl {
+    pub(super) h: Header,
+    pub(super) helpers: Helpers,
+    pub(super) fu: Fused,
+    /// A computed as it is loaded: `operand_a(0.0, k)` is A's element k ([`wgslc_passes::Fold::RowOperand`]).
+    pub(super) operand: Option<Fused>,
+    pub(super) a_off: i64,
+    pub(super) b_off: i64,
+    pub(super) b_var: String,
+    pub(super) bias_var: String,
+    pub(super) a_pro: String,
+    pub(super) b_pro: String,
+    pub(super) t: wgslc_passes::GemvTiling,
+    /// Independent partial sums (loads of B in flight) per thread.
+    pub(super) unroll: usize,
+    /// What a thread accumulates: `f32`, or `vec4<f32>` for four columns read as one vec4.
+    pub(super) acc_ty: &'static str,
+    pub(super) rms: Option<RmsFold>,
+    pub(super) batch: Vec<BatchDim>,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) a_sk: usize,
+    pub(super) b_sk: usize,
+    pub(super) b_sn: usize,
+    pub(super) alpha: String,
+    pub(super) beta: String,
+    pub(super) has_bias: bool,
+    pub(super) bias_sn: usize,
+}
+
 /// A product's tiling ([`wgslc_passes::ProductTiling`]) as the matmul template reads it.
 pub(super) struct Tiling {
     pub(super) tile: usize,
@@ -248,23 +282,105 @@ impl Emitter<'_> {
         // One binding per stored tensor: operands, bias and epilogue inputs that are one tensor (Q and Kᵀ read out
         // of one QKV product) share a binding, since writable bindings may not alias and the output's arena makes
         // every binding in it writable.
-        let mut reads: Vec<(ValueId, String)> = vec![(va.root, "a".into())];
+        // A computed in the kernel ([`wgslc_passes::Fold::RowOperand`]) has no binding of its own.
+        let row_operand = group.row_operand();
+        let mut reads: Vec<(ValueId, String)> =
+            if row_operand.is_some() { vec![] } else { vec![(va.root, "a".into())] };
         let b_var = bind_once(&mut reads, vb.root, "b");
         let bias_var = bias.map(|c| bind_once(&mut reads, c, "bias")).unwrap_or_default();
         // An RMSNormalization folded in: its weights scale B's rows as they are loaded.
         let mut b_pro = pro[1].clone();
+        let mut rms_scale_var = None;
         let rms = match group.rms_norm() {
             Some(p) => {
                 let pn = g.node(p);
                 let Op::LayerNorm { epsilon, .. } = pn.op else { unreachable!() };
                 let scale = bind_once(&mut reads, pn.inputs[1].expect("scale"), "rms_scale");
                 b_pro = format!("bv * {scale}[kb]");
+                rms_scale_var = Some(scale);
                 Some(RmsFold { k, eps: f32_lit(epsilon) })
+            }
+            None => None,
+        };
+        let operand = match row_operand {
+            Some(nodes) => {
+                if m != 1 || batches != 1 || a_sk != 1 || va.offset != 0 {
+                    return Err(self.err(n, "A computed in a product that is not one row (a scheduler bug)"));
+                }
+                let chain = KernelGroup {
+                    anchor: None,
+                    folds: vec![],
+                    elementwise: nodes.to_vec(),
+                    recipe: Default::default(),
+                };
+                Some(Fused { name: "operand_a", ..self.fused_body(&chain, None, &mut reads, &mut helpers)? })
             }
             None => None,
         };
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
         let bindings = bindings(&reads, &[(out, "out")]);
+        if m == 1 {
+            // One row: a matrix-vector product, bound by reading B.
+            let kmajor = b_sk == 1 && b_sn != 1 && k > 1;
+            // B read as vec4s: its own binding, rows and offset in whole vec4s, and no prologue but the norm's
+            // weights (a scalar times the vector).
+            let vec4 = !kmajor
+                && b_sn == 1
+                && b_var == "b"
+                && nn % 4 == 0
+                && b_sk % 4 == 0
+                && vb.offset % 4 == 0
+                && batch.iter().all(|d| d.b_stride % 4 == 0)
+                && pro[1].is_empty()
+                && bias_var != "b"
+                && rms_scale_var.as_deref() != Some("b")
+                && fu.loads.iter().chain(operand.iter().flat_map(|o| &o.loads)).all(|l| l.var != "b");
+            let t = wgslc_passes::gemv_tiling(nn, k, batches, kmajor, vec4);
+            let gx = nn.div_ceil(t.cols);
+            let max = self.limits.max_workgroups_per_dimension as usize;
+            if gx > max {
+                return Err(self.err(n, format!("a product of {nn} columns needs more than {max} workgroups")));
+            }
+            let mut h = self.group_header(group, "gemv.wgsl", &bindings);
+            if t.vec == 4 {
+                for d in h.bindings.iter_mut().filter(|d| d.var == "b") {
+                    d.ty = "vec4<f32>";
+                }
+            }
+            let tpl = GemvTpl {
+                h,
+                helpers,
+                fu,
+                operand,
+                a_off: va.offset,
+                b_off: vb.offset,
+                b_var,
+                bias_var,
+                a_pro: pro[0].clone(),
+                b_pro,
+                t,
+                unroll: 4,
+                acc_ty: if t.vec == 4 { "vec4<f32>" } else { "f32" },
+                rms,
+                batch,
+                n: nn,
+                k,
+                a_sk: a_sk as usize,
+                b_sk: b_sk as usize,
+                b_sn: b_sn as usize,
+                alpha: f32_lit(alpha),
+                beta: f32_lit(beta),
+                has_bias: bias.is_some(),
+                bias_sn,
+            };
+            let name = self.group_name(group);
+            let mut k = self.kernel(n, name, "gemv", tpl.render(), &bindings, [gx as u32, 1, batches as u32])?;
+            k.grid[0] = Some(GridAxis { walks: Walks::Cols, extent: nn, tile: t.cols });
+            return Ok(k);
+        }
+        if operand.is_some() {
+            return Err(self.err(n, "A computed in a product that is not one row (a scheduler bug)"));
+        }
         let t = self.product_tiling(group, n)?;
         let tile = t.tile;
         let gx = nn.div_ceil(t.tile);

@@ -131,6 +131,8 @@ struct FusedLoad {
 #[derive(Default)]
 struct Fused {
     defined: bool,
+    /// The function's name: `fused` unless set (a second function in one module, as a product's computed A row).
+    name: &'static str,
     ty: &'static str,
     coords: Vec<NamedCoord>,
     loads: Vec<FusedLoad>,
@@ -152,6 +154,15 @@ struct StoreTerm {
 }
 
 impl Fused {
+    /// The generated function's name.
+    fn name(&self) -> &'static str {
+        if self.name.is_empty() {
+            "fused"
+        } else {
+            self.name
+        }
+    }
+
     /// The output index of result element `o` (a WGSL u32 expression).
     fn at(&self, o: &str) -> String {
         if !self.placed() {
@@ -168,7 +179,7 @@ impl Fused {
 
     /// The statement that stores value `v` as result element `o`: through the fused body when there is one.
     fn store(&self, o: &str, v: &str) -> String {
-        let value = if self.defined { format!("fused({v}, {o})") } else { v.to_string() };
+        let value = if self.defined { format!("{}({v}, {o})", self.name()) } else { v.to_string() };
         format!("out[{}] = {value};", self.at(o))
     }
 }

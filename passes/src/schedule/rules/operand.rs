@@ -4,7 +4,7 @@
 
 use super::Fuse;
 use crate::schedule::reads::scalar_op_data_slot;
-use crate::schedule::{Fold, KernelGroup};
+use crate::schedule::{Fold, FoldKind, KernelGroup};
 use wgslc_ir::{NodeId, Op};
 
 /// Takes into `group`, the new group of MatMul `n`, the operand folds its inputs allow, removing the groups they
@@ -34,6 +34,35 @@ pub(in crate::schedule) fn fold_into(f: &mut Fuse, group: &mut KernelGroup, n: N
             }
         }
     }
+    if !group.has(FoldKind::RmsNorm) && !group.prologue().any(|(slot, _)| slot == 0) {
+        if let Some(gp) = row_operand_of(f, n) {
+            let trial = group.with(Fold::RowOperand(f.sched.kernels[gp].elementwise.clone()));
+            if f.fits(&trial) {
+                f.remove_group(gp);
+                *group = trial;
+            }
+        }
+    }
+}
+
+/// The elementwise kernel that MatMul `n` can take as a [`Fold::RowOperand`]: `n` multiplies one row of A (every
+/// axis of A but the last is 1) by a matrix (B of rank 2, so no batch), A is that kernel's result read directly
+/// (no view between) by `n` alone, and the kernel is nothing but elementwise nodes. Each workgroup of the product
+/// recomputes the row, so the kernel's loads are repeated once per workgroup: only worth it for a row (K
+/// values) next to a matrix of K rows.
+fn row_operand_of(f: &Fuse, n: NodeId) -> Option<usize> {
+    let g = f.g;
+    let node = g.node(n);
+    let a = node.inputs[0]?;
+    let (at, bt) = (g.ty(a), g.ty(node.inputs[1]?));
+    if bt.rank() != 2 || at.rank() == 0 || at.shape[..at.rank() - 1].iter().any(|&d| d != 1) {
+        return None;
+    }
+    let p = g.value(a).producer?;
+    let gp = *f.group_of.get(&p)?;
+    let k = &f.sched.kernels[gp];
+    let whole = k.anchor.is_none() && k.folds.is_empty() && k.result() == p && g.node(p).outputs[0] == a;
+    (whole && f.only_reader(a, n) && f.effective_readers(a) == [n]).then_some(gp)
 }
 
 /// The RMSNormalization that MatMul `n` can take as a [`Fold::RmsNorm`]: over the last axis, no bias, weights of K,

@@ -1,0 +1,137 @@
+{% include "header.wgsl" %}
+{%- include "helpers.wgsl" %}
+{%- if let Some(fu) = operand %}
+// A's row is computed here as it is loaded (its elementwise kernel folded in): every workgroup computes the
+// elements it reads, so the row never reaches memory.
+{%- include "fused.wgsl" %}
+{%- endif %}
+{%- include "fused.wgsl" %}
+// Matrix-vector product (one row of A): each workgroup of 256 threads computes {{ t.cols }} output(s) in {{ t.lanes }} lanes x
+// {{ t.groups }} groups. Threads of a lane run are neighbours in memory, so every read of B coalesces: {% if t.kmajor -%}
+// B's columns are contiguous (K-major), so each group owns one output and its {{ t.lanes }} lanes walk K side by side,
+// summed at the end.
+{%- else -%}
+// B's rows are contiguous, so the lanes own {{ t.lanes }} neighbouring outputs and the {{ t.groups }} groups each walk their own
+// share of K (split-K inside the workgroup), summed at the end.
+{%- endif %} {{ unroll }} independent partial sums per thread keep {{ unroll }} loads of B in flight;
+// B is read once, nothing goes through workgroup memory but the final sums.
+
+// One term of the product: A's element kb times B's element (kb, col), through the operand prologues.
+fn term(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_ty }} {
+{%- if operand.is_some() %}
+    var av = operand_a(0.0, kb);
+{%- else %}
+    var av = a[a_base + kb * {{ a_sk }}u];
+{%- endif %}
+{%- if !a_pro.is_empty() %}
+    av = {{ a_pro }};
+{%- endif %}
+{%- if t.vec == 4 %}
+    // Four neighbouring columns col .. col + 3 (col a multiple of 4).
+    var bv = {{ b_var }}[(b_base + kb * {{ b_sk }}u + col) / 4u];
+{%- else %}
+    var bv = {{ b_var }}[b_base + kb * {{ b_sk }}u + col * {{ b_sn }}u];
+{%- endif %}
+{%- if !b_pro.is_empty() %}
+    bv = {{ b_pro }};
+{%- endif %}
+    return av * bv;
+}
+
+var<workgroup> sums: array<{{ acc_ty }}, 256>;
+{%- if rms.is_some() %}
+var<workgroup> rinv: f32;
+{%- endif %}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let batch = wid.z;
+    let a_base = {{ a_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
+    let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
+{%- if let Some(r) = rms %}
+    // The folded RMSNormalization: the row's sum of squares over all of K, then its inverse RMS.
+    var ssq = 0.0;
+    for (var kb = tid; kb < {{ k }}u; kb = kb + 256u) {
+        let x = a[a_base + kb * {{ a_sk }}u];
+        ssq = fma(x, x, ssq);
+    }
+    sums[tid] = {{ acc_ty }}(ssq);
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if (tid < s) {
+            sums[tid] = sums[tid] + sums[tid + s];
+        }
+        workgroupBarrier();
+    }
+    if (tid == 0u) {
+        rinv = 1.0 / sqrt(sums[0]{% if t.vec == 4 %}.x{% endif %} / {{ r.k }}.0 + {{ r.eps }});
+    }
+    workgroupBarrier();
+{%- endif %}
+{%- if t.kmajor %}
+    let lane = tid % {{ t.lanes }}u;
+    let group = tid / {{ t.lanes }}u;
+    let col = wid.x * {{ t.cols }}u + group;
+    // This thread's K: lane, lane + {{ t.lanes }}, ...
+    let k_first = lane;
+    let k_step = {{ t.lanes }}u;
+{%- else %}
+    let lane = tid % {{ t.lanes }}u;
+    let group = tid / {{ t.lanes }}u;
+    let col = wid.x * {{ t.cols }}u + lane * {{ t.vec }}u;
+    // This thread's K: group, group + {{ t.groups }}, ...
+    let k_first = group;
+    let k_step = {{ t.groups }}u;
+{%- endif %}
+{%- for u in 0..unroll %}
+    var acc{{ u }} = {{ acc_ty }}(0.0);
+{%- endfor %}
+    if (col < {{ n }}u) {
+        var kb = k_first;
+        for (; kb + {{ unroll - 1 }}u * k_step < {{ k }}u; kb = kb + {{ unroll }}u * k_step) {
+{%- for u in 0..unroll %}
+            acc{{ u }} = acc{{ u }} + term(a_base, b_base, kb + {{ u }}u * k_step, col);
+{%- endfor %}
+        }
+        for (; kb < {{ k }}u; kb = kb + k_step) {
+            acc0 = acc0 + term(a_base, b_base, kb, col);
+        }
+    }
+    sums[tid] = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};
+    workgroupBarrier();
+{%- if t.kmajor %}
+    // Each group's lanes summed pairwise.
+    for (var s = {{ t.lanes / 2 }}u; s > 0u; s = s >> 1u) {
+        if (lane < s) {
+            sums[tid] = sums[tid] + sums[tid + s];
+        }
+        workgroupBarrier();
+    }
+    if (lane != 0u || col >= {{ n }}u) {
+        return;
+    }
+{%- else %}
+    // The groups' partial sums of each output, pairwise.
+    for (var s = {{ t.groups / 2 }}u; s > 0u; s = s >> 1u) {
+        if (group < s) {
+            sums[tid] = sums[tid] + sums[tid + s * {{ t.lanes }}u];
+        }
+        workgroupBarrier();
+    }
+    if (group != 0u || col >= {{ n }}u) {
+        return;
+    }
+{%- endif %}
+    let total = sums[tid];
+{%- for c in 0..t.vec %}
+    {
+        let n = col + {{ c }}u;
+        var v = {{ alpha }} * total{% if t.vec == 4 %}[{{ c }}]{% endif %}{% if rms.is_some() %} * rinv{% endif %};
+{%- if has_bias %}
+        v = v + {{ beta }} * {{ bias_var }}[n * {{ bias_sn }}u];
+{%- endif %}
+        let o = batch * {{ n }}u + n;
+        {{ fu.store("o", "v") }}
+    }
+{%- endfor %}
+}
