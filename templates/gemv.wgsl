@@ -6,15 +6,16 @@
 {%- include "fused.wgsl" %}
 {%- endif %}
 {%- include "fused.wgsl" %}
-// Matrix-vector product (one row of A): each workgroup of 256 threads computes {{ t.cols }} output(s) in {{ t.lanes }} lanes x
-// {{ t.groups }} groups. Threads of a lane run are neighbours in memory, so every read of B coalesces: {% if t.kmajor -%}
-// B's columns are contiguous (K-major), so each group owns one output and its {{ t.lanes }} lanes walk K side by side,
-// summed at the end.
-{%- else -%}
-// B's rows are contiguous, so the lanes own {{ t.lanes }} neighbouring outputs and the {{ t.groups }} groups each walk their own
-// share of K (split-K inside the workgroup), summed at the end.
-{%- endif %} {{ unroll }} independent partial sums per thread keep {{ unroll }} loads of B in flight;
-// B is read once, nothing goes through workgroup memory but the final sums.
+// Matrix-vector product (one row of A): each workgroup of 256 threads computes {{ t.cols }} output(s), its threads in
+// {{ t.groups }} groups of {{ t.lanes }} lanes; neighbouring lanes read neighbouring elements of B, so every read coalesces.
+{%- if t.kmajor %}
+// B's columns are contiguous (K-major): each group owns one output and its lanes walk K side by side.
+{%- else %}
+// B's rows are contiguous: the lanes own neighbouring outputs ({{ t.vec }} each{% if t.vec == 4 %}, read as one vec4{% endif %}) and
+// the groups split K between them.
+{%- endif %}
+// Partial sums meet in workgroup memory at the end; {{ unroll }} independent sums per thread keep {{ unroll }} loads
+// of B in flight, and B is read once.
 
 // One term of the product: A's element kb times B's element (kb, col), through the operand prologues.
 fn term(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_ty }} {
@@ -68,16 +69,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     workgroupBarrier();
 {%- endif %}
-{%- if t.kmajor %}
     let lane = tid % {{ t.lanes }}u;
     let group = tid / {{ t.lanes }}u;
+{%- if t.kmajor %}
     let col = wid.x * {{ t.cols }}u + group;
     // This thread's K: lane, lane + {{ t.lanes }}, ...
     let k_first = lane;
     let k_step = {{ t.lanes }}u;
 {%- else %}
-    let lane = tid % {{ t.lanes }}u;
-    let group = tid / {{ t.lanes }}u;
     let col = wid.x * {{ t.cols }}u + lane * {{ t.vec }}u;
     // This thread's K: group, group + {{ t.groups }}, ...
     let k_first = group;

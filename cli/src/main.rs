@@ -568,8 +568,6 @@ fn bench_decode(
     session.replay_step("decode")?;
     let p = session.profile(20)?;
     let gpu_ms: f64 = p.kernels.iter().map(|k| k.1).sum();
-    let copies =
-        3 + d.state.iter().map(|s| plan.inputs[s.input].shape[..s.axis].iter().product::<usize>()).sum::<usize>();
     let round = |x: f64| (x * 1e4).round() / 1e4;
     println!(
         "{}",
@@ -583,7 +581,7 @@ fn bench_decode(
             "host_ms_per_token": round(g.host_ms / steps),
             "prefill_ms": round(g.prefill_ms),
             "dispatches_per_token": step.dispatches.len(),
-            "copies_per_token": copies,
+            "copies_per_token": round(g.copies as f64 / steps),
             "gpu_ms_per_token": round(gpu_ms),
             "gpu_time": if p.timestamps { "gpu timestamps in one pass" } else { "one submit per dispatch" },
             "bytes_per_token": bytes,

@@ -66,6 +66,8 @@ pub struct Generation {
     pub decode_ms: f64,
     /// Submits of the decode loop.
     pub submits: usize,
+    /// Buffer copies the decode loop encoded (the token, the position, the cache rows, the mask word).
+    pub copies: usize,
     /// Host time of the decode loop's encoding and submits (the part of `decode_ms` the CPU spends; the rest
     /// is waiting for the GPU).
     pub host_ms: f64,
@@ -246,27 +248,33 @@ impl Session {
             tokens = self.read_tokens(&history, &readback, produced)?.into();
         }
         let mut host = std::time::Duration::ZERO;
+        let mut copies = 0;
         while produced < total && !stopped(tokens.as_deref(), prompt.len(), opts.eos) {
             let k = opts.steps_per_submit.min(total - produced);
             let encoding = std::time::Instant::now();
-            gpu.scoped("decode", || {
+            copies += gpu.scoped("decode", || {
                 let mut enc =
                     dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc decode") });
+                let mut copies = 0;
                 for i in 0..k {
                     let pos = produced + i - 1; // the position of the token this step reads
                     if let Some(p) = decode.position_ids {
                         enc.copy_buffer_to_buffer(&iota, 4 * pos as u64, input(p).1, 0, 4);
+                        copies += 1;
                     }
                     self.encode_step(&mut enc, &decode.name, &decode_dispatches);
                     let (_, next) = output(decode_token);
                     enc.copy_buffer_to_buffer(next, 0, &history, 4 * (pos + 1) as u64, 4);
                     enc.copy_buffer_to_buffer(next, 0, input(decode.input_ids).1, 0, 4);
+                    copies += 2;
                     if pos < d.rows {
-                        self.copy_rows(&mut enc, d, decode, pos, 1);
+                        copies += self.copy_rows(&mut enc, d, decode, pos, 1);
                         enc.copy_buffer_to_buffer(&one, 0, mask_buf, 4 * pos as u64, 4);
+                        copies += 1;
                     }
                 }
                 gpu.queue.submit([enc.finish()]);
+                copies
             })?;
             host += encoding.elapsed();
             produced += k;
@@ -287,7 +295,7 @@ impl Session {
             }
         }
         let host_ms = host.as_secs_f64() * 1e3;
-        Ok(Generation { tokens, prefill_ms, decode_steps: steps, decode_ms, submits, host_ms })
+        Ok(Generation { tokens, prefill_ms, decode_steps: steps, decode_ms, submits, copies, host_ms })
     }
 
     /// One step's dispatches in one compute pass.
@@ -302,8 +310,10 @@ impl Session {
         }
     }
 
-    /// Copies the step's first `count` new rows of every cache into the cache at row `pos`.
-    fn copy_rows(&self, enc: &mut wgpu::CommandEncoder, d: &Decoder, step: &Step, pos: usize, count: usize) {
+    /// Copies the step's first `count` new rows of every cache into the cache at row `pos`; returns how many
+    /// copies it encoded.
+    fn copy_rows(&self, enc: &mut wgpu::CommandEncoder, d: &Decoder, step: &Step, pos: usize, count: usize) -> usize {
+        let mut copies = 0;
         for (s, p) in d.state.iter().zip(&step.present) {
             let past = &self.plan.inputs[s.input];
             let out = &self.plan.outputs[p.output];
@@ -318,8 +328,10 @@ impl Session {
                     (o * dst_rows + pos as u64) * inner,
                     count as u64 * inner,
                 );
+                copies += 1;
             }
         }
+        copies
     }
 
     fn read_tokens(&self, history: &wgpu::Buffer, rb: &wgpu::Buffer, n: usize) -> Result<Vec<i64>, RuntimeError> {

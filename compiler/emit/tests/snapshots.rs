@@ -224,3 +224,32 @@ fn attention_is_one_kernel() {
         format!("// ---- {} ({:?} workgroups)\n{}\n", ks[0].kernel.name, ks[0].kernel.workgroups, ks[0].kernel.wgsl);
     insta::assert_snapshot!(wgsl);
 }
+
+/// An LLM decode step's MLP at one token: the products are matrix-vector kernels (row-major weights read as
+/// vec4s, K split in the workgroup), `SiLU(gate) · up` is computed inside the down projection as it loads its A
+/// row (`Fold::RowOperand`), the residual add is the epilogue; and a head tied to a `[vocab, hidden]` table reads
+/// it K-major.
+#[test]
+fn one_row_products_are_matrix_vector_kernels() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[1, 1, 16]);
+    let (wg, wu, wd) =
+        (weight(&mut g, "wg", &[16, 32]), weight(&mut g, "wu", &[16, 32]), weight(&mut g, "wd", &[32, 16]));
+    let gate = node(&mut g, Op::MatMul, &[x, wg]);
+    let up = node(&mut g, Op::MatMul, &[x, wu]);
+    let sig = node(&mut g, Op::Unary(UnaryOp::Sigmoid), &[gate]);
+    let silu = node(&mut g, Op::Binary(BinaryOp::Mul), &[gate, sig]);
+    let h = node(&mut g, Op::Binary(BinaryOp::Mul), &[silu, up]);
+    let down = node(&mut g, Op::MatMul, &[h, wd]);
+    let y = node(&mut g, Op::Binary(BinaryOp::Add), &[down, x]);
+    let table = input(&mut g, "table", &[40, 16]);
+    let tt = node(&mut g, Op::Transpose { perm: Some(vec![1, 0]) }, &[table]);
+    let logits = node(&mut g, Op::MatMul, &[y, tt]);
+    g.outputs.push(logits);
+    let k = kernels(g);
+    assert!(!k.contains("matmul.wgsl"), "every product is one row:\n{k}");
+    assert_eq!(k.matches("fn operand_a(").count(), 1, "SiLU · up inside the down projection:\n{k}");
+    assert!(k.contains("array<vec4<f32>>"), "row-major weights read as vec4s:\n{k}");
+    assert!(k.contains("B's columns are contiguous (K-major)"), "the tied head reads K-major:\n{k}");
+    insta::assert_snapshot!(k);
+}

@@ -304,7 +304,7 @@ impl Emitter<'_> {
         };
         let operand = match row_operand {
             Some(nodes) => {
-                if m != 1 || batches != 1 || a_sk != 1 || va.offset != 0 {
+                if !group.recipe.one_row || batches != 1 || a_sk != 1 || va.offset != 0 {
                     return Err(self.err(n, "A computed in a product that is not one row (a scheduler bug)"));
                 }
                 let chain = KernelGroup {
@@ -319,7 +319,7 @@ impl Emitter<'_> {
         };
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
         let bindings = bindings(&reads, &[(out, "out")]);
-        if m == 1 {
+        if group.recipe.one_row {
             // One row: a matrix-vector product, bound by reading B.
             let kmajor = b_sk == 1 && b_sn != 1 && k > 1;
             // B read as vec4s: its own binding, rows and offset in whole vec4s, and no prologue but the norm's
@@ -377,9 +377,6 @@ impl Emitter<'_> {
             let mut k = self.kernel(n, name, "gemv", tpl.render(), &bindings, [gx as u32, 1, batches as u32])?;
             k.grid[0] = Some(GridAxis { walks: Walks::Cols, extent: nn, tile: t.cols });
             return Ok(k);
-        }
-        if operand.is_some() {
-            return Err(self.err(n, "A computed in a product that is not one row (a scheduler bug)"));
         }
         let t = self.product_tiling(group, n)?;
         let tile = t.tile;

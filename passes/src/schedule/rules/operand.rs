@@ -62,7 +62,7 @@ fn row_operand_of(f: &Fuse, n: NodeId) -> Option<usize> {
     let gp = *f.group_of.get(&p)?;
     let k = &f.sched.kernels[gp];
     let whole = k.anchor.is_none() && k.folds.is_empty() && k.result() == p && g.node(p).outputs[0] == a;
-    (whole && f.only_reader(a, n) && f.effective_readers(a) == [n]).then_some(gp)
+    (whole && f.effective_readers(a) == [n] && !f.is_output(a)).then_some(gp)
 }
 
 /// The RMSNormalization that MatMul `n` can take as a [`Fold::RmsNorm`]: over the last axis, no bias, weights of K,
