@@ -167,7 +167,9 @@ def main():
     pre = next(s for s in plan["decoder"]["steps"] if s["name"] == "prefill")
     state = len(plan["decoder"]["state"])
     kv_heads = QWEN05["kv_heads"]
-    copies = 2 + 1 + 1 + state * kv_heads  # token ×2, position, mask word, cache rows per head
+    # Token ×2, position, mask word, and either the cache row (written in place by the step) or the cache rows
+    # per head (copied by the runtime).
+    copies = 2 + 1 + 1 + (1 if dec.get("cache_row") is not None else state * kv_heads)
     notes.append(f"decode step: {len(dec['dispatches'])} dispatches ({(len(dec['dispatches'])) / a.layers:.1f} per "
                  f"layer incl. head), {copies} buffer copies; prefill step ({a.chunk} tokens): "
                  f"{len(pre['dispatches'])} dispatches")

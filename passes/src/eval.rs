@@ -120,6 +120,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
         | Op::Reduce { .. }
         | Op::TopK { .. }
         | Op::Sample
+        | Op::CacheWrite { .. }
         | Op::Recurrence(_)
         | Op::Scatter { .. }
         | Op::TileCopy => return None,

@@ -20,7 +20,7 @@ mod split;
 pub use dedupe::dedupe_constants;
 pub use infer::infer_shapes;
 pub use lower::{
-    eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, legalize, lower_batchnorm,
+    alias_root, eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, legalize, lower_batchnorm,
     materialize_outputs, merge_sibling_matmuls, storage_of, storage_root, stored_bytes, Storage,
 };
 pub use memory::{

@@ -228,8 +228,22 @@ pub fn materialize_outputs(g: &mut Graph) -> Result<(), PassError> {
     Ok(())
 }
 
-/// Follows `Alias` producers to the value that owns the storage.
+/// Follows `Alias` producers (views) and `CacheWrite` producers (written in place over their cache) to the value
+/// that owns the storage.
 pub fn storage_root(g: &Graph, mut v: ValueId) -> ValueId {
+    while let Some(p) = g.value(v).producer {
+        let node = g.node(p);
+        if !matches!(node.op, Op::Alias | Op::CacheWrite { .. }) {
+            break;
+        }
+        v = node.inputs[0].expect("alias input");
+    }
+    v
+}
+
+/// Follows `Alias` producers only: the value `v` is a view of. Unlike [`storage_root`] it tells a cache written
+/// in place (a `CacheWrite` output) from the cache as it was before the write.
+pub fn alias_root(g: &Graph, mut v: ValueId) -> ValueId {
     while let Some(p) = g.value(v).producer {
         let node = g.node(p);
         if node.op != Op::Alias {

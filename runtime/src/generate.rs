@@ -4,8 +4,9 @@
 //!
 //! **Architecture Invariant:** after the prompt is written, nothing goes through the host per token. The token a
 //! step chooses (an ArgMax inside the plan) is copied on the GPU into the next step's `input_ids` and into a token
-//! history; the cache rows a step adds are copied on the GPU into the cache; `position_ids` and the mask's new
-//! row come from small constant buffers written once per generation. The host encodes `steps_per_submit` steps
+//! history; the cache rows a step adds are written into the cache by the step itself (a decode step with a
+//! `cache_row`) or copied on the GPU into the cache; `position_ids`, the cache row and the mask's new row come
+//! from small constant buffers written once per generation. The host encodes `steps_per_submit` steps
 //! per submit and reads the history back only between submits when it must stop at an end-of-sequence token.
 
 use crate::{RuntimeError, Session};
@@ -186,6 +187,24 @@ impl Session {
         if let Some(p) = decode.position_ids {
             gpu.queue.write_buffer(&iota, 0, &words(input(p).0, 0..d.capacity as i64));
         }
+        // A decode step that writes the cache in place reads its row from the rows 0..capacity.
+        let rows_iota = match decode.cache_row {
+            Some(r) => {
+                let b = gpu.scoped("generation buffers", || {
+                    dev.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("wgslc cache rows"),
+                        size: 4 * d.capacity as u64,
+                        usage: wgpu::BufferUsages::STORAGE
+                            | wgpu::BufferUsages::COPY_DST
+                            | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: false,
+                    })
+                })?;
+                gpu.queue.write_buffer(&b, 0, &words(input(r).0, 0..d.capacity as i64));
+                Some((b, input(r).1))
+            }
+            None => None,
+        };
 
         gpu.queue.write_buffer(&history, 0, &words(&self.plan.outputs[decode.next_token], prompt.iter().copied()));
 
@@ -233,9 +252,12 @@ impl Session {
         gpu.check_lost()?;
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
 
-        // Decode: the mask holds the prompt's rows and the step's own; each step adds its row after it runs.
+        // Decode: the mask holds the prompt's rows and the step's own. A step writing in place adds its row
+        // (its token's position) before it runs; otherwise the step's token is at row `rows` and its row is added
+        // after it runs, when its cache rows are copied there.
         let start = std::time::Instant::now();
-        let mask = (0..d.rows + 1).map(|j| i64::from(j < prompt.len() || j == d.rows));
+        let in_place = rows_iota.is_some();
+        let mask = (0..d.rows + 1).map(|j| i64::from(j < prompt.len() || (j == d.rows && !in_place)));
         gpu.queue.write_buffer(mask_buf, 0, &words(mask_spec, mask));
         if let Some(p) = decode.cache_position {
             gpu.queue.write_buffer(input(p).1, 0, &words(input(p).0, [d.rows as i64]));
@@ -262,12 +284,17 @@ impl Session {
                         enc.copy_buffer_to_buffer(&iota, 4 * pos as u64, input(p).1, 0, 4);
                         copies += 1;
                     }
+                    if let Some((rows, row)) = &rows_iota {
+                        enc.copy_buffer_to_buffer(rows, 4 * pos as u64, row, 0, 4);
+                        enc.copy_buffer_to_buffer(&one, 0, mask_buf, 4 * pos as u64, 4);
+                        copies += 2;
+                    }
                     self.encode_step(&mut enc, &decode.name, &decode_dispatches);
                     let (_, next) = output(decode_token);
                     enc.copy_buffer_to_buffer(next, 0, &history, 4 * (pos + 1) as u64, 4);
                     enc.copy_buffer_to_buffer(next, 0, input(decode.input_ids).1, 0, 4);
                     copies += 2;
-                    if pos < d.rows {
+                    if pos < d.rows && !in_place {
                         copies += self.copy_rows(&mut enc, d, decode, pos, 1);
                         enc.copy_buffer_to_buffer(&one, 0, mask_buf, 4 * pos as u64, 4);
                         copies += 1;
@@ -319,7 +346,7 @@ impl Session {
             let out = &self.plan.outputs[p.output];
             let outer: usize = past.shape[..s.axis].iter().product();
             let inner = past.shape[s.axis + 1..].iter().product::<usize>() as u64 * 4;
-            let (src_rows, dst_rows) = (out.shape[s.axis] as u64, d.rows as u64);
+            let (src_rows, dst_rows) = (out.shape[s.axis] as u64, past.shape[s.axis] as u64);
             for o in 0..outer as u64 {
                 enc.copy_buffer_to_buffer(
                     &self.buffers[out.buffer],

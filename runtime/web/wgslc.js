@@ -419,6 +419,10 @@ export class Session {
       const mask = input(decode.attention_mask);
       device.queue.writeBuffer(one, 0, words(mask.spec, [1]));
       if (decode.position_ids != null) device.queue.writeBuffer(iota, 0, words(input(decode.position_ids).spec, range(d.capacity, (i) => i)));
+      // A decode step that writes the cache in place reads its row from the rows 0..capacity.
+      const inPlace = decode.cache_row != null;
+      const rowsIota = inPlace ? make("wgslc cache rows", bytes, storage) : null;
+      if (inPlace) device.queue.writeBuffer(rowsIota, 0, words(input(decode.cache_row).spec, range(d.capacity, (i) => i)));
       device.queue.writeBuffer(history, 0, Int32Array.from(prompt));
       if (sampling) {
         // The seed folded to 32 bits as the Rust runtime does (seed ^ seed >> 32).
@@ -461,7 +465,10 @@ export class Session {
       const prefillMs = performance.now() - t0;
 
       const t1 = performance.now();
-      device.queue.writeBuffer(mask.buf, 0, words(mask.spec, range(d.rows + 1, (j) => (j < prompt.length || j === d.rows ? 1 : 0))));
+      // The mask holds the prompt's rows and the step's own. A step writing in place adds its row (its token's
+      // position) before it runs; otherwise its token is at row `rows` and its row is added after it runs, when
+      // its cache rows are copied there.
+      device.queue.writeBuffer(mask.buf, 0, words(mask.spec, range(d.rows + 1, (j) => (j < prompt.length || (j === d.rows && !inPlace) ? 1 : 0))));
       if (decode.cache_position != null) write(decode.cache_position, [d.rows]);
       const read = async (count) => {
         const enc = device.createCommandEncoder();
@@ -494,10 +501,14 @@ export class Session {
           for (let i = 0; i < k; i++) {
             const pos = produced + i - 1;
             if (decode.position_ids != null) enc.copyBufferToBuffer(iota, 4 * pos, input(decode.position_ids).buf, 0, 4);
+            if (inPlace) {
+              enc.copyBufferToBuffer(rowsIota, 4 * pos, input(decode.cache_row).buf, 0, 4);
+              enc.copyBufferToBuffer(one, 0, mask.buf, 4 * pos, 4);
+            }
             this.#encodeStep(enc, decode.name, decodeChoice.dispatches);
             enc.copyBufferToBuffer(next, 0, history, 4 * (pos + 1), 4);
             enc.copyBufferToBuffer(next, 0, input(decode.input_ids).buf, 0, 4);
-            if (pos < d.rows) {
+            if (pos < d.rows && !inPlace) {
               this.#copyRows(enc, decode, pos, 1);
               enc.copyBufferToBuffer(one, 0, mask.buf, 4 * pos, 4);
             }
@@ -557,7 +568,7 @@ export class Session {
       const inner = 4 * past.shape.slice(s.axis + 1).reduce((a, x) => a * x, 1);
       const srcRows = out.shape[s.axis];
       for (let o = 0; o < outer; o++) {
-        enc.copyBufferToBuffer(buffers[out.buffer], (o * srcRows + p.first_row) * inner, buffers[past.buffer], (o * d.rows + pos) * inner, count * inner);
+        enc.copyBufferToBuffer(buffers[out.buffer], (o * srcRows + p.first_row) * inner, buffers[past.buffer], (o * past.shape[s.axis] + pos) * inner, count * inner);
       }
     }
   }
@@ -642,6 +653,11 @@ export function parsePlan(text) {
     const fits = b && b.kind === "weight" && w.offset + size(w.shape) <= b.size;
     if (!fits || w.offset % 256 !== 0) bad(`weight '${w.name}' is outside its weight buffer or misaligned`);
   }
+  // A decoder step that writes the cache in place writes the cache inputs' buffers, and only those.
+  const dec = plan.decoder;
+  const caches = dec && Array.isArray(dec.steps) && dec.steps.some((st) => st.cache_row != null) && Array.isArray(dec.state)
+    ? dec.state.map((s) => plan.inputs[s.input]?.buffer)
+    : [];
   for (const k of plan.kernels) {
     if (typeof k.wgsl !== "string" || k.wgsl.startsWith("/") || k.wgsl.split("/").some((c) => c === ".." || c === "." || c === "")) {
       bad(`kernel '${k.name}' has a path outside the artifact: '${k.wgsl}'`);
@@ -654,7 +670,8 @@ export function parsePlan(text) {
       if (b.offset % 256 !== 0 || !(b.size > 0) || b.size % 4 !== 0 || b.offset + b.size > buf.size) {
         bad(`kernel '${k.name}' binding ${b.binding} (${b.offset}+${b.size}) is outside buffer '${buf.name}' (${buf.size} bytes) or misaligned`);
       }
-      if (b.access === "read_write" && (buf.kind === "weight" || buf.kind === "input")) {
+      const cache = buf.kind === "input" && caches.includes(b.buffer);
+      if (b.access === "read_write" && (buf.kind === "weight" || buf.kind === "input") && !cache) {
         bad(`kernel '${k.name}' writes ${buf.kind === "weight" ? "Weight" : "Input"} buffer '${buf.name}'`);
       }
     }
@@ -716,15 +733,16 @@ function checkDecoder(plan, known) {
   if (!Array.isArray(d.state) || !Array.isArray(d.steps)) throw new Error("plan.json is not a valid plan: decoder without state or steps");
   if (d.capacity !== d.rows + 1 || !(d.rows > 0)) bad(`capacity ${d.capacity} with ${d.rows} cache rows`);
   const len = (t) => t.shape.reduce((a, x) => a * x, 1);
+  const cacheRows = d.steps.some((st) => st.cache_row != null) ? d.capacity : d.rows;
   for (const s of d.state) {
     known("a decoder state entry", s, ["input", "axis"]);
     const t = plan.inputs[s.input];
-    if (!(t && s.axis < t.shape.length && t.shape[s.axis] === d.rows && t.storage === "f32")) {
-      bad(`state input ${s.input} is not a float cache of ${d.rows} rows`);
+    if (!(t && s.axis < t.shape.length && t.shape[s.axis] === cacheRows && t.storage === "f32")) {
+      bad(`state input ${s.input} is not a float cache of ${cacheRows} rows`);
     }
   }
   for (const st of d.steps) {
-    known(`decoder step '${st.name}'`, st, ["name", "tokens", "dispatches", "input_ids", "attention_mask", "position_ids", "cache_position", "last_index", "logits", "next_token", "present", "sample"]);
+    known(`decoder step '${st.name}'`, st, ["name", "tokens", "dispatches", "input_ids", "attention_mask", "position_ids", "cache_position", "last_index", "logits", "next_token", "present", "cache_row", "sample"]);
     const n = st.tokens;
     if (!(n > 0 && n <= d.rows) || !st.dispatches.every((k) => k >= 0 && k < plan.kernels.length)) {
       bad(`step '${st.name}' has ${n} tokens or a dispatch out of range`);
@@ -748,6 +766,13 @@ function checkDecoder(plan, known) {
         p && len(p) === 2 && p.storage !== "f32" && Array.isArray(sm.dispatches) &&
         sm.dispatches.every((k) => k >= 0 && k < plan.kernels.length);
       if (!fits) bad(`step '${st.name}': the sampling token, inputs or dispatches are not valid`);
+    }
+    if (st.cache_row != null) {
+      const r = plan.inputs[st.cache_row];
+      if (n !== 1 || st.present.length !== 0 || !(r && len(r) === 1 && r.storage !== "f32")) {
+        bad(`step '${st.name}' writes the cache in place: it needs one token, no present outputs and a one-integer row input`);
+      }
+      continue;
     }
     if (st.present.length !== d.state.length) bad(`step '${st.name}' has ${st.present.length} present outputs for ${d.state.length} caches`);
     for (const [i, p] of st.present.entries()) {

@@ -20,8 +20,10 @@ pub(crate) fn section(
     mem: &wgslc_passes::MemoryPlan,
     layout: &DecoderLayout,
 ) -> Result<art::Decoder, CompileError> {
-    // Values are compared by the value that owns their storage (an output may alias the value a kernel writes).
-    let root = |v: ValueId| wgslc_passes::storage_root(g, v);
+    // Values are compared by the value they are views of (an output may alias the value a kernel writes); not by
+    // storage, which would tell a cache written in place from the cache it was before the write (the prefill
+    // step reads the cache, the decode step's in-place write is no part of it).
+    let root = |v: ValueId| wgslc_passes::alias_root(g, v);
     let err = |m: String| CompileError::Decoder(m);
     let input = |name: &str| plan.inputs.iter().position(|t| t.name == name);
     let output = |name: &str| plan.outputs.iter().position(|t| t.name == name);
@@ -83,6 +85,7 @@ pub(crate) fn section(
                 .iter()
                 .map(|(o, r)| Ok(art::Present { output: need_out(o)?, first_row: *r }))
                 .collect::<Result<_, CompileError>>()?,
+            cache_row: s.cache_row.as_deref().map(need_in).transpose()?,
             sample: Some(sample),
         });
     }

@@ -175,6 +175,8 @@ fn node_flops(g: &Graph, n: NodeId) -> u64 {
             d * t * b * (2 * h * g * h + 10 * g * h)
         }
         Op::CumSum { .. } | Op::TopK { .. } | Op::Sample => input(0).map(|t| t.numel() as u64).unwrap_or(out),
+        // A copy of the new rows: no arithmetic.
+        Op::CacheWrite { .. } => 0,
         Op::BatchNorm { .. } => 2 * out,
         // Import-level ops never reach a report (shape inference resolves them): counted as one per element.
         wgslc_ir::import_level!() => out,

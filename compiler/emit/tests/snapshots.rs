@@ -253,3 +253,32 @@ fn one_row_products_are_matrix_vector_kernels() {
     assert!(k.contains("B's columns are contiguous (K-major)"), "the tied head reads K-major:\n{k}");
     insta::assert_snapshot!(k);
 }
+
+/// A decode step's attention: the new key and value rows written into their caches in place (`CacheWrite`, one
+/// thread per new element at the row the loop gives), then the one query row's scores, softmax and product with
+/// V as one kernel holding every score in workgroup memory.
+#[test]
+fn a_decode_step_writes_its_cache_in_place_and_attends_in_one_kernel() {
+    let mut g = Graph::new();
+    let (kc, vc) = (input(&mut g, "k_cache", &[1, 2, 8, 16]), input(&mut g, "v_cache", &[1, 2, 8, 16]));
+    let (k, v, q) =
+        (input(&mut g, "k", &[1, 2, 1, 16]), input(&mut g, "v", &[1, 2, 1, 16]), input(&mut g, "q", &[1, 2, 1, 16]));
+    let row = g.add_value("row", Some(TensorType::new(DType::I64, vec![1])));
+    g.inputs.push(row);
+    let mask = input(&mut g, "mask", &[1, 1, 1, 8]);
+    let keys = node(&mut g, Op::CacheWrite { axis: 2 }, &[kc, k, row]);
+    let values = node(&mut g, Op::CacheWrite { axis: 2 }, &[vc, v, row]);
+    let kt = node(&mut g, Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[keys]);
+    let scores = node(&mut g, Op::MatMul, &[q, kt]);
+    let scale = g.add_const("scale", Tensor::f32(vec![], vec![0.25]));
+    let scaled = node(&mut g, Op::Binary(BinaryOp::Mul), &[scores, scale]);
+    let masked = node(&mut g, Op::Binary(BinaryOp::Add), &[scaled, mask]);
+    let p = node(&mut g, Op::Softmax { axis: -1, legacy: false, log: false }, &[masked]);
+    let out = node(&mut g, Op::MatMul, &[p, values]);
+    g.outputs.push(out);
+    let k = kernels(g);
+    assert_eq!(k.matches("// ---- ").count(), 3, "two cache writes and one attention kernel:\n{k}");
+    assert_eq!(k.matches("templates/cache_write.wgsl").count(), 2, "{k}");
+    assert!(k.contains("templates/attention_row.wgsl"), "one query row:\n{k}");
+    insta::assert_snapshot!(k);
+}

@@ -10,6 +10,13 @@
 //! `pos` rows; the model's positions come from `position_ids`, never from the window's shape. After a step the
 //! runtime copies its new rows into the cache at `pos`.
 //!
+//! When every cache is written as `Concat(past, new)` and nothing else reads its data (Shape nodes may size masks
+//! from it), the decode step writes in place instead: the cache inputs hold `capacity` rows, the decode step's
+//! Concats become `CacheWrite`s (wgslc's own op) that write the token's rows at row `wgslc.cache_row` (the
+//! token's position) and attend over the whole cache, the loop unmasking rows `0..=pos`; every other reader,
+//! the prefill step included, reads the window of the first `rows` rows (a Slice, a view). No kernel copies a
+//! cache and the runtime copies no decode rows.
+//!
 //! [`decoder_model`] rewrites the model into one graph with both steps (the prefill step's values prefixed
 //! `prefill/`, the cache inputs and the weights shared), each step ending in an `ArgMax` over its last real
 //! token's logits (`next_token`) and in a `Sample` over them (`wgslc.sampled_token`, wgslc's own op: top-k and
@@ -28,6 +35,8 @@ pub const PREFILL: &str = "prefill/";
 /// The sampling inputs both steps share (see [`DecoderLayout`]).
 const TEMPERATURE: &str = "wgslc.temperature";
 const SAMPLING: &str = "wgslc.sampling";
+/// The decode step's cache row input, when it writes the cache in place (see [`StepLayout::cache_row`]).
+const CACHE_ROW: &str = "wgslc.cache_row";
 
 /// What `--kv-cache` asks for.
 #[derive(Clone, Debug)]
@@ -51,7 +60,8 @@ pub struct DecoderLayout {
     pub temperature: String,
     pub sampling: String,
     pub steps: Vec<StepLayout>,
-    /// Rows in every cache input.
+    /// Rows of the cache the prefill step sees (`capacity - 1`); the cache inputs hold `rows + 1` when the
+    /// decode step writes in place (`StepLayout::cache_row`), `rows` otherwise.
     pub rows: usize,
 }
 
@@ -69,7 +79,11 @@ pub struct StepLayout {
     /// The token drawn by `Sample` from the same logits, keyed by the step's last position.
     pub sampled_token: String,
     /// Per state entry: the output with the step's rows, and the row of it where the step's first token is.
+    /// Empty when the step writes the cache in place.
     pub present: Vec<(String, usize)>,
+    /// The input (integers, one element) holding the row at which the step writes its token's cache rows in
+    /// place: the decode step's, when every cache is written as `Concat(past, new)` and read by nothing else.
+    pub cache_row: Option<String>,
 }
 
 const ROLES: [&str; 4] = ["input_ids", "attention_mask", "position_ids", "cache_position"];
@@ -227,6 +241,7 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
     let mut present_rows = Vec::new();
     let mut renames: HashMap<String, String> = HashMap::new();
     let mut extra_nodes = Vec::new();
+    let mut concats = Vec::new();
     for ((present, past), (_, axis)) in pairs.iter().zip(&state) {
         let rank = past_shapes[past].len() as i64;
         let direct = producer.get(present).map(|&i| &g.node[i]).filter(|n| {
@@ -239,6 +254,7 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
         });
         match direct {
             Some(n) => {
+                concats.push(producer[present]);
                 let new = n.input[1].clone();
                 let whole = format!("{present}/with_past");
                 renames.insert(present.clone(), whole);
@@ -257,6 +273,46 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
     }
     g.node.extend(extra_nodes);
 
+    // In place: when every cache is written as Concat(past, new) and its data read by nothing else, the cache
+    // inputs hold `capacity` rows and the decode step writes its token's rows at the token's position
+    // (`CACHE_ROW`), so no step copies the cache and the runtime copies no rows; the decode step attends over the
+    // whole cache with the rows past its token masked out. Everything else in either step (the prefill step's
+    // Concats, and Shape nodes that size masks from the cache) reads the cache's first `rows` rows, the window.
+    let shape_only = |n: &NodeProto| n.op_type == "Shape" && n.domain.is_empty();
+    let in_place = concats.len() == pairs.len()
+        && pairs.iter().all(|(_, past)| {
+            g.node.iter().enumerate().all(|(i, n)| !n.input.contains(past) || concats.contains(&i) || shape_only(n))
+        });
+    if in_place {
+        let mut windows = Vec::new();
+        for ((_, past), (_, axis)) in pairs.iter().zip(&state) {
+            past_shapes.get_mut(past).expect("a cache shape")[*axis] = rows + 1;
+            let window = format!("{past}/window");
+            let bounds = [("starts", 0), ("ends", rows as i64), ("axes", *axis as i64)];
+            let names: Vec<String> = bounds.iter().map(|(b, _)| format!("{window}/{b}")).collect();
+            for (name, (_, v)) in names.iter().zip(bounds) {
+                g.initializer.push(int64_tensor(name, v));
+            }
+            let mut slice = node("Slice", &window, &[past, &names[0], &names[1], &names[2]], &window, vec![]);
+            // Opsets before 10 take the bounds as attributes.
+            slice.attribute = bounds.iter().map(|&(b, v)| ints_attr(b, v)).collect();
+            windows.push(slice);
+        }
+        for (i, n) in g.node.iter_mut().enumerate() {
+            if concats.contains(&i) {
+                continue;
+            }
+            for s in n.input.iter_mut() {
+                if pairs.iter().any(|(_, past)| past == s) {
+                    *s = format!("{s}/window");
+                }
+            }
+        }
+        concats.iter_mut().for_each(|c| *c += windows.len());
+        g.node.splice(0..0, windows);
+    }
+    let inits: HashSet<String> = g.initializer.iter().map(|t| t.name.clone()).collect();
+
     // Both steps: the decode step keeps the names, the prefill step's are prefixed.
     let shared: HashSet<String> = inits
         .iter()
@@ -266,6 +322,19 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
         .chain([TEMPERATURE.to_string(), SAMPLING.to_string()])
         .collect();
     let mut prefill_nodes: Vec<NodeProto> = g.node.iter().map(|n| prefixed(n, &shared)).collect();
+    if in_place {
+        // The prefill step's Concats read its window; the decode step's become in-place writes.
+        for (&c, (_, past)) in concats.iter().zip(&pairs) {
+            prefill_nodes[c].input[0] = format!("{PREFILL}{past}/window");
+            let n = &mut g.node[c];
+            let axis = n.attribute.iter().find(|a| a.name == "axis").map(|a| a.i).unwrap_or(0);
+            let rank = past_shapes[past].len() as i64;
+            n.op_type = "CacheWrite".into();
+            n.domain = crate::WGSLC_DOMAIN.into();
+            n.input.push(CACHE_ROW.into());
+            n.attribute = vec![int_attr("axis", if axis < 0 { axis + rank } else { axis })];
+        }
+    }
     let mut shapes = past_shapes.clone();
     let mut steps = Vec::new();
     let mut inputs: Vec<ValueInfoProto> = Vec::new();
@@ -316,7 +385,17 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
         } else {
             prefill_nodes.extend([argmax, sample]);
         }
+        // A step that writes the cache in place has no present outputs (nothing reads them).
+        let writes_in_place = in_place && prefix.is_empty();
+        let cache_row = writes_in_place.then(|| CACHE_ROW.to_string());
+        if let Some(r) = &cache_row {
+            shapes.insert(r.clone(), vec![1]);
+            inputs.push(int64_input(r, 1));
+        }
         for o in &g.output {
+            if writes_in_place && pairs.iter().any(|(present, _)| *present == o.name) {
+                continue;
+            }
             outputs.push(ValueInfoProto { name: p(&o.name), r#type: o.r#type.clone() });
         }
         outputs.push(ValueInfoProto { name: next.clone(), r#type: None });
@@ -332,7 +411,12 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
             logits: lg,
             next_token: next,
             sampled_token: sampled,
-            present: pairs.iter().zip(&present_rows).map(|((o, _), &r)| (p(o), r)).collect(),
+            present: if writes_in_place {
+                vec![]
+            } else {
+                pairs.iter().zip(&present_rows).map(|((o, _), &r)| (p(o), r)).collect()
+            },
+            cache_row,
         });
     }
     for (past, _) in &state {
@@ -377,6 +461,21 @@ fn node(op: &str, name: &str, inputs: &[&str], output: &str, attribute: Vec<Attr
 
 fn int_attr(name: &str, i: i64) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: 2, i, ..Default::default() }
+}
+
+fn ints_attr(name: &str, i: i64) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: 7, ints: vec![i], ..Default::default() }
+}
+
+/// A one-element int64 initializer.
+fn int64_tensor(name: &str, v: i64) -> crate::proto::TensorProto {
+    crate::proto::TensorProto {
+        name: name.into(),
+        dims: vec![1],
+        data_type: 7,
+        int64_data: vec![v],
+        ..Default::default()
+    }
 }
 
 fn int64_input(name: &str, len: i64) -> ValueInfoProto {

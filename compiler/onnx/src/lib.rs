@@ -126,8 +126,9 @@ pub fn import_bytes(bytes: &[u8], model_dir: Option<&Path>, opts: &ImportOptions
     import_model(&model, model_dir, opts)
 }
 
-/// The domain of wgslc's own ops in ONNX graphs: `Sample` (see `wgslc_ir::Op::Sample`), which `--kv-cache`
-/// adds to draw tokens.
+/// The domain of wgslc's own ops in ONNX graphs, which `--kv-cache` adds: `Sample` (see `wgslc_ir::Op::Sample`)
+/// to draw tokens, and `CacheWrite` (`wgslc_ir::Op::CacheWrite`, attribute `axis`) to write a step's cache rows
+/// in place.
 pub const WGSLC_DOMAIN: &str = "wgslc";
 
 /// The opset of the default domain.

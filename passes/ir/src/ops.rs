@@ -541,6 +541,15 @@ pub enum Op {
     /// temperature; a temperature of 0 or less picks the largest logit (first on ties). The noise is a hash of
     /// (seed, counter, index), so a seed gives the same tokens on every device. Output: int64, the row's shape.
     Sample,
+    /// wgslc's own (domain `wgslc`): a KV cache written in place for generation. Inputs: the cache, the new rows
+    /// (the cache's shape but `n` along `axis`) and the first row to write them at (integers, one element,
+    /// clamped to `0..=len - n`). The output is the cache with rows `row..row + n` along `axis` replaced, and it
+    /// is the cache: it takes the cache's storage ([`CacheWrite`](Op::CacheWrite) is followed by storage roots),
+    /// and its kernel writes only the new rows. So nothing may read the cache input after it; `--kv-cache` makes
+    /// it the cache's only reader in its step.
+    CacheWrite {
+        axis: usize,
+    },
     /// ScatterElements(data, indices, updates) along `axis`, or ScatterND when `axis` is None.
     Scatter {
         axis: Option<i64>,
@@ -716,6 +725,7 @@ impl Op {
             Op::CenterCropPad => "CenterCropPad",
             Op::TopK { .. } => "TopK",
             Op::Sample => "Sample",
+            Op::CacheWrite { .. } => "CacheWrite",
             Op::Scatter { axis: Some(_), .. } => "ScatterElements",
             Op::Scatter { axis: None, .. } => "ScatterND",
             Op::OneHot { .. } => "OneHot",
@@ -786,6 +796,7 @@ impl Op {
             | Op::RotateHalf
             | Op::ArgReduce { .. }
             | Op::Sample
+            | Op::CacheWrite { .. }
             | Op::Recurrence(_)
             | Op::GatherElements { .. } => true,
             Op::Reduce { axes, .. } => axes.is_some(),

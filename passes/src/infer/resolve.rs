@@ -244,6 +244,21 @@ pub(super) fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let shape = x.shape[..x.rank() - 1].to_vec();
             Ok(keep(cx, Op::Sample, vec![TensorType::new(DType::I64, shape)]))
         }
+        Op::CacheWrite { axis } => {
+            let (c, new, row) = (cx.ty(0)?.clone(), cx.ty(1)?, cx.ty(2)?);
+            let fits = axis < c.rank()
+                && new.rank() == c.rank()
+                && new.dtype == c.dtype
+                && (0..c.rank())
+                    .all(|d| if d == axis { new.shape[d] <= c.shape[d] } else { new.shape[d] == c.shape[d] });
+            if !fits {
+                return Err(cx.err(format!("the new rows {new} do not fit the cache {c} along axis {axis}")));
+            }
+            if !row.dtype.is_int() || row.numel() != 1 {
+                return Err(cx.err(format!("the row must be one integer, got {row}")));
+            }
+            Ok(keep(cx, op, vec![c]))
+        }
         Op::Trilu { upper, .. } => {
             let x = cx.ty(0)?.clone();
             if x.rank() < 2 {

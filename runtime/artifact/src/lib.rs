@@ -82,12 +82,15 @@ pub struct RangedAxis {
     pub factor: usize,
 }
 
-/// How a decoder artifact generates. The cache inputs (`state`) hold `rows` rows each and belong to the session:
-/// they are zeroed at the start of a generation and never copied through the host. Each step reads the cache as a
-/// window whose rows `pos..rows` the loop masks out through `attention_mask` (the model sees its own new tokens at
-/// rows `rows..rows+tokens`, positions come from `position_ids`); after a step the runtime copies the step's new
-/// rows of each `present` output into the cache at `pos`. Prompt plus generated tokens may not exceed `capacity`
-/// (`rows + 1`).
+/// How a decoder artifact generates. The cache inputs (`state`) belong to the session: they are zeroed at the
+/// start of a generation and never copied through the host. A step without `cache_row` reads the cache's first
+/// `rows` rows as a window whose rows `pos..rows` the loop masks out through `attention_mask` (the model sees its
+/// own new tokens at rows `rows..rows+tokens`, positions come from `position_ids`); after it the runtime copies
+/// the step's new rows of each `present` output into the cache at `pos`. A step with `cache_row` (one token)
+/// writes its token's rows into the cache itself, at the row the runtime puts in that input (the token's
+/// position `pos`), and attends over the whole cache: the loop sets the mask's entries `0..=pos` to 1 before it
+/// runs. The cache inputs hold `capacity` rows when a step writes in place, `rows` otherwise. Prompt plus
+/// generated tokens may not exceed `capacity` (`rows + 1`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
@@ -130,8 +133,13 @@ pub struct Step {
     pub logits: usize,
     /// The greedy next token (int64 `[1, 1]`), chosen on the GPU.
     pub next_token: usize,
-    /// One per `Decoder::state` entry: the output holding the step's new rows.
+    /// One per `Decoder::state` entry: the output holding the step's new rows; empty when the step writes the
+    /// cache in place (`cache_row`).
     pub present: Vec<Present>,
+    /// A step that writes its token's cache rows in place: the index into `Plan::inputs` (integers, one element)
+    /// of the row it writes them at (absent from artifacts made before in-place cache writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_row: Option<usize>,
     /// The step when it draws its token instead (absent from artifacts made before sampling existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample: Option<StepSample>,
@@ -358,6 +366,13 @@ impl Plan {
                 return bad(format!("weight '{}' is outside its weight buffer or misaligned", w.name));
             }
         }
+        // A decoder step that writes the cache in place writes the cache inputs' buffers, and only those.
+        let caches: Vec<usize> = match &self.decoder {
+            Some(d) if d.steps.iter().any(|st| st.cache_row.is_some()) => {
+                d.state.iter().filter_map(|s| self.inputs.get(s.input)).map(|t| t.buffer).collect()
+            }
+            _ => vec![],
+        };
         for k in &self.kernels {
             let p = Path::new(&k.wgsl);
             if p.is_absolute() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
@@ -383,7 +398,9 @@ impl Plan {
                         k.name, b.binding, b.offset, b.size, buf.name, buf.size
                     ));
                 }
-                if b.access == Access::ReadWrite && matches!(buf.kind, BufferKind::Weight | BufferKind::Input) {
+                let cache = buf.kind == BufferKind::Input && caches.contains(&b.buffer);
+                if b.access == Access::ReadWrite && matches!(buf.kind, BufferKind::Weight | BufferKind::Input) && !cache
+                {
                     return bad(format!("kernel '{}' writes {:?} buffer '{}'", k.name, buf.kind, buf.name));
                 }
             }
@@ -463,10 +480,12 @@ impl Plan {
         }
         let input = |i: usize| self.inputs.get(i);
         let output = |i: usize| self.outputs.get(i);
+        let cache_rows = if d.steps.iter().any(|st| st.cache_row.is_some()) { d.capacity } else { d.rows };
         for s in &d.state {
             match input(s.input) {
-                Some(t) if s.axis < t.shape.len() && t.shape[s.axis] == d.rows && t.storage == StorageType::F32 => {}
-                _ => return bad(format!("state input {} is not a float cache of {} rows", s.input, d.rows)),
+                Some(t) if s.axis < t.shape.len() && t.shape[s.axis] == cache_rows && t.storage == StorageType::F32 => {
+                }
+                _ => return bad(format!("state input {} is not a float cache of {cache_rows} rows", s.input)),
             }
         }
         for st in &d.steps {
@@ -499,6 +518,16 @@ impl Plan {
                 if !fits {
                     return bad(format!("step '{}': the sampling token, inputs or dispatches are not valid", st.name));
                 }
+            }
+            if let Some(r) = st.cache_row {
+                if n != 1 || !st.present.is_empty() || !input(r).is_some_and(|t| len(t) == 1 && word(t)) {
+                    return bad(format!(
+                        "step '{}' writes the cache in place: it needs one token, no present outputs and a \
+                         one-integer row input",
+                        st.name
+                    ));
+                }
+                continue;
             }
             if st.present.len() != d.state.len() {
                 return bad(format!(

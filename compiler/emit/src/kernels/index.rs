@@ -50,6 +50,21 @@ pub(super) struct ScatterTpl {
     pub(super) upd_coords: Vec<UpdCoord>,
 }
 
+#[derive(Template)]
+#[template(path = "cache_write.wgsl", escape = "none")]
+pub(super) struct CacheWriteTpl {
+    pub(super) h: Header,
+    pub(super) groups_x: u32,
+    pub(super) numel: usize,
+    pub(super) axis: usize,
+    /// The largest first row: the cache's length along the axis less the new rows'.
+    pub(super) last_row: usize,
+    pub(super) coords: Vec<NamedCoord>,
+    /// Where new element `i` is read (through the view of the new rows) and written.
+    pub(super) src: String,
+    pub(super) dst: String,
+}
+
 pub(super) struct PadDim {
     pub(super) out_stride: usize,
     pub(super) out_extent: usize,
@@ -171,6 +186,36 @@ impl Emitter<'_> {
             }
         };
         self.kernel(n, node.name.clone(), "scatter", tpl.render(), &b, wg)
+    }
+
+    /// The new rows of a cache written in place (`Op::CacheWrite`): one thread per new element, read through its
+    /// view (a slice of a merged projection needs no copy of its own), stored at its row past the clamped first row.
+    pub(super) fn cache_write(&self, n: NodeId, axis: usize) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (new, row, out) = (node.inputs[1].unwrap(), node.inputs[2].unwrap(), node.outputs[0]);
+        let (ns, cs) = (g.ty(new).shape.clone(), g.ty(out).shape.clone());
+        let view = input_view(g, &self.sched.folded, n, 1);
+        let (ncs, ocs) = (contiguous_strides(&ns), contiguous_strides(&cs));
+        let dims: Vec<usize> = (0..ns.len()).filter(|&d| ns[d] > 1).collect();
+        let coords =
+            dims.iter().map(|&d| NamedCoord { name: format!("c{d}"), stride: ncs[d], extent: ns[d] }).collect();
+        let mut src = view.offset.to_string();
+        let mut dst = format!("r * {}u", ocs[axis]);
+        for &d in &dims {
+            if view.strides[d] != 0 {
+                src += &format!(" + i32(c{d}) * {}", view.strides[d]);
+            }
+            dst += &format!(" + c{d} * {}u", ocs[d]);
+        }
+        let numel = g.ty(new).numel();
+        let b = [(view.root, false, "x"), (row, false, "row"), (out, true, "cache")];
+        let (h, wg, groups_x) = self.launch(n, None, "cache_write.wgsl", &b, numel.div_ceil(256))?;
+        let last_row = cs[axis] - ns[axis];
+        let tpl = CacheWriteTpl { h, groups_x, numel, axis, last_row, coords, src: format!("u32({src})"), dst };
+        let mut k = self.kernel(n, node.name.clone(), "cache_write", tpl.render(), &b, wg)?;
+        k.stored_bytes = Some(wgslc_passes::stored_bytes(g, new));
+        Ok(k)
     }
 
     pub(super) fn pad(

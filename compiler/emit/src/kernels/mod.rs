@@ -465,6 +465,7 @@ impl Emitter<'_> {
             }
             Op::TopK { axis, largest, k } => Ok(vec![self.topk(n, *axis as usize, *largest, k.expect("resolved"))?]),
             Op::Sample => Ok(vec![self.sample(n)?]),
+            Op::CacheWrite { axis } => Ok(vec![self.cache_write(n, *axis)?]),
             Op::Recurrence(at) => Ok(vec![self.recurrence(n, at)?]),
             Op::Scatter { axis, reduction } => Ok(vec![self.scatter(n, axis.map(|a| a as usize), *reduction)?]),
             Op::Pad { mode, pads, value } => Ok(vec![self.pad(n, *mode, pads.as_ref().expect("resolved"), *value)?]),
