@@ -67,9 +67,6 @@ use wgslc_ir::{Graph, NodeId, Op, ValueId};
 /// loop's trip count sane), and the widest value rows (16 accumulators per thread).
 pub const ATTENTION_MAX_DK: usize = 1024;
 pub const ATTENTION_MAX_DV: usize = 256;
-/// The most keys a one-query-row attention kernel (a decode step) takes: it holds every score of its row in
-/// workgroup memory (8 KiB of 16). Longer rows stay three kernels.
-pub const ATTENTION_ROW_MAX_KEYS: usize = 2048;
 
 /// A producer → consumer edge that crosses a kernel boundary, and why it was not fused.
 #[derive(Clone, Debug, PartialEq, Eq)]

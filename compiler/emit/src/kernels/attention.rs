@@ -47,39 +47,6 @@ pub(super) struct AttentionTpl {
     pub(super) lanes: Vec<Lane>,
 }
 
-/// One query row per workgroup (a decode step): every score of the row in workgroup memory.
-#[derive(Template)]
-#[template(path = "attention_row.wgsl", escape = "none")]
-pub(super) struct AttentionRowTpl {
-    pub(super) h: Header,
-    pub(super) helpers: Helpers,
-    pub(super) fu: Fused,
-    pub(super) groups_x: u32,
-    /// Workgroups: one per batch (query row).
-    pub(super) blocks: usize,
-    pub(super) n: usize,
-    pub(super) dk: usize,
-    pub(super) dv: usize,
-    /// Threads per value column slice: `dv` rounded up to a power of two, and the slices of 256 threads.
-    pub(super) cols: usize,
-    pub(super) slices: usize,
-    pub(super) a_off: i64,
-    pub(super) b_off: i64,
-    pub(super) v_off: i64,
-    pub(super) a_sk: i64,
-    pub(super) b_sk: i64,
-    pub(super) b_sn: i64,
-    pub(super) v_sk: i64,
-    pub(super) v_sn: i64,
-    pub(super) a_pro: String,
-    pub(super) b_pro: String,
-    pub(super) b_var: String,
-    pub(super) v_var: String,
-    pub(super) alpha: String,
-    pub(super) nan_to_zero: bool,
-    pub(super) batch: Vec<AttnBatchDim>,
-}
-
 pub(super) struct AttnBatchDim {
     pub(super) div: usize,
     pub(super) extent: usize,
@@ -91,10 +58,8 @@ pub(super) struct AttnBatchDim {
 impl Emitter<'_> {
     /// MatMul or Gemm with its epilogue. Operands are read through their composed views (folded transposes and
     /// slices become strides); batch dimensions broadcast.
-    /// Q·Kᵀ with its prologue and epilogue, softmax over the keys and the product with V, as one kernel: blocks of
-    /// query rows per workgroup, keys in tiles of 64 with an online softmax (templates/attention.wgsl); a single
-    /// query row (a decode step) a workgroup per row with every score in workgroup memory
-    /// (templates/attention_row.wgsl).
+    /// Q·Kᵀ with its prologue and epilogue, softmax over the keys and the product with V, as one kernel: one
+    /// query row per workgroup, keys in tiles of 64 with an online softmax (templates/attention.wgsl).
     pub(super) fn attention(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let tail = group.attention().expect("attention group");
@@ -117,51 +82,6 @@ impl Emitter<'_> {
         let mut fu = self.fused_body(&qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
         self.place_stores(group, &mut fu);
         let bindings = bindings(&reads, &[(out, "out")]);
-        let batch: Vec<AttnBatchDim> = qk
-            .batch
-            .iter()
-            .zip(&pv.batch)
-            .map(|(a, b)| AttnBatchDim {
-                div: a.div,
-                extent: a.extent,
-                a_stride: a.a_stride,
-                b_stride: a.b_stride,
-                v_stride: b.b_stride,
-            })
-            .collect();
-        if qk.m == 1 {
-            let (h, wg, groups_x) = self.launch(tail.pv, Some(group), "attention_row.wgsl", &bindings, qk.batches)?;
-            let cols = pv.nn.next_power_of_two().min(256);
-            let tpl = AttentionRowTpl {
-                h,
-                helpers,
-                fu,
-                groups_x,
-                blocks: qk.batches,
-                n: qk.nn,
-                dk: qk.k,
-                dv: pv.nn,
-                cols,
-                slices: 256 / cols,
-                a_off: qk.va.offset,
-                b_off: qk.vb.offset,
-                v_off: pv.vb.offset,
-                a_sk: qk.a_sk,
-                b_sk: qk.b_sk,
-                b_sn: qk.b_sn,
-                v_sk: pv.b_sk,
-                v_sn: pv.b_sn,
-                a_pro: qk.pro[0].clone(),
-                b_pro: qk.pro[1].clone(),
-                b_var,
-                v_var,
-                alpha: f32_lit(qk.alpha),
-                nan_to_zero: tail.nan_to_zero.is_some(),
-                batch,
-            };
-            let name = self.group_name(group);
-            return self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg);
-        }
         let dv_pad = pv.nn.div_ceil(16) * 16;
         let wgslc_passes::AttentionTiling { row_lanes, v_chunk } = group
             .recipe
@@ -204,7 +124,18 @@ impl Emitter<'_> {
             alpha: f32_lit(qk.alpha),
             nan_to_zero: tail.nan_to_zero.is_some(),
             quads: (0..4).collect(),
-            batch,
+            batch: qk
+                .batch
+                .iter()
+                .zip(&pv.batch)
+                .map(|(a, b)| AttnBatchDim {
+                    div: a.div,
+                    extent: a.extent,
+                    a_stride: a.a_stride,
+                    b_stride: a.b_stride,
+                    v_stride: b.b_stride,
+                })
+                .collect(),
             lanes: (0..pv.nn.div_ceil(16)).map(|i| Lane { i, off: i * 16 }).collect(),
         };
         let name = self.group_name(group);
