@@ -5,8 +5,11 @@
 eager) on the same inputs as baselines.
 
     python3 scripts/bench_models.py OUT_DIR --wgslc PATH [--models gpt2,bert,llama,resnet18,mobilenet_v2] [--iterations N] [--tokens N]
+        [--modes fused,no_fuse] [--torch-compile]
 
-Each model is compiled five ways: default, --memory-budget 2, --no-reuse, --attention unfused, --no-fuse.
+Each model is compiled six ways (or those named by --modes): default (fused), --memory-budget 2 (fused_split),
+--no-reuse (fused_no_reuse), --attention unfused, --inverted-residual unfused, --no-fuse (no_fuse).
+--torch-compile also times the model under torch.compile(mode="reduce-overhead") (Inductor + CUDA graphs).
 
 Prints a table and writes OUT_DIR/bench.json. Needs torch, torchvision, transformers, onnx, onnxscript and
 onnxruntime (the GPU machine has them).
@@ -100,6 +103,8 @@ def main():
     ap.add_argument("--models", default="gpt2,bert,llama,resnet18")
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--tokens", type=int, default=128, help="sequence length of the transformers")
+    ap.add_argument("--modes", default="", help="the compile modes to run (default: all)")
+    ap.add_argument("--torch-compile", action="store_true", help="also time torch.compile(mode='reduce-overhead')")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(0)
@@ -130,6 +135,13 @@ def main():
         cargs = [t.cuda() for t in args]
         with torch.no_grad():
             row["torch_cuda_eager_ms"] = cuda_time(lambda: cm(*cargs), a.iterations)
+            if a.torch_compile:
+                t = time.perf_counter()
+                cc = torch.compile(cm, mode="reduce-overhead")
+                for _ in range(3):
+                    cc(*cargs)
+                row["torch_compile_warmup_s"] = round(time.perf_counter() - t, 1)
+                row["torch_compile_ms"] = cuda_time(lambda: cc(*cargs), a.iterations)
         cm.cpu()
         # fused_no_reuse: a buffer per value, so every kernel binds its inputs read-only; against "fused" it measures
         # what the arena's read-write input bindings cost.
@@ -139,6 +151,8 @@ def main():
         for mode, extra in [("fused", []), ("fused_split", ["--memory-budget", "2"]), ("fused_no_reuse", ["--no-reuse"]),
                             ("attention_unfused", ["--attention", "unfused"]),
                             ("inverted_residual_unfused", ["--inverted-residual", "unfused"]), ("no_fuse", ["--no-fuse"])]:
+            if a.modes and mode not in a.modes.split(","):
+                continue
             art = os.path.join(d, f"art_{mode}")
             t = time.perf_counter()
             r = subprocess.run([a.wgslc, "compile", path, "-o", art] + extra, capture_output=True, text=True)
@@ -170,12 +184,13 @@ def main():
         print(json.dumps(row), flush=True)
     json.dump(results, open(os.path.join(a.out, "bench.json"), "w"), indent=1)
     print()
-    print("| model | ONNX nodes | dispatches fused / unfused | ratio | wgslc fused ms | --memory-budget 2 ms | --no-reuse ms | --no-fuse ms | ORT CPU ms | torch CUDA ms | rel. L2 vs ORT | planned / lower bound (budget 2) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | ONNX nodes | dispatches fused / unfused | ratio | wgslc fused ms | --memory-budget 2 ms | --no-reuse ms | --no-fuse ms | ORT ms (its provider) | torch CUDA eager ms | torch.compile ms | rel. L2 vs ORT | planned / lower bound (budget 2) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(f"| {r['model']} | {r['onnx_nodes']} | {r.get('fused_dispatches')} / {r.get('no_fuse_dispatches')} | "
               f"{r['dispatch_ratio']:.2f} | {r.get('fused_ms')} | {r.get('fused_split_ms')} | {r.get('fused_no_reuse_ms')} | "
-              f"{r.get('no_fuse_ms')} | {r['ort_cuda_ms']:.3f} | {r['torch_cuda_eager_ms']:.3f} | {r.get('fused_rel_l2')} | "
+              f"{r.get('no_fuse_ms')} | {r['ort_cuda_ms']:.3f} | {r['torch_cuda_eager_ms']:.3f} | {r.get('torch_compile_ms')} | "
+              f"{r.get('fused_rel_l2')} | "
               f"{r.get('fused_memory_ratio')} ({r.get('fused_split_memory_ratio')}) |")
 
 

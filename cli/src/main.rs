@@ -77,8 +77,8 @@ enum Cmd {
         /// past_key_values.N.* (repeatable).
         #[arg(long = "state", value_name = "OUTPUT=INPUT", requires = "kv_cache")]
         state: Vec<String>,
-        /// Print what a stage produced to stdout and stop: the IR after import, infer, lower, dce, merge or
-        /// legalize; with schedule also the kernels (folds, recipes) and why each boundary stands; with memory
+        /// Print what a stage produced to stdout and stop: the IR after import, infer, lower, dce, merge,
+        /// legalize or kmajor; with schedule also the kernels (folds, recipes) and why each boundary stands; with memory
         /// also the buffer plan; with emit also every kernel's WGSL.
         #[arg(long = "dump-after", value_name = "STAGE")]
         dump_after: Option<String>,

@@ -20,8 +20,9 @@ mod split;
 pub use dedupe::dedupe_constants;
 pub use infer::infer_shapes;
 pub use lower::{
-    alias_root, eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, legalize, lower_batchnorm,
-    materialize_outputs, merge_sibling_matmuls, storage_of, storage_root, stored_bytes, Storage,
+    alias_root, eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, kmajor_narrow_weights,
+    legalize, lower_batchnorm, materialize_outputs, merge_sibling_matmuls, storage_of, storage_root, stored_bytes,
+    Storage,
 };
 pub use memory::{
     binding_access, plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan,
@@ -171,6 +172,14 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
             dedupe_constants(g);
             Ok(())
         },
+        establishes: Stage::Legalized,
+    },
+    GraphPass {
+        name: "kmajor",
+        about: "the weights of one-row products too narrow to fill the GPU stored K-major (a decode step's \
+                down and output projections), read through a transposing view",
+        without_fusion: false,
+        run: kmajor_narrow_weights,
         establishes: Stage::Legalized,
     },
 ];

@@ -583,3 +583,67 @@ pub fn fuse_rotate_half(g: &mut Graph) -> Result<(), PassError> {
 pub fn stored_bytes(g: &Graph, v: ValueId) -> u64 {
     g.ty(v).numel() as u64 * storage_of(g.ty(v).dtype).map_or(4, Storage::bytes)
 }
+
+/// Stores K-major the constant weights of one-row products too narrow to fill the GPU as exporters lay them out.
+///
+/// A one-row product (a decode step's projection) reads B once and is bound by that read. Over row-major B
+/// (`[K, N]`, a Linear's weight as exported) its lanes take neighbouring outputs, so a product with few outputs
+/// (a down projection's 896 over K = 4864) has few workgroups: [`gemv_tiling`](crate::gemv_tiling) gives it 112
+/// on a GPU that wants [`GEMV_WORKGROUPS`](crate::GEMV_WORKGROUPS). Over K-major B the lanes walk K along one
+/// output, and the same product has 448. So such a weight is stored transposed (`[N, K]`) and read through a
+/// transposing view that the scheduler folds into every reader's strides.
+///
+/// Requires: a legalized graph. Establishes: every reader of a transposed weight reads the same values as before
+/// (through a `StridedCopy` of the transposed constant); only 2-D f32 constants whose readers are all MatMuls
+/// reading them as B, one of them a one-row product that gets more workgroups K-major, are transposed.
+pub fn kmajor_narrow_weights(g: &mut Graph) -> Result<(), PassError> {
+    use crate::{gemv_tiling, GEMV_WORKGROUPS};
+    let mut chosen = Vec::new();
+    for v in g.value_ids() {
+        let Some(t) = g.const_data(v) else { continue };
+        if t.dtype != DType::F32 || t.shape.len() != 2 || g.outputs.contains(&v) {
+            continue;
+        }
+        let (k, n) = (t.shape[0], t.shape[1]);
+        let readers = g.consumers(v);
+        let as_b = |r: &NodeId| {
+            let node = g.node(*r);
+            node.op == Op::MatMul && node.inputs[1] == Some(v) && node.inputs[0] != Some(v)
+        };
+        if readers.is_empty() || !readers.iter().all(as_b) || k < 2 {
+            continue;
+        }
+        let one_row = readers.iter().any(|&r| {
+            let a = g.ty(g.node(r).inputs[0].expect("A"));
+            a.rank() >= 1 && a.shape[..a.rank() - 1].iter().product::<usize>() == 1
+        });
+        let row_major = gemv_tiling(n, k, 1, false, n % 4 == 0);
+        let k_major = gemv_tiling(n, k, 1, true, false);
+        let wgs = |t: crate::GemvTiling| n.div_ceil(t.cols);
+        if one_row && wgs(row_major) < GEMV_WORKGROUPS && wgs(k_major) > wgs(row_major) {
+            chosen.push(v);
+        }
+    }
+    for v in chosen {
+        let t = g.const_data(v).expect("a constant").clone();
+        let (k, n) = (t.shape[0], t.shape[1]);
+        let wgslc_ir::Data::F32(w) = &t.data else { continue };
+        let wt: Vec<f32> = (0..n * k).map(|i| w[(i % k) * n + i / k]).collect();
+        let name = g.value(v).name.clone();
+        let stored = g.add_const(format!("{name}.kmajor"), wgslc_ir::Tensor::f32(vec![n, k], wt));
+        let view = g.add_value(format!("{name}.kmajor_view"), Some(g.ty(v).clone()));
+        g.add_node(
+            format!("{name}/kmajor"),
+            Op::StridedCopy { offset: 0, strides: vec![1, k as i64] },
+            vec![Some(stored)],
+            vec![view],
+        )?;
+        // Every reader: all of them MatMuls reading it as B.
+        for r in g.consumers(v) {
+            let mut inputs = g.node(r).inputs.clone();
+            inputs[1] = Some(view);
+            g.set_inputs(r, inputs);
+        }
+    }
+    Ok(())
+}

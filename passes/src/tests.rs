@@ -522,3 +522,50 @@ fn gemv_tilings_fill_the_gpu_with_coalesced_reads() {
         }
     }
 }
+
+/// A decode step's narrow projection (896 outputs) reads its weight K-major through a transposing view, with the
+/// same values at every (k, n); the prefill step's product of the same weight reads the same view; a weight the
+/// one-row product fills the GPU with row-major, and one also read by a Gather, stay as they are.
+#[test]
+fn narrow_weights_of_one_row_products_are_stored_k_major() {
+    let (k, n) = (64, 896);
+    let mut g = Graph::new();
+    // Three one-row inputs: products of one input would be merged into one.
+    let [x, x2, x3] = ["x", "x2", "x3"].map(|name| f32_input(&mut g, name, &[1, k]));
+    let xs = f32_input(&mut g, "xs", &[32, k]);
+    let w: Vec<f32> = (0..k * n).map(|i| i as f32).collect();
+    let wv = g.add_const("w", Tensor::f32(vec![k, n], w.clone()));
+    let wide = g.add_const("wide", Tensor::f32(vec![k, 8192], vec![0.5; k * 8192]));
+    let table = g.add_const("table", Tensor::f32(vec![k, n], vec![1.0; k * n]));
+    let out = |g: &mut Graph, name: &str, op: Op, ins: &[ValueId]| {
+        let y = g.add_value(name, None);
+        g.add_node(name, op, ins.iter().map(|&v| Some(v)).collect(), vec![y]).unwrap();
+        g.outputs.push(y);
+        y
+    };
+    out(&mut g, "decode", Op::MatMul, &[x, wv]);
+    out(&mut g, "prefill", Op::MatMul, &[xs, wv]);
+    out(&mut g, "up", Op::MatMul, &[x2, wide]);
+    out(&mut g, "head", Op::MatMul, &[x3, table]);
+    let ids = g.add_value("ids", Some(TensorType::new(DType::I64, vec![1])));
+    g.inputs.push(ids);
+    out(&mut g, "embed", Op::Gather { axis: 0 }, &[table, ids]);
+    run_pipeline(&mut g, None).unwrap();
+    let b_of = |g: &Graph, name: &str| {
+        let n = g.node_ids().find(|&m| g.node(m).name == name).unwrap();
+        g.node(n).inputs[1].unwrap()
+    };
+    let view = b_of(&g, "decode");
+    assert_eq!(view, b_of(&g, "prefill"), "one view for both products");
+    let p = g.node(g.value(view).producer.expect("a view"));
+    assert_eq!(p.op, Op::StridedCopy { offset: 0, strides: vec![1, k as i64] });
+    let stored = g.const_data(p.inputs[0].unwrap()).expect("a constant");
+    assert_eq!(stored.shape, [n, k]);
+    let wgslc_ir::Data::F32(t) = &stored.data else { panic!("f32") };
+    assert!((0..k).all(|kk| (0..n).all(|nn| t[nn * k + kk] == w[kk * n + nn])), "the same values");
+    for name in ["up", "head"] {
+        assert!(g.const_data(b_of(&g, name)).is_some(), "{name} keeps its row-major weight");
+    }
+    let s = schedule(&g, &FuseOptions::default()).unwrap();
+    assert!(s.folded.contains(&g.value(view).producer.unwrap()), "the view is folded into its readers");
+}
