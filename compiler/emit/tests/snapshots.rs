@@ -255,7 +255,7 @@ fn one_row_products_are_matrix_vector_kernels() {
 }
 
 /// A decode step's attention: the new key and value rows written into their caches in place (`CacheWrite`, one
-/// thread per new element at the row the loop gives), then the one query row's scores, softmax and product with
+/// thread per new element at the row the loop gives; K's computed there by the elementwise kernel folded in), then the one query row's scores, softmax and product with
 /// V over the caches (three kernels: one query row spread over the GPU).
 #[test]
 fn a_decode_step_writes_its_cache_in_place() {
@@ -266,6 +266,9 @@ fn a_decode_step_writes_its_cache_in_place() {
     let row = g.add_value("row", Some(TensorType::new(DType::I64, vec![1])));
     g.inputs.push(row);
     let mask = input(&mut g, "mask", &[1, 1, 1, 8]);
+    // K's new rows computed by an elementwise kernel (rotary's place): computed inside the cache write.
+    let cos = input(&mut g, "cos", &[1, 1, 1, 16]);
+    let k = node(&mut g, Op::Binary(BinaryOp::Mul), &[k, cos]);
     let keys = node(&mut g, Op::CacheWrite { axis: 2 }, &[kc, k, row]);
     let values = node(&mut g, Op::CacheWrite { axis: 2 }, &[vc, v, row]);
     let kt = node(&mut g, Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[keys]);
@@ -278,6 +281,8 @@ fn a_decode_step_writes_its_cache_in_place() {
     g.outputs.push(out);
     let k = kernels(g);
     assert_eq!(k.matches("templates/cache_write.wgsl").count(), 2, "{k}");
+    assert_eq!(k.matches("fn operand_a(").count(), 1, "K's rows computed in its cache write:\n{k}");
+    assert_eq!(k.matches("// ---- ").count(), 5, "two cache writes, scores, softmax, P·V:\n{k}");
     assert!(k.contains("var<storage, read_write> cache"), "written in place:\n{k}");
     insta::assert_snapshot!(k);
 }

@@ -32,7 +32,9 @@ pub enum Fold {
     /// The elementwise nodes (a whole elementwise kernel, in data order) that compute the A operand of a
     /// one-row MatMul and nothing else: the matrix-vector kernel computes each element of A as it loads it, every
     /// workgroup the whole row (a row of K values, read from cache), so the row never reaches memory and its
-    /// kernel is gone (SwiGLU's `SiLU(gate) · up` before the down projection of an LLM decode step).
+    /// kernel is gone (SwiGLU's `SiLU(gate) · up` before the down projection of an LLM decode step). Over a
+    /// `CacheWrite`: the nodes that compute its new rows (rotary on a decode step's K), computed as the cache
+    /// write loads them, so the rotated rows go straight into the cache.
     RowOperand(Vec<NodeId>),
     /// A pointwise (1x1) ungrouped Conv (with its scalar epilogue, e.g. ReLU6) whose output only this group's
     /// depthwise Conv reads (the anchor, or the [`Fold::Depthwise`] folded into a projection): each workgroup
@@ -110,6 +112,8 @@ pub enum AnchorKind {
     Conv,
     /// A depthwise Conv (one input channel per group).
     DepthwiseConv,
+    /// A KV cache written in place (`Op::CacheWrite`).
+    CacheWrite,
     Other,
 }
 
@@ -165,7 +169,8 @@ impl Fold {
     pub fn allowed_over(&self, anchor: AnchorKind) -> bool {
         use AnchorKind as A;
         match self.kind() {
-            FoldKind::Operand | FoldKind::RowOperand | FoldKind::RmsNorm | FoldKind::Attention => anchor == A::MatMul,
+            FoldKind::RowOperand => matches!(anchor, A::MatMul | A::CacheWrite),
+            FoldKind::Operand | FoldKind::RmsNorm | FoldKind::Attention => anchor == A::MatMul,
             FoldKind::Expand => matches!(anchor, A::DepthwiseConv | A::PointwiseConv),
             FoldKind::Depthwise => anchor == A::PointwiseConv,
             FoldKind::ConvSum => matches!(anchor, A::PointwiseConv | A::Conv),

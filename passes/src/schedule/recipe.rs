@@ -194,6 +194,7 @@ pub fn anchor_kind(g: &Graph, k: &KernelGroup) -> AnchorKind {
         Op::Conv { .. } if super::rules::is_pointwise_conv(g, a) => AnchorKind::PointwiseConv,
         Op::Conv { .. } if super::rules::is_depthwise_conv(g, a) => AnchorKind::DepthwiseConv,
         Op::Conv { group: 1, .. } => AnchorKind::Conv,
+        Op::CacheWrite { .. } => AnchorKind::CacheWrite,
         _ => AnchorKind::Other,
     }
 }

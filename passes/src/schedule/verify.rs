@@ -109,7 +109,7 @@ pub fn check_folds(g: &Graph, k: &KernelGroup) -> Result<(), String> {
     if k.has(FoldKind::Expand) != recipe.expand.is_some()
         || stores != recipe.store.is_some()
         || k.has(FoldKind::Attention) != recipe.attention.is_some()
-        || (k.has(FoldKind::RowOperand) && !recipe.one_row)
+        || (k.has(FoldKind::RowOperand) && anchor == AnchorKind::MatMul && !recipe.one_row)
     {
         return Err("the recipe does not match the folds".into());
     }

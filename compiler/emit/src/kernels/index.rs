@@ -54,13 +54,17 @@ pub(super) struct ScatterTpl {
 #[template(path = "cache_write.wgsl", escape = "none")]
 pub(super) struct CacheWriteTpl {
     pub(super) h: Header,
+    pub(super) helpers: Helpers,
+    /// The new rows computed here as they are loaded (`Fold::RowOperand`), or read from `x`.
+    pub(super) operand: Option<Fused>,
     pub(super) groups_x: u32,
     pub(super) numel: usize,
     pub(super) axis: usize,
     /// The largest first row: the cache's length along the axis less the new rows'.
     pub(super) last_row: usize,
     pub(super) coords: Vec<NamedCoord>,
-    /// Where new element `i` is read (through the view of the new rows) and written.
+    pub(super) row_var: String,
+    /// New element `i`: read through the view of the new rows or computed; and where it is written.
     pub(super) src: String,
     pub(super) dst: String,
 }
@@ -189,13 +193,32 @@ impl Emitter<'_> {
     }
 
     /// The new rows of a cache written in place (`Op::CacheWrite`): one thread per new element, read through its
-    /// view (a slice of a merged projection needs no copy of its own), stored at its row past the clamped first row.
-    pub(super) fn cache_write(&self, n: NodeId, axis: usize) -> Result<EmittedKernel, EmitError> {
+    /// view (a slice of a merged projection needs no copy of its own) or computed by the elementwise kernel
+    /// folded in (`Fold::RowOperand`: rotary on K), stored at its row past the clamped first row.
+    pub(super) fn cache_write(&self, group: &KernelGroup, axis: usize) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
+        let n = group.anchor.expect("an anchored group");
         let node = g.node(n);
         let (new, row, out) = (node.inputs[1].unwrap(), node.inputs[2].unwrap(), node.outputs[0]);
         let (ns, cs) = (g.ty(new).shape.clone(), g.ty(out).shape.clone());
         let view = input_view(g, &self.sched.folded, n, 1);
+        let mut helpers = Helpers::default();
+        let mut reads: Vec<(ValueId, String)> = vec![];
+        let operand = match group.row_operand() {
+            Some(nodes) => {
+                let chain = KernelGroup {
+                    anchor: None,
+                    folds: vec![],
+                    elementwise: nodes.to_vec(),
+                    recipe: Default::default(),
+                };
+                Some(Fused { name: "operand_a", ..self.fused_body(&chain, None, &mut reads, &mut helpers)? })
+            }
+            None => {
+                reads.push((view.root, "x".into()));
+                None
+            }
+        };
         let (ncs, ocs) = (contiguous_strides(&ns), contiguous_strides(&cs));
         let dims: Vec<usize> = (0..ns.len()).filter(|&d| ns[d] > 1).collect();
         let coords =
@@ -209,11 +232,16 @@ impl Emitter<'_> {
             dst += &format!(" + c{d} * {}u", ocs[d]);
         }
         let numel = g.ty(new).numel();
-        let b = [(view.root, false, "x"), (row, false, "row"), (out, true, "cache")];
-        let (h, wg, groups_x) = self.launch(n, None, "cache_write.wgsl", &b, numel.div_ceil(256))?;
+        let row_var = bind_once(&mut reads, row, "row");
+        let bindings = bindings(&reads, &[(out, "cache")]);
+        let (h, wg, groups_x) = self.launch(n, Some(group), "cache_write.wgsl", &bindings, numel.div_ceil(256))?;
         let last_row = cs[axis] - ns[axis];
-        let tpl = CacheWriteTpl { h, groups_x, numel, axis, last_row, coords, src: format!("u32({src})"), dst };
-        let mut k = self.kernel(n, node.name.clone(), "cache_write", tpl.render(), &b, wg)?;
+        let src = match &operand {
+            Some(_) => "operand_a(0.0, i)".to_string(),
+            None => format!("x[u32({src})]"),
+        };
+        let tpl = CacheWriteTpl { h, helpers, operand, groups_x, numel, axis, last_row, coords, row_var, src, dst };
+        let mut k = self.kernel(n, self.group_name(group), "cache_write", tpl.render(), &bindings, wg)?;
         k.stored_bytes = Some(wgslc_passes::stored_bytes(g, new));
         Ok(k)
     }

@@ -425,6 +425,9 @@ impl Emitter<'_> {
                 return Ok(vec![self.softmax(group, *axis as usize, *legacy, *log)?])
             }
             Op::Gather { axis } => return Ok(vec![self.gather(group, *axis as usize)?]),
+            Op::CacheWrite { axis } if group.elementwise.is_empty() => {
+                return Ok(vec![self.cache_write(group, *axis)?])
+            }
             op if !group.elementwise.is_empty() => {
                 return Err(self.err(n, format!("{} takes no epilogue", op.name())));
             }
@@ -444,6 +447,7 @@ impl Emitter<'_> {
             | Op::Gemm { .. }
             | Op::Conv { .. }
             | Op::Softmax { .. }
+            | Op::CacheWrite { .. }
             | Op::Gather { .. } => Err(self.err(n, "an anchor of the wrong kind (a scheduler bug)")),
             Op::Concat { axis } => self.concat(n, *axis as usize),
             Op::Reduce { op, axes, .. } => {
@@ -465,7 +469,6 @@ impl Emitter<'_> {
             }
             Op::TopK { axis, largest, k } => Ok(vec![self.topk(n, *axis as usize, *largest, k.expect("resolved"))?]),
             Op::Sample => Ok(vec![self.sample(n)?]),
-            Op::CacheWrite { axis } => Ok(vec![self.cache_write(n, *axis)?]),
             Op::Recurrence(at) => Ok(vec![self.recurrence(n, at)?]),
             Op::Scatter { axis, reduction } => Ok(vec![self.scatter(n, axis.map(|a| a as usize), *reduction)?]),
             Op::Pad { mode, pads, value } => Ok(vec![self.pad(n, *mode, pads.as_ref().expect("resolved"), *value)?]),

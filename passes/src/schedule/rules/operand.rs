@@ -12,6 +12,16 @@ use wgslc_ir::{NodeId, Op};
 pub(in crate::schedule) fn fold_into(f: &mut Fuse, group: &mut KernelGroup, n: NodeId) {
     let g = f.g;
     let node = g.node(n);
+    if matches!(node.op, Op::CacheWrite { .. }) {
+        if let Some(gp) = whole_elementwise_result(f, n, 1) {
+            let trial = group.with(Fold::RowOperand(f.sched.kernels[gp].elementwise.clone()));
+            if f.fits(&trial) {
+                f.remove_group(gp);
+                *group = trial;
+            }
+        }
+        return;
+    }
     if node.op != Op::MatMul {
         return;
     }
@@ -58,6 +68,16 @@ fn row_operand_of(f: &Fuse, n: NodeId) -> Option<usize> {
     if bt.rank() != 2 || at.rank() == 0 || at.shape[..at.rank() - 1].iter().any(|&d| d != 1) {
         return None;
     }
+    whole_elementwise_result(f, n, 0)
+}
+
+/// The group of the elementwise kernel whose result node `n` reads as input `slot` directly (no view between),
+/// when that kernel is nothing but elementwise nodes and `n` its only reader: a kernel `n`'s own kernel can
+/// compute as it loads the value ([`Fold::RowOperand`]). A cache write takes the one that computes its new rows
+/// (rotary on K: the rotated rows go straight into the cache).
+fn whole_elementwise_result(f: &Fuse, n: NodeId, slot: usize) -> Option<usize> {
+    let g = f.g;
+    let a = g.node(n).inputs.get(slot).copied().flatten()?;
     let p = g.value(a).producer?;
     let gp = *f.group_of.get(&p)?;
     let k = &f.sched.kernels[gp];
