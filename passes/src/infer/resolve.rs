@@ -257,6 +257,11 @@ pub(super) fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             if !row.dtype.is_int() || row.numel() != 1 {
                 return Err(cx.err(format!("the row must be one integer, got {row}")));
             }
+            // Written in place: the cache must be memory the caller owns across runs (a graph input), never a
+            // weight or an intermediate another kernel may share.
+            if !cx.g.inputs.contains(&cx.input(0)?) {
+                return Err(cx.err("the cache it writes in place must be a graph input"));
+            }
             Ok(keep(cx, op, vec![c]))
         }
         Op::Trilu { upper, .. } => {
