@@ -157,8 +157,9 @@ impl Session {
         let input = |i: usize| (&self.plan.inputs[i], &self.buffers[self.plan.inputs[i].buffer]);
         let output = |i: usize| (&self.plan.outputs[i], &self.buffers[self.plan.outputs[i].buffer]);
 
-        // Per generation: the token history, one mask word of 1 and the positions 0..capacity.
-        let (history, readback, one, iota) = gpu.scoped("generation buffers", || {
+        // Per generation: the token history, one mask word of 1, the positions 0..capacity and, for a decode step
+        // that writes the cache in place, its rows 0..capacity.
+        let (history, readback, one, iota, rows) = gpu.scoped("generation buffers", || {
             let buf = |label: &str, size: u64, usage| {
                 dev.create_buffer(&wgpu::BufferDescriptor {
                     label: Some(label),
@@ -174,6 +175,7 @@ impl Session {
                 buf("wgslc tokens read-back", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST),
                 buf("wgslc mask one", 4, storage),
                 buf("wgslc positions", bytes, storage),
+                decode.cache_row.map(|_| buf("wgslc cache rows", bytes, storage)),
             )
         })?;
         if let (Some(s), Some(sm)) = (&opts.sampling, &decode.sample) {
@@ -187,24 +189,11 @@ impl Session {
         if let Some(p) = decode.position_ids {
             gpu.queue.write_buffer(&iota, 0, &words(input(p).0, 0..d.capacity as i64));
         }
-        // A decode step that writes the cache in place reads its row from the rows 0..capacity.
-        let rows_iota = match decode.cache_row {
-            Some(r) => {
-                let b = gpu.scoped("generation buffers", || {
-                    dev.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("wgslc cache rows"),
-                        size: 4 * d.capacity as u64,
-                        usage: wgpu::BufferUsages::STORAGE
-                            | wgpu::BufferUsages::COPY_DST
-                            | wgpu::BufferUsages::COPY_SRC,
-                        mapped_at_creation: false,
-                    })
-                })?;
-                gpu.queue.write_buffer(&b, 0, &words(input(r).0, 0..d.capacity as i64));
-                Some((b, input(r).1))
-            }
-            None => None,
-        };
+        // The rows buffer and the input each step's row is copied into.
+        let rows_iota = rows.zip(decode.cache_row).map(|(b, r)| {
+            gpu.queue.write_buffer(&b, 0, &words(input(r).0, 0..d.capacity as i64));
+            (b, input(r).1)
+        });
 
         gpu.queue.write_buffer(&history, 0, &words(&self.plan.outputs[decode.next_token], prompt.iter().copied()));
 

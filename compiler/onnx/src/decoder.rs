@@ -163,7 +163,7 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
     if g.node.iter().any(|n| n.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty())) {
         return Err(bad("past_key_values", "--kv-cache does not support models with subgraphs (If, Loop, Scan)"));
     }
-    let inits: HashSet<String> = g.initializer.iter().map(|t| t.name.clone()).collect();
+    let mut inits: HashSet<String> = g.initializer.iter().map(|t| t.name.clone()).collect();
     let pairs = state_pairs(&g, &kv.state)?;
     let runtime_inputs: Vec<ValueInfoProto> = g.input.iter().filter(|i| !inits.contains(&i.name)).cloned().collect();
     let find = |name: &str| runtime_inputs.iter().find(|i| i.name == name);
@@ -292,6 +292,7 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
             let names: Vec<String> = bounds.iter().map(|(b, _)| format!("{window}/{b}")).collect();
             for (name, (_, v)) in names.iter().zip(bounds) {
                 g.initializer.push(int64_tensor(name, v));
+                inits.insert(name.clone());
             }
             let mut slice = node("Slice", &window, &[past, &names[0], &names[1], &names[2]], &window, vec![]);
             // Opsets before 10 take the bounds as attributes.
@@ -311,7 +312,6 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
         concats.iter_mut().for_each(|c| *c += windows.len());
         g.node.splice(0..0, windows);
     }
-    let inits: HashSet<String> = g.initializer.iter().map(|t| t.name.clone()).collect();
 
     // Both steps: the decode step keeps the names, the prefill step's are prefixed.
     let shared: HashSet<String> = inits

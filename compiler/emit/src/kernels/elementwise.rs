@@ -64,6 +64,19 @@ impl Emitter<'_> {
         self.kernel(last, name, "elementwise", tpl.render(), &b, wg)
     }
 
+    /// The elementwise nodes of a [`wgslc_passes::Fold::RowOperand`] as an `operand_a(acc, i)` function that
+    /// computes the element at flat index `i` of their result (the value the kernel would otherwise load).
+    pub(super) fn row_operand(
+        &self,
+        nodes: &[NodeId],
+        reads: &mut Vec<(ValueId, String)>,
+        helpers: &mut Helpers,
+    ) -> Result<Fused, EmitError> {
+        let chain =
+            KernelGroup { anchor: None, folds: vec![], elementwise: nodes.to_vec(), recipe: Default::default() };
+        Ok(Fused { name: "operand_a", ..self.fused_body(&chain, None, reads, helpers)? })
+    }
+
     /// Builds `fused(acc, i)` for a group's elementwise nodes. `i` is the flat index of the group's output; every
     /// member has that many elements in the same contiguous order (reshapes between members keep it), so each
     /// member's coordinates are derived from `i` over its own shape. `acc` stands for `anchor_out`; every other

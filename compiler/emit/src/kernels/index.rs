@@ -201,45 +201,30 @@ impl Emitter<'_> {
         let node = g.node(n);
         let (new, row, out) = (node.inputs[1].unwrap(), node.inputs[2].unwrap(), node.outputs[0]);
         let (ns, cs) = (g.ty(new).shape.clone(), g.ty(out).shape.clone());
-        let view = input_view(g, &self.sched.folded, n, 1);
-        let mut helpers = Helpers::default();
-        let mut reads: Vec<(ValueId, String)> = vec![];
-        let operand = match group.row_operand() {
-            Some(nodes) => {
-                let chain = KernelGroup {
-                    anchor: None,
-                    folds: vec![],
-                    elementwise: nodes.to_vec(),
-                    recipe: Default::default(),
-                };
-                Some(Fused { name: "operand_a", ..self.fused_body(&chain, None, &mut reads, &mut helpers)? })
-            }
-            None => {
-                reads.push((view.root, "x".into()));
-                None
-            }
-        };
         let (ncs, ocs) = (contiguous_strides(&ns), contiguous_strides(&cs));
         let dims: Vec<usize> = (0..ns.len()).filter(|&d| ns[d] > 1).collect();
         let coords =
             dims.iter().map(|&d| NamedCoord { name: format!("c{d}"), stride: ncs[d], extent: ns[d] }).collect();
-        let mut src = view.offset.to_string();
-        let mut dst = format!("r * {}u", ocs[axis]);
-        for &d in &dims {
-            if view.strides[d] != 0 {
-                src += &format!(" + i32(c{d}) * {}", view.strides[d]);
+        let dst = dims.iter().fold(format!("r * {}u", ocs[axis]), |e, &d| e + &format!(" + c{d} * {}u", ocs[d]));
+        let mut helpers = Helpers::default();
+        let mut reads: Vec<(ValueId, String)> = vec![];
+        let (operand, src) = match group.row_operand() {
+            Some(nodes) => (Some(self.row_operand(nodes, &mut reads, &mut helpers)?), "operand_a(0.0, i)".into()),
+            None => {
+                let view = input_view(g, &self.sched.folded, n, 1);
+                reads.push((view.root, "x".into()));
+                let at = dims
+                    .iter()
+                    .filter(|&&d| view.strides[d] != 0)
+                    .fold(view.offset.to_string(), |e, &d| e + &format!(" + i32(c{d}) * {}", view.strides[d]));
+                (None, format!("x[u32({at})]"))
             }
-            dst += &format!(" + c{d} * {}u", ocs[d]);
-        }
+        };
         let numel = g.ty(new).numel();
         let row_var = bind_once(&mut reads, row, "row");
         let bindings = bindings(&reads, &[(out, "cache")]);
         let (h, wg, groups_x) = self.launch(n, Some(group), "cache_write.wgsl", &bindings, numel.div_ceil(256))?;
         let last_row = cs[axis] - ns[axis];
-        let src = match &operand {
-            Some(_) => "operand_a(0.0, i)".to_string(),
-            None => format!("x[u32({src})]"),
-        };
         let tpl = CacheWriteTpl { h, helpers, operand, groups_x, numel, axis, last_row, coords, row_var, src, dst };
         let mut k = self.kernel(n, self.group_name(group), "cache_write", tpl.render(), &bindings, wg)?;
         k.stored_bytes = Some(wgslc_passes::stored_bytes(g, new));

@@ -307,13 +307,7 @@ impl Emitter<'_> {
                 if !group.recipe.one_row || batches != 1 || a_sk != 1 || va.offset != 0 {
                     return Err(self.err(n, "A computed in a product that is not one row (a scheduler bug)"));
                 }
-                let chain = KernelGroup {
-                    anchor: None,
-                    folds: vec![],
-                    elementwise: nodes.to_vec(),
-                    recipe: Default::default(),
-                };
-                Some(Fused { name: "operand_a", ..self.fused_body(&chain, None, &mut reads, &mut helpers)? })
+                Some(self.row_operand(nodes, &mut reads, &mut helpers)?)
             }
             None => None,
         };
