@@ -324,15 +324,14 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
     let mut prefill_nodes: Vec<NodeProto> = g.node.iter().map(|n| prefixed(n, &shared)).collect();
     if in_place {
         // The prefill step's Concats read its window; the decode step's become in-place writes.
-        for (&c, (_, past)) in concats.iter().zip(&pairs) {
+        for ((&c, (_, past)), (_, axis)) in concats.iter().zip(&pairs).zip(&state) {
             prefill_nodes[c].input[0] = format!("{PREFILL}{past}/window");
             let n = &mut g.node[c];
-            let axis = n.attribute.iter().find(|a| a.name == "axis").map(|a| a.i).unwrap_or(0);
-            let rank = past_shapes[past].len() as i64;
             n.op_type = "CacheWrite".into();
             n.domain = crate::WGSLC_DOMAIN.into();
             n.input.push(CACHE_ROW.into());
-            n.attribute = vec![int_attr("axis", if axis < 0 { axis + rank } else { axis })];
+            // The Concat's axis, which matched the cache's (as given or counted from the end).
+            n.attribute = vec![int_attr("axis", *axis as i64)];
         }
     }
     let mut shapes = past_shapes.clone();
