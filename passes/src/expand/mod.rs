@@ -753,6 +753,10 @@ fn resize_taps(
     roi: Option<(f64, f64)>,
 ) -> Result<Taps, String> {
     use wgslc_ir::ResizeMode;
+    // An empty input axis has nothing to read (every tap would be clamped into an empty range).
+    if n == 0 && m > 0 {
+        return Err(format!("resizes an empty axis to {m} positions"));
+    }
     let width = scale * n as f64;
     let (mut taps, mut outside) = (Vec::with_capacity(m), Vec::with_capacity(m));
     for j in 0..m {
