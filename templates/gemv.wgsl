@@ -20,7 +20,8 @@
 // One term of the product: A's element kb times B's element (kb, col), through the operand prologues.
 fn term(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_ty }} {
 {%- if operand.is_some() %}
-    var av = operand_a(0.0, kb);
+    // A's element at a_base + kb: this batch's row, computed here.
+    var av = operand_a(0.0, a_base + kb);
 {%- else %}
     var av = a[a_base + kb * {{ a_sk }}u];
 {%- endif %}

@@ -270,6 +270,8 @@ fn a_decode_step_writes_its_cache_in_place() {
     let cos = input(&mut g, "cos", &[1, 1, 1, 16]);
     let k = node(&mut g, Op::Binary(BinaryOp::Mul), &[k, cos]);
     let keys = node(&mut g, Op::CacheWrite { axis: 2 }, &[kc, k, row]);
+    // And Q's, one row per head: computed as the score product loads it.
+    let q = node(&mut g, Op::Binary(BinaryOp::Mul), &[q, cos]);
     let values = node(&mut g, Op::CacheWrite { axis: 2 }, &[vc, v, row]);
     let kt = node(&mut g, Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[keys]);
     let scores = node(&mut g, Op::MatMul, &[q, kt]);
@@ -281,7 +283,7 @@ fn a_decode_step_writes_its_cache_in_place() {
     g.outputs.push(out);
     let k = kernels(g);
     assert_eq!(k.matches("templates/cache_write.wgsl").count(), 2, "{k}");
-    assert_eq!(k.matches("fn operand_a(").count(), 1, "K's rows computed in its cache write:\n{k}");
+    assert_eq!(k.matches("fn operand_a(").count(), 2, "K's rows in its cache write, Q's in the scores:\n{k}");
     assert_eq!(k.matches("// ---- ").count(), 5, "two cache writes, scores, softmax, P·V:\n{k}");
     assert!(k.contains("var<storage, read_write> cache"), "written in place:\n{k}");
     insta::assert_snapshot!(k);

@@ -87,7 +87,8 @@ pub(super) struct GemvTpl {
     pub(super) h: Header,
     pub(super) helpers: Helpers,
     pub(super) fu: Fused,
-    /// A computed as it is loaded: `operand_a(0.0, k)` is A's element k ([`wgslc_passes::Fold::RowOperand`]).
+    /// A computed as it is loaded: `operand_a(0.0, i)` is A's element at flat index i, `a_base + k` for element k of
+    /// a batch's row ([`wgslc_passes::Fold::RowOperand`]).
     pub(super) operand: Option<Fused>,
     pub(super) a_off: i64,
     pub(super) b_off: i64,
@@ -304,7 +305,9 @@ impl Emitter<'_> {
         };
         let operand = match row_operand {
             Some(nodes) => {
-                if !group.recipe.one_row || batches != 1 || a_sk != 1 || va.offset != 0 {
+                // Element kb of the row of batch b is A's element a_base + kb (A read directly, contiguous, its
+                // batch strides A's own or 0 where it broadcasts).
+                if !group.recipe.one_row || a_sk != 1 || va.offset != 0 {
                     return Err(self.err(n, "A computed in a product that is not one row (a scheduler bug)"));
                 }
                 Some(self.row_operand(nodes, &mut reads, &mut helpers)?)

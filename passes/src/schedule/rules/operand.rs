@@ -55,17 +55,23 @@ pub(in crate::schedule) fn fold_into(f: &mut Fuse, group: &mut KernelGroup, n: N
     }
 }
 
-/// The elementwise kernel that MatMul `n` can take as a [`Fold::RowOperand`]: `n` multiplies one row of A (every
-/// axis of A but the last is 1) by a matrix (B of rank 2, so no batch), A is that kernel's result read directly
-/// (no view between) by `n` alone, and the kernel is nothing but elementwise nodes. Each workgroup of the product
-/// recomputes the row, so the kernel's loads are repeated once per workgroup: only worth it for a row (K
-/// values) next to a matrix of K rows.
+/// The elementwise kernel that MatMul `n` can take as a [`Fold::RowOperand`]: `n` multiplies one row of A per
+/// product (A is `[…, 1, K]` or `[K]`; batch axes may be any size, as a decode step's per-head queries) by a matrix
+/// of K rows, A is that kernel's result read directly (no view between) by `n` alone, and the kernel is nothing
+/// but elementwise nodes. Each workgroup of the product recomputes its row, so the kernel's loads are repeated
+/// once per workgroup: only worth it for rows of K values next to matrices of K rows (rotary on a decode step's
+/// queries before their scores, SwiGLU before the down projection).
 fn row_operand_of(f: &Fuse, n: NodeId) -> Option<usize> {
     let g = f.g;
     let node = g.node(n);
     let a = node.inputs[0]?;
     let (at, bt) = (g.ty(a), g.ty(node.inputs[1]?));
-    if bt.rank() != 2 || at.rank() == 0 || at.shape[..at.rank() - 1].iter().any(|&d| d != 1) {
+    let one_row = match at.rank() {
+        0 => false,
+        1 => true,
+        r => at.shape[r - 2] == 1,
+    };
+    if bt.rank() < 2 || !one_row {
         return None;
     }
     whole_elementwise_result(f, n, 0)
