@@ -569,3 +569,44 @@ fn narrow_weights_of_one_row_products_are_stored_k_major() {
     let s = schedule(&g, &FuseOptions::default()).unwrap();
     assert!(s.folded.contains(&g.value(view).producer.unwrap()), "the view is folded into its readers");
 }
+
+/// K's and V's cache writes at one row; with `dependent`, V's new row is a slice of K's cache (read after its
+/// write).
+fn two_cache_writes(dependent: bool) -> Graph {
+    let mut g = Graph::new();
+    let (kc, vc) = (f32_input(&mut g, "kc", &[1, 2, 8, 16]), f32_input(&mut g, "vc", &[1, 2, 8, 16]));
+    let (k, v) = (f32_input(&mut g, "k", &[1, 2, 1, 16]), f32_input(&mut g, "v", &[1, 2, 1, 16]));
+    let row = g.add_value("row", Some(TensorType::new(DType::I64, vec![1])));
+    g.inputs.push(row);
+    let keys = g.add_value("keys", None);
+    g.add_node("kw", Op::CacheWrite { axis: 2 }, vec![Some(kc), Some(k), Some(row)], vec![keys]).unwrap();
+    let v = if dependent {
+        let s = g.add_value("s", None);
+        let c = |g: &mut Graph, n: &str, x: i64| g.add_const(n, Tensor::i64(vec![1], vec![x]));
+        let (st, en, ax) = (c(&mut g, "st", 0), c(&mut g, "en", 1), c(&mut g, "ax", 2));
+        let slice = Op::Slice;
+        g.add_node("first", slice, vec![Some(keys), Some(st), Some(en), Some(ax)], vec![s]).unwrap();
+        s
+    } else {
+        v
+    };
+    let values = g.add_value("values", None);
+    g.add_node("vw", Op::CacheWrite { axis: 2 }, vec![Some(vc), Some(v), Some(row)], vec![values]).unwrap();
+    g.outputs.extend([keys, values]);
+    run_pipeline(&mut g, None).unwrap();
+    g
+}
+
+#[test]
+fn cache_writes_at_one_row_share_a_dispatch_when_independent() {
+    let g = two_cache_writes(false);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    let writes: Vec<_> = sched.kernels.iter().filter(|k| k.anchor.is_some()).collect();
+    assert_eq!(writes.len(), 1, "{:?}", sched.kernels);
+    assert!(writes[0].second_cache_write().is_some());
+    // V's new row read out of K's cache: two dispatches, V's after K's.
+    let g = two_cache_writes(true);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert!(sched.kernels.iter().all(|k| k.second_cache_write().is_none()), "{:?}", sched.kernels);
+    assert_eq!(sched.kernels.iter().filter(|k| k.anchor.is_some()).count(), 2);
+}

@@ -29,6 +29,7 @@ pub fn print_schedule(g: &Graph, sched: &Schedule) -> String {
                 Fold::Attention(t) => format!("attention {} → {}", name(t.softmax), name(t.pv)),
                 Fold::StoreCopy(t) => format!("store copy {}", name(*t)),
                 Fold::WriteInto { concat, slot } => format!("into {} slot {slot}", name(*concat)),
+                Fold::CacheWrite(n) => format!("and cache write {}", name(*n)),
             };
             let _ = write!(line, " [{what}]");
         }

@@ -64,6 +64,10 @@ pub enum Fold {
     /// in the Concat's output (`Recipe::store`). Every input of that Concat is written so (the Concat is in
     /// `Schedule::concats` and has no kernel); the Concat node belongs to no group.
     WriteInto { concat: NodeId, slot: usize },
+    /// A second `CacheWrite` at the same row as the anchor's, in a kernel of its own before, independent of the
+    /// anchor (neither reads the other's cache): the kernel writes its new rows after the anchor's, in the same
+    /// dispatch (a decode step's V next to its K). Its output is its cache, like the anchor's.
+    CacheWrite(NodeId),
 }
 
 /// A convolution folded into its reader's kernel ([`Fold::Depthwise`], [`Fold::Expand`]).
@@ -97,6 +101,7 @@ pub enum FoldKind {
     Attention,
     StoreCopy,
     WriteInto,
+    CacheWrite,
 }
 
 /// The anchors a fold can sit in.
@@ -129,6 +134,7 @@ impl Fold {
             Fold::Attention(_) => FoldKind::Attention,
             Fold::StoreCopy(_) => FoldKind::StoreCopy,
             Fold::WriteInto { .. } => FoldKind::WriteInto,
+            Fold::CacheWrite(_) => FoldKind::CacheWrite,
         }
     }
 
@@ -142,7 +148,9 @@ impl Fold {
     pub fn nodes(&self) -> Vec<NodeId> {
         let folded = |f: &FoldedConv| std::iter::once(f.conv).chain(f.then.iter().copied()).collect();
         match self {
-            Fold::Operand { node, .. } | Fold::RmsNorm(node) | Fold::StoreCopy(node) => vec![*node],
+            Fold::Operand { node, .. } | Fold::RmsNorm(node) | Fold::StoreCopy(node) | Fold::CacheWrite(node) => {
+                vec![*node]
+            }
             Fold::RowOperand(nodes) => nodes.clone(),
             Fold::Expand(f) | Fold::Depthwise(f) => folded(f),
             Fold::ConvSum { conv, .. } => vec![*conv],
@@ -170,6 +178,7 @@ impl Fold {
         use AnchorKind as A;
         match self.kind() {
             FoldKind::RowOperand => matches!(anchor, A::MatMul | A::CacheWrite),
+            FoldKind::CacheWrite => anchor == A::CacheWrite,
             FoldKind::Operand | FoldKind::RmsNorm | FoldKind::Attention => anchor == A::MatMul,
             FoldKind::Expand => matches!(anchor, A::DepthwiseConv | A::PointwiseConv),
             FoldKind::Depthwise => anchor == A::PointwiseConv,
@@ -190,7 +199,7 @@ impl Fold {
             (K::Operand, K::Operand) => true,
             // B's prologue next to A computed in the kernel (one per slot is checked separately).
             (K::Operand, K::RowOperand) => true,
-            (K::RowOperand, K::StoreCopy | K::WriteInto) => true,
+            (K::RowOperand, K::StoreCopy | K::WriteInto | K::CacheWrite) => true,
             (K::RowOperand, _) => false,
             (K::Operand, K::Attention | K::StoreCopy) => true,
             (K::Operand, _) => false,
@@ -203,6 +212,8 @@ impl Fold {
             // A result stored into a Concat, from any kernel that places its stores, but not also permuted.
             (K::StoreCopy | K::WriteInto, K::WriteInto) => false,
             (_, K::WriteInto) => true,
+            // One second cache write, next to the anchor's new rows computed in the kernel.
+            (_, K::CacheWrite) => false,
             _ => false,
         }
     }
@@ -317,6 +328,14 @@ impl KernelGroup {
     pub fn write_into(&self) -> Option<(NodeId, usize)> {
         self.folds.iter().find_map(|f| match f {
             Fold::WriteInto { concat, slot } => Some((*concat, *slot)),
+            _ => None,
+        })
+    }
+
+    /// The second cache write ([`Fold::CacheWrite`]).
+    pub fn second_cache_write(&self) -> Option<NodeId> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::CacheWrite(n) => Some(*n),
             _ => None,
         })
     }

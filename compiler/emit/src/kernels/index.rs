@@ -55,16 +55,28 @@ pub(super) struct ScatterTpl {
 pub(super) struct CacheWriteTpl {
     pub(super) h: Header,
     pub(super) helpers: Helpers,
-    /// The new rows computed here as they are loaded (`Fold::RowOperand`), or read from `x`.
+    /// The first part's new rows computed here as they are loaded (`Fold::RowOperand`).
     pub(super) operand: Option<Fused>,
     pub(super) groups_x: u32,
+    /// New elements of all parts.
     pub(super) numel: usize,
+    pub(super) row_var: String,
+    /// The cache writes, their elements one after the other (a second one: `Fold::CacheWrite`).
+    pub(super) parts: Vec<CachePart>,
+}
+
+pub(super) struct CachePart {
+    /// The cache's binding.
+    pub(super) cache: String,
+    /// Its elements are the kernel's `first .. first + numel`.
+    pub(super) first: usize,
+    pub(super) numel: usize,
+    pub(super) bytes: u64,
     pub(super) axis: usize,
     /// The largest first row: the cache's length along the axis less the new rows'.
     pub(super) last_row: usize,
     pub(super) coords: Vec<NamedCoord>,
-    pub(super) row_var: String,
-    /// New element `i`: read through the view of the new rows or computed; and where it is written.
+    /// New element `i` (of this part): read through the view of the new rows or computed; and where it goes.
     pub(super) src: String,
     pub(super) dst: String,
 }
@@ -198,37 +210,81 @@ impl Emitter<'_> {
     pub(super) fn cache_write(&self, group: &KernelGroup, axis: usize) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let n = group.anchor.expect("an anchored group");
+        let mut helpers = Helpers::default();
+        let mut reads: Vec<(ValueId, String)> = vec![];
+        let operand = match group.row_operand() {
+            Some(nodes) => Some(self.row_operand(nodes, &mut reads, &mut helpers)?),
+            None => None,
+        };
+        let row = g.node(n).inputs[2].unwrap();
+        let row_var = bind_once(&mut reads, row, "row");
+        let mut parts = vec![self.cache_part(n, axis, 0, operand.is_some(), &mut reads)?];
+        let mut outs = vec![(g.node(n).outputs[0], "cache".to_string())];
+        if let Some(m) = group.second_cache_write() {
+            let Op::CacheWrite { axis } = g.node(m).op else { unreachable!("a cache write fold") };
+            if g.node(m).inputs[2] != Some(row) {
+                return Err(self.err(m, "a second cache write at another row (a scheduler bug)"));
+            }
+            let mut part = self.cache_part(m, axis, 1, false, &mut reads)?;
+            part.first = parts[0].numel;
+            parts.push(part);
+            outs.push((g.node(m).outputs[0], "cache1".to_string()));
+        }
+        let outs: Vec<(ValueId, &str)> = outs.iter().map(|(v, s)| (*v, s.as_str())).collect();
+        let bindings = bindings(&reads, &outs);
+        let numel = parts.iter().map(|p| p.numel).sum::<usize>();
+        let (h, wg, groups_x) = self.launch(n, Some(group), "cache_write.wgsl", &bindings, numel.div_ceil(256))?;
+        let stored = parts.iter().map(|p| p.bytes).sum::<u64>();
+        let tpl = CacheWriteTpl { h, helpers, operand, groups_x, numel, row_var, parts };
+        let mut k = self.kernel(n, self.group_name(group), "cache_write", tpl.render(), &bindings, wg)?;
+        k.stored_bytes = Some(stored);
+        Ok(k)
+    }
+
+    /// One cache write's share of a cache-write kernel: its new elements after `first` (the earlier parts'),
+    /// read through the view of its new rows or computed (`operand`), stored into `cache{index}` (no suffix for 0).
+    fn cache_part(
+        &self,
+        n: NodeId,
+        axis: usize,
+        index: usize,
+        operand: bool,
+        reads: &mut Vec<(ValueId, String)>,
+    ) -> Result<CachePart, EmitError> {
+        let g = self.g;
         let node = g.node(n);
-        let (new, row, out) = (node.inputs[1].unwrap(), node.inputs[2].unwrap(), node.outputs[0]);
+        let (new, out) = (node.inputs[1].unwrap(), node.outputs[0]);
         let (ns, cs) = (g.ty(new).shape.clone(), g.ty(out).shape.clone());
+        if cs.len() != ns.len() || axis >= cs.len() || cs[axis] < ns[axis] {
+            return Err(self.err(n, "new rows that do not fit the cache"));
+        }
         let (ncs, ocs) = (contiguous_strides(&ns), contiguous_strides(&cs));
         let dims: Vec<usize> = (0..ns.len()).filter(|&d| ns[d] > 1).collect();
         let coords =
             dims.iter().map(|&d| NamedCoord { name: format!("c{d}"), stride: ncs[d], extent: ns[d] }).collect();
         let dst = dims.iter().fold(format!("r * {}u", ocs[axis]), |e, &d| e + &format!(" + c{d} * {}u", ocs[d]));
-        let mut helpers = Helpers::default();
-        let mut reads: Vec<(ValueId, String)> = vec![];
-        let (operand, src) = match group.row_operand() {
-            Some(nodes) => (Some(self.row_operand(nodes, &mut reads, &mut helpers)?), "operand_a(0.0, i)".into()),
-            None => {
-                let view = input_view(g, &self.sched.folded, n, 1);
-                reads.push((view.root, "x".into()));
-                let at = dims
-                    .iter()
-                    .filter(|&&d| view.strides[d] != 0)
-                    .fold(view.offset.to_string(), |e, &d| e + &format!(" + i32(c{d}) * {}", view.strides[d]));
-                (None, format!("x[u32({at})]"))
-            }
+        let src = if operand {
+            "operand_a(0.0, i)".into()
+        } else {
+            let view = input_view(g, &self.sched.folded, n, 1);
+            let x = bind_once(reads, view.root, "x");
+            let at = dims
+                .iter()
+                .filter(|&&d| view.strides[d] != 0)
+                .fold(view.offset.to_string(), |e, &d| e + &format!(" + i32(c{d}) * {}", view.strides[d]));
+            format!("{x}[u32({at})]")
         };
-        let numel = g.ty(new).numel();
-        let row_var = bind_once(&mut reads, row, "row");
-        let bindings = bindings(&reads, &[(out, "cache")]);
-        let (h, wg, groups_x) = self.launch(n, Some(group), "cache_write.wgsl", &bindings, numel.div_ceil(256))?;
-        let last_row = cs[axis] - ns[axis];
-        let tpl = CacheWriteTpl { h, helpers, operand, groups_x, numel, axis, last_row, coords, row_var, src, dst };
-        let mut k = self.kernel(n, self.group_name(group), "cache_write", tpl.render(), &bindings, wg)?;
-        k.stored_bytes = Some(wgslc_passes::stored_bytes(g, new));
-        Ok(k)
+        Ok(CachePart {
+            cache: if index == 0 { "cache".into() } else { format!("cache{index}") },
+            first: 0,
+            numel: g.ty(new).numel(),
+            bytes: wgslc_passes::stored_bytes(g, new),
+            axis,
+            last_row: cs[axis] - ns[axis],
+            coords,
+            src,
+            dst,
+        })
     }
 
     pub(super) fn pad(
