@@ -654,6 +654,25 @@ def ops():
     mask2[1, :] = -np.inf
     mask2[2, 3:] = -np.inf
     cases["attention_many_heads"] = sdpa_case(rng, (1, 264, 3, 4), (1, 264, 5, 4), (1, 264, 5, 3), mask2)
+    # One query row (a decode step: the one-row attention kernel): 300 keys (not a multiple of its loops), rows 20
+    # and 24 wide (K and V read as vec4s), one head fully masked, another masked past key 250.
+    r1 = np.random.default_rng(11)
+    mask1 = np.zeros((3, 1, 300), np.float32)
+    mask1[1, :, :] = -np.inf
+    mask1[2, :, 250:] = -np.inf
+    cases["attention_one_row"] = sdpa_case(r1, (1, 3, 1, 20), (1, 3, 300, 20), (1, 3, 300, 24), mask1, scale=0.2)
+    # The same with K given transposed and V transposed back from [h, d, keys] (both read four scalars at a time),
+    # no mask.
+    cases["attention_one_row_strided"] = (
+        model([helper.make_node("MatMul", ["q", "kt"], ["s"]),
+               helper.make_node("Mul", ["s", "scale"], ["s2"]),
+               helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+               helper.make_node("Transpose", ["vt"], ["v"], perm=[0, 1, 3, 2]),
+               helper.make_node("MatMul", ["p", "v"], ["y"])],
+              [vi("q", F, [1, 2, 1, 8]), vi("kt", F, [1, 2, 8, 37]), vi("vt", F, [1, 2, 12, 37])],
+              [vi("y", F, None)], [init("scale", np.float32(0.35))]),
+        [r1.standard_normal(sh).astype(np.float32) for sh in [(1, 2, 1, 8), (1, 2, 8, 37), (1, 2, 12, 37)]],
+    )
     # Grouped-query attention as exporters write it: 4 query heads share 2 K/V heads through Unsqueeze → Expand →
     # Reshape, with a causal mask through Where.
     gqa = []

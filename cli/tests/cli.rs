@@ -304,6 +304,9 @@ fn the_attention_kernel_reproduces_the_reference() {
         "ops/attention_many_heads",
         "ops/attention_gqa",
         "ops/attention_gqa_scaled",
+        // One query row: the one-row kernel, K and V read as vec4s and (strided) four scalars at a time.
+        "ops/attention_one_row",
+        "ops/attention_one_row_strided",
         "torch/gpt2_dynamo20",
         "torch/nanogpt_dynamo20",
         "torch/nanogpt_torchscript17",

@@ -37,8 +37,9 @@ pub use schedule::{
     schedule, store_permutation, takes_epilogue, verify_schedule, AnchorKind, AttentionMode, AttentionTail,
     AttentionTiling, Boundary, ExpandTile, Fold, FoldKind, FoldedConv, FuseOptions, GemvTiling, InvertedResidualMode,
     KernelGroup, ProductTiling, Readers, Recipe, Schedule, StorePlacement, ATTENTION_MAX_DK, ATTENTION_MAX_DV,
-    DEPTHWISE_MAX_CHANNELS, EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, KSPLIT16_BELOW,
-    MAX_LOADS_PER_STEP, PROJECT_MAX_CHANNELS, PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
+    ATTENTION_ROW_MAX_DK, ATTENTION_ROW_MAX_KEYS, DEPTHWISE_MAX_CHANNELS, EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS,
+    GEMV_WORKGROUPS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP, PROJECT_MAX_CHANNELS, PROJECT_MAX_PER_THREAD,
+    WORKGROUP_FLOATS,
 };
 pub use split::split_weights;
 

@@ -200,6 +200,8 @@ impl Fold {
             // B's prologue next to A computed in the kernel (one per slot is checked separately).
             (K::Operand, K::RowOperand) => true,
             (K::RowOperand, K::StoreCopy | K::WriteInto | K::CacheWrite) => true,
+            // A decode step's query computed in its one-row attention kernel.
+            (K::RowOperand, K::Attention) => true,
             (K::RowOperand, _) => false,
             (K::Operand, K::Attention | K::StoreCopy) => true,
             (K::Operand, _) => false,

@@ -67,6 +67,10 @@ use wgslc_ir::{Graph, NodeId, Op, ValueId};
 /// loop's trip count sane), and the widest value rows (16 accumulators per thread).
 pub const ATTENTION_MAX_DK: usize = 1024;
 pub const ATTENTION_MAX_DV: usize = 256;
+/// The most keys a one-query-row attention kernel takes (every score in workgroup memory: 8 KiB of the 16 KiB).
+pub const ATTENTION_ROW_MAX_KEYS: usize = 2048;
+/// The widest Q/K rows the one-row attention kernel takes (its query in workgroup memory).
+pub const ATTENTION_ROW_MAX_DK: usize = 256;
 
 /// A producer → consumer edge that crosses a kernel boundary, and why it was not fused.
 #[derive(Clone, Debug, PartialEq, Eq)]

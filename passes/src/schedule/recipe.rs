@@ -11,8 +11,8 @@ use wgslc_ir::{contiguous_strides, Graph, NodeId, Op};
 pub struct Recipe {
     /// For products (MatMul, Gemm, ungrouped Conv as implicit GEMM): how the output is cut into workgroups.
     pub product: Option<ProductTiling>,
-    /// For a MatMul or Gemm: the product has one row of A (and no batch), so it runs as a matrix-vector product
-    /// ([`gemv_tiling`]).
+    /// For a MatMul or Gemm: the product has one row of A per batch, so it runs as a matrix-vector product
+    /// ([`gemv_tiling`]); for attention, one query row (the one-row attention kernel).
     pub one_row: bool,
     /// For a MatMul: the finer batch coordinates both operands are read over ([`mm_batch_refinement`]).
     pub batch: Option<Vec<usize>>,
@@ -239,6 +239,7 @@ pub fn recipe(g: &Graph, k: &KernelGroup) -> Option<Recipe> {
         let m = if rq < 2 { 1 } else { qt.shape[rq - 2] };
         let dv = *g.ty(g.node(t.pv).outputs[0]).shape.last()?;
         r.attention = Some(attention_tiling(m, batch.iter().product(), dv));
+        r.one_row = m == 1;
         return Some(r);
     }
     match &node.op {

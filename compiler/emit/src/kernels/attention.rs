@@ -47,6 +47,49 @@ pub(super) struct AttentionTpl {
     pub(super) lanes: Vec<Lane>,
 }
 
+/// Attention for one query row per workgroup (a decode step): templates/attention_row.wgsl.
+#[derive(Template)]
+#[template(path = "attention_row.wgsl", escape = "none")]
+pub(super) struct AttentionRowTpl {
+    pub(super) h: Header,
+    pub(super) helpers: Helpers,
+    pub(super) fu: Fused,
+    /// The query row computed as it is loaded ([`wgslc_passes::Fold::RowOperand`]).
+    pub(super) operand: Option<Fused>,
+    pub(super) groups_x: u32,
+    /// Workgroups: one per query row.
+    pub(super) blocks: usize,
+    pub(super) n: usize,
+    pub(super) dk4: usize,
+    pub(super) dv: usize,
+    pub(super) dv4: usize,
+    /// Four-wide loads of a key in flight at once (divides `dk4`).
+    pub(super) k_unroll: usize,
+    /// Threads per slice of the p·V sum (`dv4` rounded up to a power of two) and slices (256 / lanes).
+    pub(super) lanes: usize,
+    pub(super) slices: usize,
+    /// Keys of V in flight per thread.
+    pub(super) unroll: usize,
+    /// K and V bound as `vec4<f32>` (rows contiguous and aligned), else read four scalars at a time.
+    pub(super) k_vec4: bool,
+    pub(super) v_vec4: bool,
+    pub(super) a_off: i64,
+    pub(super) b_off: i64,
+    pub(super) v_off: i64,
+    pub(super) a_sk: i64,
+    pub(super) b_sk: i64,
+    pub(super) b_sn: i64,
+    pub(super) v_sk: i64,
+    pub(super) v_sn: i64,
+    pub(super) a_pro: String,
+    pub(super) b_pro: String,
+    pub(super) b_var: String,
+    pub(super) v_var: String,
+    pub(super) alpha: String,
+    pub(super) nan_to_zero: bool,
+    pub(super) batch: Vec<AttnBatchDim>,
+}
+
 pub(super) struct AttnBatchDim {
     pub(super) div: usize,
     pub(super) extent: usize,
@@ -74,6 +117,12 @@ impl Emitter<'_> {
             return Err(self.err(tail.pv, "attention batch dimensions differ between the two products"));
         }
         let out = g.node(group.last()).outputs[0];
+        if qk.m == 1 {
+            return self.attention_row(group, &qk_group, qk, pv, helpers);
+        }
+        if group.row_operand().is_some() {
+            return Err(self.err(tail.pv, "a query computed in a multi-row attention kernel (a scheduler bug)"));
+        }
         // One binding per stored tensor (Q, K and V are often views of one QKV product).
         let mut reads: Vec<(ValueId, String)> = vec![(qk.va.root, "a".into())];
         let b_var = bind_once(&mut reads, qk.vb.root, "b");
@@ -137,6 +186,117 @@ impl Emitter<'_> {
                 })
                 .collect(),
             lanes: (0..pv.nn.div_ceil(16)).map(|i| Lane { i, off: i * 16 }).collect(),
+        };
+        let name = self.group_name(group);
+        self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg)
+    }
+
+    /// One query row per workgroup (a decode step: [`ATTENTION_ROW_MAX_KEYS`](wgslc_passes::ATTENTION_ROW_MAX_KEYS)
+    /// keys at most, every score in workgroup memory): the query computed or loaded once, each thread scoring whole
+    /// keys with all of a key's loads in flight, then p·V with several keys' loads in flight per thread
+    /// (templates/attention_row.wgsl). A one-row kernel of the tiled shape waits on one load at a time.
+    fn attention_row(
+        &self,
+        group: &KernelGroup,
+        qk_group: &KernelGroup,
+        qk: super::matmul::MmGeom,
+        pv: super::matmul::MmGeom,
+        mut helpers: Helpers,
+    ) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let tail = group.attention().expect("attention group");
+        let out = g.node(group.last()).outputs[0];
+        let (n, dk, dv) = (qk.nn, qk.k, pv.nn);
+        if dk % 4 != 0 || dv % 4 != 0 || dk > 1024 || dv > 256 || n > wgslc_passes::ATTENTION_ROW_MAX_KEYS {
+            return Err(self.err(tail.pv, "a one-row attention the kernel cannot hold (a scheduler bug)"));
+        }
+        let mut reads: Vec<(ValueId, String)> = vec![];
+        let operand = match group.row_operand() {
+            Some(nodes) => {
+                if qk.a_sk != 1 || qk.va.offset != 0 {
+                    return Err(self.err(tail.pv, "a computed query that is not one row (a scheduler bug)"));
+                }
+                Some(self.row_operand(nodes, &mut reads, &mut helpers)?)
+            }
+            None => {
+                reads.push((qk.va.root, "a".into()));
+                None
+            }
+        };
+        let b_var = bind_once(&mut reads, qk.vb.root, "b");
+        let v_var = bind_once(&mut reads, pv.vb.root, "v");
+        let mut fu = self.fused_body(qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
+        self.place_stores(group, &mut fu);
+        let bindings = bindings(&reads, &[(out, "out")]);
+        // K and V as vec4s: rows contiguous and every row start a multiple of 4, the binding used for nothing else.
+        let others_read = |var: &str| {
+            (operand.is_none() && var == "a")
+                || b_var == v_var
+                || fu.loads.iter().chain(operand.iter().flat_map(|o| &o.loads)).any(|l| l.var == var)
+        };
+        let k_vec4 = qk.b_sk == 1
+            && qk.pro[1].is_empty()
+            && qk.vb.offset % 4 == 0
+            && qk.b_sn % 4 == 0
+            && qk.batch.iter().all(|d| d.b_stride % 4 == 0)
+            && !others_read(&b_var);
+        let v_vec4 = pv.b_sn == 1
+            && pv.vb.offset % 4 == 0
+            && pv.b_sk % 4 == 0
+            && pv.batch.iter().all(|d| d.b_stride % 4 == 0)
+            && !others_read(&v_var);
+        let blocks = qk.batches;
+        let (mut h, wg, groups_x) = self.launch(tail.pv, Some(group), "attention_row.wgsl", &bindings, blocks)?;
+        for d in h.bindings.iter_mut() {
+            if (d.var == b_var && k_vec4) || (d.var == v_var && v_vec4) {
+                d.ty = "vec4<f32>";
+            }
+        }
+        let (dk4, dv4) = (dk / 4, dv / 4);
+        let lanes = dv4.next_power_of_two();
+        let tpl = AttentionRowTpl {
+            h,
+            helpers,
+            fu,
+            operand,
+            groups_x,
+            blocks,
+            n,
+            dk4,
+            dv,
+            dv4,
+            k_unroll: [16, 8, 4, 2, 1].into_iter().find(|u| dk4 % u == 0).unwrap_or(1),
+            lanes,
+            slices: 256 / lanes,
+            unroll: 8,
+            k_vec4,
+            v_vec4,
+            a_off: qk.va.offset,
+            b_off: qk.vb.offset,
+            v_off: pv.vb.offset,
+            a_sk: qk.a_sk,
+            b_sk: qk.b_sk,
+            b_sn: qk.b_sn,
+            v_sk: pv.b_sk,
+            v_sn: pv.b_sn,
+            a_pro: qk.pro[0].clone(),
+            b_pro: qk.pro[1].clone(),
+            b_var,
+            v_var,
+            alpha: f32_lit(qk.alpha),
+            nan_to_zero: tail.nan_to_zero.is_some(),
+            batch: qk
+                .batch
+                .iter()
+                .zip(&pv.batch)
+                .map(|(a, b)| AttnBatchDim {
+                    div: a.div,
+                    extent: a.extent,
+                    a_stride: a.a_stride,
+                    b_stride: a.b_stride,
+                    v_stride: b.b_stride,
+                })
+                .collect(),
         };
         let name = self.group_name(group);
         self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg)

@@ -2,13 +2,17 @@
 
 use super::Fuse;
 use crate::schedule::reads::mm_batch_refinement;
-use crate::schedule::{AttentionTail, Fold, FoldKind, ATTENTION_MAX_DK, ATTENTION_MAX_DV};
+use crate::schedule::{
+    AttentionTail, Fold, FoldKind, ATTENTION_MAX_DK, ATTENTION_MAX_DV, ATTENTION_ROW_MAX_DK, ATTENTION_ROW_MAX_KEYS,
+};
 use wgslc_ir::{NodeId, Op, ValueId};
 
 /// Merges each MatMul(Q, Kᵀ) [scale, mask] → Softmax(last axis) → MatMul(·, V) chain whose intermediate values
 /// nothing else reads into one attention group, placed where the V product was (everything it reads is written
 /// by then). Shapes the kernel cannot hold (query rows wider than [`ATTENTION_MAX_DK`], value rows wider than
-/// [`ATTENTION_MAX_DV`]), a single query row, and groups that would pass the binding limit stay three kernels.
+/// [`ATTENTION_MAX_DV`]; for a single query row, more than [`ATTENTION_ROW_MAX_KEYS`] keys, rows not a multiple
+/// of 4 wide or queries wider than [`ATTENTION_ROW_MAX_DK`]) and groups that would pass the binding limit stay
+/// three kernels.
 pub(in crate::schedule) fn fuse(f: &mut Fuse) {
     let g = f.g;
     let mut ci = 0;
@@ -41,13 +45,14 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
             if axis as usize + 1 != st.rank() || st.rank() < 2 || b.has(FoldKind::Operand) {
                 return None;
             }
-            // One query row (a decode step): the fused kernel parallelizes over query tiles, so it would run a
-            // workgroup per head; three kernels spread the keys over the GPU (H100, a Qwen2.5-0.5B-shaped step
-            // over 512 keys: 144 µs fused against about 30 µs per layer as three kernels). A kernel shaped for one
-            // row (a workgroup per head, every score in workgroup memory, 16 loads in flight per thread) took
-            // 39 µs: a workgroup per head streams its whole cache alone. What would beat three kernels is a split
-            // over the keys with a combine step (flash decoding).
-            if st.shape[st.rank() - 2] == 1 {
+            // One query row (a decode step) runs as a kernel of its own shape (a workgroup per row, every score in
+            // workgroup memory, each thread keeping a whole key's loads or several keys of V in flight): up to
+            // ATTENTION_ROW_MAX_KEYS keys, rows a multiple of 4 wide. The tiled kernel would run a workgroup per
+            // head waiting on one load at a time (H100, a Qwen2.5-0.5B-shaped step over 512 keys: 144 µs, against
+            // about 30 µs per layer as three kernels); a first one-row kernel that loaded one element at a time
+            // took 39 µs.
+            let one_row = st.shape[st.rank() - 2] == 1;
+            if one_row && st.shape[st.rank() - 1] > ATTENTION_ROW_MAX_KEYS {
                 return None;
             }
             let soft = g.node(sm).outputs[0];
@@ -100,6 +105,13 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
                 return None;
             }
             if dk > ATTENTION_MAX_DK || dv > ATTENTION_MAX_DV || qt.rank() < 2 {
+                return None;
+            }
+            if one_row && (dk % 4 != 0 || dv % 4 != 0 || dk > ATTENTION_ROW_MAX_DK) {
+                return None;
+            }
+            // A query computed as it is loaded (rotary on a decode step's Q) only in the one-row kernel.
+            if a.has(FoldKind::RowOperand) && !one_row {
                 return None;
             }
             // The kernel walks one set of batch coordinates for both products.

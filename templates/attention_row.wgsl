@@ -1,0 +1,162 @@
+{% include "header.wgsl" %}
+{%- include "helpers.wgsl" %}
+{%- if let Some(fu) = operand %}
+// The query row is computed here as it is loaded (its elementwise kernel folded in).
+{%- include "fused.wgsl" %}
+{%- endif %}
+{%- include "fused.wgsl" %}
+// Attention for one query row (a decode step): a workgroup of 256 threads per row, {{ blocks }} rows, {{ n }} keys.
+// The query goes to workgroup memory; each thread scores keys tid, tid + 256, … (Q·K as {{ dk4 }} four-wide loads of
+// the key, all in flight, then the score epilogue: scale, mask) into workgroup memory, which holds every score;
+// the workgroup reduces their maximum and the softmax denominator; then {{ slices }} slices of {{ lanes }} threads
+// each sum p·V four value columns wide over every {{ slices }}th key, {{ unroll }} keys in flight, and the slices'
+// sums meet in workgroup memory. Every load of K and V is independent of the others, so a workgroup streams its
+// cache with many loads in flight instead of one at a time.
+var<workgroup> q_row: array<vec4<f32>, {{ dk4 }}>;
+var<workgroup> scores: array<f32, {{ n }}>;
+var<workgroup> red: array<f32, 256>;
+var<workgroup> pv_red: array<vec4<f32>, 256>;
+
+// Elements 4·d4 .. 4·d4 + 3 of the key at `base`.
+fn key4(base: u32, d4: u32) -> vec4<f32> {
+{%- if k_vec4 %}
+    return {{ b_var }}[(base + d4 * 4u) / 4u];
+{%- else %}
+    var r = vec4<f32>(0.0);
+    for (var e = 0u; e < 4u; e = e + 1u) {
+        var bv = {{ b_var }}[base + (d4 * 4u + e) * {{ b_sk }}u];
+{%- if !b_pro.is_empty() %}
+        bv = {{ b_pro }};
+{%- endif %}
+        r[e] = bv;
+    }
+    return r;
+{%- endif %}
+}
+
+// Value columns 4·c4 .. 4·c4 + 3 of the key at `base`.
+fn value4(base: u32, c4: u32) -> vec4<f32> {
+{%- if v_vec4 %}
+    return {{ v_var }}[(base + c4 * 4u) / 4u];
+{%- else %}
+    return vec4<f32>({% for e in 0..4 %}{% if e > 0 %}, {% endif %}{{ v_var }}[base + (c4 * 4u + {{ e }}u) * {{ v_sn }}u]{% endfor %});
+{%- endif %}
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let batch = wid.y * {{ groups_x }}u + wid.x;
+    if (batch >= {{ blocks }}u) {
+        return;
+    }
+    let a_base = {{ a_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
+    let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
+    let v_base = {{ v_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.v_stride }}u{% endfor %};
+    let neg_inf = bitcast<f32>(non_finite_bits.y);
+    if (tid < {{ dk4 }}u) {
+        var q = vec4<f32>(0.0);
+        for (var e = 0u; e < 4u; e = e + 1u) {
+            let d = tid * 4u + e;
+{%- if operand.is_some() %}
+            var av = operand_a(0.0, a_base + d);
+{%- else %}
+            var av = a[a_base + d * {{ a_sk }}u];
+{%- endif %}
+{%- if !a_pro.is_empty() %}
+            av = {{ a_pro }};
+{%- endif %}
+            q[e] = av;
+        }
+        q_row[tid] = q;
+    }
+    workgroupBarrier();
+    var tmax = neg_inf;
+    for (var j = tid; j < {{ n }}u; j = j + 256u) {
+        let base = b_base + j * {{ b_sn }}u;
+        var dot = vec4<f32>(0.0);
+        for (var d0 = 0u; d0 < {{ dk4 }}u; d0 = d0 + {{ k_unroll }}u) {
+{%- for u in 0..k_unroll %}
+            let k{{ u }} = key4(base, d0 + {{ u }}u);
+{%- endfor %}
+{%- for u in 0..k_unroll %}
+            dot = fma(q_row[d0 + {{ u }}u], k{{ u }}, dot);
+{%- endfor %}
+        }
+        let dot_s = {{ alpha }} * (dot.x + dot.y + dot.z + dot.w);
+{%- if fu.defined %}
+        let s = fused(dot_s, batch * {{ n }}u + j);
+{%- else %}
+        let s = dot_s;
+{%- endif %}
+        scores[j] = s;
+        tmax = max(tmax, s);
+    }
+    red[tid] = tmax;
+    workgroupBarrier();
+    for (var w = 128u; w > 0u; w = w >> 1u) {
+        if (tid < w) {
+            red[tid] = max(red[tid], red[tid + w]);
+        }
+        workgroupBarrier();
+    }
+    let mx = red[0];
+    workgroupBarrier();
+    // While every score is -inf, shift by 0 so exp gives 0 rather than NaN.
+    let shift = select(mx, 0.0, mx == neg_inf);
+    var l = 0.0;
+    for (var j = tid; j < {{ n }}u; j = j + 256u) {
+        let p = exp(scores[j] - shift);
+        scores[j] = p;
+        l = l + p;
+    }
+    red[tid] = l;
+    workgroupBarrier();
+    for (var w = 128u; w > 0u; w = w >> 1u) {
+        if (tid < w) {
+            red[tid] = red[tid] + red[tid + w];
+        }
+        workgroupBarrier();
+    }
+    let denom = red[0];
+    // p·V: lane c4 owns value columns 4·c4 .. 4·c4 + 3; slice s takes keys s, s + {{ slices }}, …
+    let c4 = tid % {{ lanes }}u;
+    let slice = tid / {{ lanes }}u;
+{%- for u in 0..unroll %}
+    var acc{{ u }} = vec4<f32>(0.0);
+{%- endfor %}
+    if (c4 < {{ dv4 }}u) {
+        var j = slice;
+        for (; j + {{ (unroll - 1) * slices }}u < {{ n }}u; j = j + {{ unroll * slices }}u) {
+{%- for u in 0..unroll %}
+            let v{{ u }} = value4(v_base + (j + {{ u * slices }}u) * {{ v_sk }}u, c4);
+{%- endfor %}
+{%- for u in 0..unroll %}
+            acc{{ u }} = fma(vec4<f32>(scores[j + {{ u * slices }}u]), v{{ u }}, acc{{ u }});
+{%- endfor %}
+        }
+        for (; j < {{ n }}u; j = j + {{ slices }}u) {
+            acc0 = fma(vec4<f32>(scores[j]), value4(v_base + j * {{ v_sk }}u, c4), acc0);
+        }
+    }
+    pv_red[tid] = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};
+    workgroupBarrier();
+    for (var w = {{ slices / 2 }}u; w > 0u; w = w >> 1u) {
+        if (slice < w) {
+            pv_red[tid] = pv_red[tid] + pv_red[tid + w * {{ lanes }}u];
+        }
+        workgroupBarrier();
+    }
+    if (slice == 0u && c4 < {{ dv4 }}u) {
+{%- if nan_to_zero %}
+        // Every score -inf: the softmax is NaN, which the model's Where(IsNaN(p), 0, p) turns into zeros.
+        let inv = select(1.0 / denom, 0.0, denom == 0.0);
+{%- else %}
+        let inv = 1.0 / denom;
+{%- endif %}
+        let o = pv_red[tid] * inv;
+        for (var e = 0u; e < 4u; e = e + 1u) {
+            let oo = batch * {{ dv }}u + c4 * 4u + e;
+            out[{{ fu.at("oo") }}] = o[e];
+        }
+    }
+}
