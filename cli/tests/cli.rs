@@ -492,11 +492,14 @@ fn compile_never_deletes_or_overwrites_a_users_files() {
 /// reproduce onnxruntime, and no kernel binds more than the limit (emission checks every binding).
 #[test]
 fn weights_larger_than_one_binding_are_split() {
+    // Embedding tables in blocks: GPT-2's in 2 (one GatherBlocks kernel), BERT's in 8 (more than one kernel's
+    // bindings hold: a Gather per block, summed).
     let cases = [
         ("torch/gpt2_dynamo20", 65536),
         ("torch/bert_dynamo20", 65536),
         ("models/transformer", 16384),
         ("models/mlp", 1024),
+        // Negative indices over a table in 2 blocks.
         ("ops/gather_runtime_indices", 100),
     ];
     for (name, bytes) in cases {

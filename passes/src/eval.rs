@@ -121,6 +121,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
         | Op::TopK { .. }
         | Op::Sample
         | Op::CacheWrite { .. }
+        | Op::GatherBlocks { .. }
         | Op::Recurrence(_)
         | Op::Scatter { .. }
         | Op::TileCopy => return None,

@@ -6,8 +6,10 @@ use wgslc_ir::{BinaryOp, Builder, DType, Graph, NodeId, Op, Tensor, TensorType, 
 
 /// Splits every constant larger than `max_bytes` (WebGPU's maxStorageBufferBindingSize: 128 MiB by default) into
 /// blocks of rows no larger, so that no kernel binds more than the limit and the weight buffers stay within theirs:
-/// - `Gather(E, idx)` along axis 0 (an embedding table): one Gather per block of rows, each reading the indices
-///   that fall in it (`idx − start`, negative indices wrapped first) and masked to zero elsewhere, summed;
+/// - `Gather(E, idx)` along axis 0 (an embedding table): one `GatherBlocks` over the blocks where they fit
+///   `max_bindings` storage bindings with the indices and the output, else one Gather per block of rows, each
+///   reading the indices that fall in it (`idx − start`, negative indices wrapped first) and masked to zero
+///   elsewhere, summed;
 /// - `MatMul(x, W)` and `Gemm(x, W)`: one product per block of W's output columns (rows of W under `transB`, of E
 ///   under a transposing copy: a tied LM head), joined by a Concat along the last axis, which the scheduler then
 ///   writes in place; `MatMul(W, x)`: blocks of W's rows, joined along the second-to-last axis.
@@ -15,7 +17,7 @@ use wgslc_ir::{BinaryOp, Builder, DType, Graph, NodeId, Op, Tensor, TensorType, 
 /// Requires: a legalized graph. Establishes: no constant is larger than `max_bytes`, or an error names the
 /// constant, its size, the limit and the reader that cannot address blocks. Names: block `i` of `E` is
 /// `E.block{i}`; the nodes are named after the reader.
-pub fn split_weights(g: &mut Graph, max_bytes: u64) -> Result<(), PassError> {
+pub fn split_weights(g: &mut Graph, max_bytes: u64, max_bindings: usize) -> Result<(), PassError> {
     let order = g.topo_order()?;
     let mut big: Vec<ValueId> = Vec::new();
     for &n in &order {
@@ -40,7 +42,7 @@ pub fn split_weights(g: &mut Graph, max_bytes: u64) -> Result<(), PassError> {
             };
             let rank = g.ty(c).rank();
             match (&node.op, slot) {
-                (Op::Gather { axis: 0 }, 0) if rank >= 1 => gather(g, r, c, max_bytes)?,
+                (Op::Gather { axis: 0 }, 0) if rank >= 1 => gather(g, r, c, max_bytes, max_bindings)?,
                 (Op::MatMul, 1) if rank == 2 => product(g, r, c, Layout::Columns, max_bytes)?,
                 (Op::MatMul, 0) if rank == 2 => product(g, r, c, Layout::Rows, max_bytes)?,
                 (Op::Gemm { trans_b, .. }, 1) if rank == 2 => {
@@ -128,16 +130,24 @@ fn block_consts(g: &mut Graph, c: ValueId, ranges: &[(usize, usize)], columns: b
         .collect()
 }
 
-/// An embedding lookup over a table split into blocks of rows.
-fn gather(g: &mut Graph, n: NodeId, c: ValueId, max_bytes: u64) -> Result<(), PassError> {
+/// An embedding lookup over a table split into blocks of rows: one `GatherBlocks` reading every block, when
+/// they fit one kernel's bindings beside the indices and the output; else one Gather per block, each reading the
+/// indices that fall in it (`idx − start`, negative indices wrapped first) and masked to zero elsewhere, summed.
+fn gather(g: &mut Graph, n: NodeId, c: ValueId, max_bytes: u64, max_bindings: usize) -> Result<(), PassError> {
     let node = g.node(n).clone();
     let (idx, out) = (node.inputs[1].expect("indices"), node.outputs[0]);
     let (ct, it, ot) = (g.ty(c).clone(), g.ty(idx).clone(), g.ty(out).clone());
     let row_bytes = stored_bytes(g, c) / ct.shape[0].max(1) as u64;
-    let ranges = blocks(ct.shape[0], per_block(g, c, row_bytes, max_bytes, n)?);
+    let per = per_block(g, c, row_bytes, max_bytes, n)?;
+    let ranges = blocks(ct.shape[0], per);
     let tables = block_consts(g, c, &ranges, false);
     g.remove_node(n);
     let mut b = Builder::new(g, &node.name);
+    if tables.len() + 2 <= max_bindings {
+        let inputs: Vec<Option<ValueId>> = std::iter::once(idx).chain(tables).map(Some).collect();
+        b.op_into("blocks", Op::GatherBlocks { rows: per }, &inputs, vec![out])?;
+        return Ok(());
+    }
     let bool_ty = TensorType::new(DType::Bool, it.shape.clone());
     // Negative indices count from the end of the whole table.
     let zero = b.const_named("zero", Tensor::from_f64(it.dtype, vec![], vec![0.0]));

@@ -306,7 +306,9 @@ fn late_stages(
     if graph_stop.is_none() {
         opts.progress.stage("split");
         // Weights larger than one binding, in blocks their readers address.
-        wgslc_passes::split_weights(&mut g, opts.limits.max_storage_buffer_binding_size)?;
+        let limits = &opts.limits;
+        let bindings = limits.max_storage_buffers_per_shader_stage as usize;
+        wgslc_passes::split_weights(&mut g, limits.max_storage_buffer_binding_size, bindings)?;
         wgslc_passes::verify(&g, wgslc_passes::Stage::Legalized)?;
         if stop_after != Some("split") {
             opts.progress.stage("schedule");

@@ -176,7 +176,7 @@ fn node_flops(g: &Graph, n: NodeId) -> u64 {
         }
         Op::CumSum { .. } | Op::TopK { .. } | Op::Sample => input(0).map(|t| t.numel() as u64).unwrap_or(out),
         // A copy of the new rows: no arithmetic.
-        Op::CacheWrite { .. } => 0,
+        Op::CacheWrite { .. } | Op::GatherBlocks { .. } => 0,
         Op::BatchNorm { .. } => 2 * out,
         // Import-level ops never reach a report (shape inference resolves them): counted as one per element.
         wgslc_ir::import_level!() => out,

@@ -550,6 +550,13 @@ pub enum Op {
     CacheWrite {
         axis: usize,
     },
+    /// wgslc's own, made by `split_weights`: an embedding lookup (Gather along axis 0) over a table stored as
+    /// blocks of rows, each within one storage binding. Inputs: the indices, then the blocks in order, every block
+    /// but the last `rows` rows long. The output is Gather(Concat(blocks), indices): a negative index counts from
+    /// the end, and one out of range is clamped into the table, as the Gather kernel does.
+    GatherBlocks {
+        rows: usize,
+    },
     /// ScatterElements(data, indices, updates) along `axis`, or ScatterND when `axis` is None.
     Scatter {
         axis: Option<i64>,
@@ -726,6 +733,7 @@ impl Op {
             Op::TopK { .. } => "TopK",
             Op::Sample => "Sample",
             Op::CacheWrite { .. } => "CacheWrite",
+            Op::GatherBlocks { .. } => "GatherBlocks",
             Op::Scatter { axis: Some(_), .. } => "ScatterElements",
             Op::Scatter { axis: None, .. } => "ScatterND",
             Op::OneHot { .. } => "OneHot",
@@ -797,6 +805,7 @@ impl Op {
             | Op::ArgReduce { .. }
             | Op::Sample
             | Op::CacheWrite { .. }
+            | Op::GatherBlocks { .. }
             | Op::Recurrence(_)
             | Op::GatherElements { .. } => true,
             Op::Reduce { axes, .. } => axes.is_some(),

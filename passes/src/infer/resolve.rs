@@ -264,6 +264,24 @@ pub(super) fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             }
             Ok(keep(cx, op, vec![c]))
         }
+        Op::GatherBlocks { rows } => {
+            let ind = cx.ty(0)?.clone();
+            let first = cx.ty(1)?.clone();
+            if !ind.dtype.is_int() || first.rank() == 0 || rows == 0 {
+                return Err(cx.err(format!("needs integer indices and blocks of rows, got {ind} and {first}")));
+            }
+            let last = cx.g.node(cx.n).inputs.len() - 1;
+            for i in 1..=last {
+                let b = cx.ty(i)?;
+                let len_ok = if i == last { (1..=rows).contains(&b.shape[0]) } else { b.shape[0] == rows };
+                if b.dtype != first.dtype || b.shape[1..] != first.shape[1..] || !len_ok {
+                    return Err(cx.err(format!("block {} ({b}) does not continue a table of {rows}-row blocks", i - 1)));
+                }
+            }
+            let mut shape = ind.shape.clone();
+            shape.extend(&first.shape[1..]);
+            Ok(keep(cx, op, vec![TensorType::new(first.dtype, shape)]))
+        }
         Op::Trilu { upper, .. } => {
             let x = cx.ty(0)?.clone();
             if x.rank() < 2 {

@@ -32,6 +32,20 @@ pub(super) struct GatherTpl {
     pub(super) axis_len: usize,
 }
 
+/// An embedding lookup over a table in blocks ([`wgslc_ir::Op::GatherBlocks`]).
+#[derive(Template)]
+#[template(path = "gather_blocks.wgsl", escape = "none")]
+pub(super) struct GatherBlocksTpl {
+    pub(super) h: Header,
+    pub(super) groups_x: u32,
+    pub(super) numel: usize,
+    pub(super) inner: usize,
+    pub(super) rows: usize,
+    /// The table's rows, all blocks together.
+    pub(super) axis_len: usize,
+    pub(super) blocks: Vec<String>,
+}
+
 impl Emitter<'_> {
     /// A kernel of elementwise nodes only: `out[store_at(i)] = fused(0, i)` over the result's elements.
     pub(super) fn elementwise_group(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
@@ -346,5 +360,24 @@ impl Emitter<'_> {
         };
         let name = self.group_name(group);
         self.kernel(n, name, "gather", tpl.render(), &b, wg)
+    }
+
+    /// An embedding lookup over a table stored in blocks of `rows` rows: each output element reads its row from
+    /// the block that holds it (templates/gather_blocks.wgsl), one dispatch for the whole table.
+    pub(super) fn gather_blocks(&self, n: NodeId, rows: usize) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (ind, out) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let tables: Vec<ValueId> = node.inputs[1..].iter().map(|v| v.expect("a block")).collect();
+        let names: Vec<String> = (0..tables.len()).map(|i| format!("block{i}")).collect();
+        let mut b: Vec<(ValueId, bool, &str)> = vec![(ind, false, "indices")];
+        b.extend(tables.iter().zip(&names).map(|(&t, name)| (t, false, name.as_str())));
+        b.push((out, true, "out"));
+        let inner: usize = g.ty(tables[0]).shape[1..].iter().product();
+        let axis_len: usize = tables.iter().map(|&t| g.ty(t).shape[0]).sum();
+        let numel = g.ty(out).numel();
+        let (h, wg, groups_x) = self.launch(n, None, "gather_blocks.wgsl", &b, numel.div_ceil(256))?;
+        let tpl = GatherBlocksTpl { h, groups_x, numel, inner, rows, axis_len, blocks: names.clone() };
+        self.kernel(n, node.name.clone(), "gather", tpl.render(), &b, wg)
     }
 }

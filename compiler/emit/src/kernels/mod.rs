@@ -464,6 +464,7 @@ impl Emitter<'_> {
                 Ok(vec![self.argreduce(n, *max, *axis as usize, *select_last)?])
             }
             Op::GatherElements { axis } => Ok(vec![self.gather_elements(n, *axis as usize)?]),
+            Op::GatherBlocks { rows } => Ok(vec![self.gather_blocks(n, *rows)?]),
             Op::CumSum { axis, exclusive, reverse, prod } => {
                 Ok(vec![self.cumsum(n, axis.expect("resolved") as usize, *exclusive, *reverse, *prod)?])
             }
