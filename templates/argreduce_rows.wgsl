@@ -12,6 +12,46 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     let base = (row / {{ inner }}u) * {{ span }}u + row % {{ inner }}u;
+{%- if vec4 %}
+    // The row as vec4s: thread lid takes elements 4q .. 4q + 3 for q = lid, lid + 256, …, in index order.
+    // Every thread starts from the row's elements (rows have at least 1024), so no sentinel value is needed.
+    let base4 = base / 4u;
+    let first = x[base4 + lid];
+    var best = first.x;
+    var at = lid * 4u;
+{%- for e in 1..4 %}
+    if (first[{{ e }}] {{ cmp }} best) {
+        best = first[{{ e }}];
+        at = lid * 4u + {{ e }}u;
+    }
+{%- endfor %}
+    // Eight independent vec4 loads per step, compared in index order: one workgroup reads the whole row, so what
+    // bounds it is how many bytes each thread keeps in flight (one scalar at a time took 0.235 ms for an LLM's
+    // 151,936 logits on an H100, eight 48 µs).
+    var q = lid + 256u;
+    for (; q + 1792u < {{ n / 4 }}u; q = q + 2048u) {
+{%- for u in 0..8 %}
+        let v{{ u }} = x[base4 + q + {{ u * 256 }}u];
+{%- endfor %}
+{%- for u in 0..8 %}
+{%- for e in 0..4 %}
+        if (v{{ u }}[{{ e }}] {{ cmp }} best) {
+            best = v{{ u }}[{{ e }}];
+            at = (q + {{ u * 256 }}u) * 4u + {{ e }}u;
+        }
+{%- endfor %}
+{%- endfor %}
+    }
+    for (; q < {{ n / 4 }}u; q = q + 256u) {
+        let v = x[base4 + q];
+{%- for e in 0..4 %}
+        if (v[{{ e }}] {{ cmp }} best) {
+            best = v[{{ e }}];
+            at = q * 4u + {{ e }}u;
+        }
+{%- endfor %}
+    }
+{%- else %}
     // Every thread starts from one of the row's elements (rows have at least 256), so no sentinel value is needed.
     var best = x[base + lid * {{ inner }}u];
     var at = lid;
@@ -37,6 +77,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             at = j;
         }
     }
+{%- endif %}
     best_v[lid] = best;
     best_i[lid] = at;
     workgroupBarrier();

@@ -995,6 +995,12 @@ def ops():
               [vi("y", I64, None)]),
         [ties(2, 3000, 3).astype(np.float32)],
     )
+    # A row a multiple of 4 long, read as vec4s, ties going to the last index.
+    cases["argmax_long_axis_select_last"] = (
+        model([helper.make_node("ArgMax", ["x"], ["y"], axis=-1, select_last_index=1)], [vi("x", F, [2, 4096])],
+              [vi("y", I64, None)]),
+        [ties(2, 4096).astype(np.float32)],
+    )
     cases["argmax_long_axis_int64"] = (
         model([helper.make_node("ArgMax", ["x"], ["y"], axis=1, keepdims=1)], [vi("x", I64, [2, 4099])],
               [vi("y", I64, None)]),

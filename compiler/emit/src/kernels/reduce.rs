@@ -84,6 +84,8 @@ pub(super) struct ArgReduceRowsTpl {
     pub(super) n: usize,
     pub(super) inner: usize,
     pub(super) span: usize,
+    /// The row read four elements per load (`x` bound as vec4s): contiguous rows a multiple of 4 long.
+    pub(super) vec4: bool,
 }
 
 #[derive(Template)]
@@ -342,12 +344,22 @@ impl Emitter<'_> {
         };
         // A long axis with few outputs (an LLM's next token over its vocabulary): a workgroup per output.
         if shape[axis] >= 1024 && numel <= 4096 {
-            let (h, wg, groups_x) = self.launch(n, None, "argreduce_rows.wgsl", &b, numel)?;
+            let (mut h, wg, groups_x) = self.launch(n, None, "argreduce_rows.wgsl", &b, numel)?;
             let ty = match storage(g, x) {
                 Storage::F32 => "f32",
                 Storage::I32 => "i32",
                 Storage::U32 => "u32",
             };
+            let vec4 = inner == 1 && shape[axis] % 4 == 0;
+            if vec4 {
+                for d in h.bindings.iter_mut().filter(|d| d.var == "x") {
+                    d.ty = match ty {
+                        "f32" => "vec4<f32>",
+                        "i32" => "vec4<i32>",
+                        _ => "vec4<u32>",
+                    };
+                }
+            }
             let tpl = ArgReduceRowsTpl {
                 h,
                 kind: if max { "Max" } else { "Min" },
@@ -361,6 +373,7 @@ impl Emitter<'_> {
                 n: shape[axis],
                 inner,
                 span: shape[axis] * inner,
+                vec4,
             };
             return self.kernel(n, node.name.clone(), "argreduce", tpl.render(), &b, wg);
         }
