@@ -28,7 +28,26 @@ fn term(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_ty }} {
 {%- if !a_pro.is_empty() %}
     av = {{ a_pro }};
 {%- endif %}
+{%- if !blocks.is_empty() %}
+    // B in {{ blocks.len() }} blocks of {{ per }} columns: column col is column col % {{ per }} of block col / {{ per }}.
+    let lcol = col % {{ per }}u;
+    var bv: {{ acc_ty }};
+    switch (col / {{ per }}u) {
+{%- for b in blocks %}
+{%- if loop.last %}
+        default: {
+{%- else %}
+        case {{ loop.index0 }}u: {
+{%- endif %}
 {%- if t.vec == 4 %}
+            bv = {{ b }}[(b_base + kb * {{ b_sk }}u + lcol) / 4u];
+{%- else %}
+            bv = {{ b }}[b_base + kb * {{ b_sk }}u + lcol * {{ b_sn }}u];
+{%- endif %}
+        }
+{%- endfor %}
+    }
+{%- else if t.vec == 4 %}
     // Four neighbouring columns col .. col + 3 (col a multiple of 4).
     var bv = {{ b_var }}[(b_base + kb * {{ b_sk }}u + col) / 4u];
 {%- else %}

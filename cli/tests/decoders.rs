@@ -71,6 +71,35 @@ fn generation_gives_torchs_greedy_tokens() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Bindings too small for the 64 KiB embedding table and the merged gate/up weight: split into blocks, the decode
+/// step looks the token up in one kernel over the table's blocks and runs the tied LM head (its RMSNorm folded)
+/// and the gate/up product each as one kernel over their blocks, and the tokens are still torch's.
+#[test]
+fn decoding_over_weights_in_blocks_gives_torchs_tokens() {
+    let name = "qwen2_dynamo20";
+    let out = tempfile::tempdir().unwrap();
+    let opts = wgslc::CompileOptions {
+        kv_cache: Some(wgslc::KvCache { capacity: 46, chunk: 4, state: vec![], fixed: Default::default() }),
+        limits: wgslc::Limits { max_storage_buffer_binding_size: 40000, ..Default::default() },
+        ..Default::default()
+    };
+    let summary = wgslc::compile(&case(name).join("model.onnx"), out.path(), &opts).unwrap();
+    let plan = &summary.plan;
+    let steps = &plan.decoder.as_ref().expect("a decoder").steps;
+    let decode = steps.iter().find(|s| s.name == "decode").expect("a decode step");
+    let names: Vec<&str> = decode.dispatches.iter().map(|&i| plan.kernels[i].name.as_str()).collect();
+    assert_eq!(names.iter().filter(|n| n.contains("embedding")).count(), 1, "{names:?}");
+    let head: Vec<&&str> = names.iter().filter(|n| n.contains("matmul_4")).collect();
+    assert!(head.len() == 1 && head[0].contains("block1") && head[0].contains("mean_4"), "{names:?}");
+    let session = Session::load_with(out.path(), common::gpu()).unwrap();
+    for k in 0..2 {
+        let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));
+        let want = ids(&npy(&case(name).join(format!("tokens_{k}.npy"))));
+        let opts = GenerateOptions { max_new_tokens: want.len() - prompt.len(), ..Default::default() };
+        assert_eq!(session.generate(&prompt, &opts).unwrap().tokens, want, "prompt {k}");
+    }
+}
+
 /// Prompt plus new tokens may fill the cache exactly; one more is refused with the capacity named.
 #[test]
 fn generation_fills_the_cache_and_refuses_more() {

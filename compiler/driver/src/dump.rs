@@ -30,6 +30,7 @@ pub fn print_schedule(g: &Graph, sched: &Schedule) -> String {
                 Fold::StoreCopy(t) => format!("store copy {}", name(*t)),
                 Fold::WriteInto { concat, slot } => format!("into {} slot {slot}", name(*concat)),
                 Fold::CacheWrite(n) => format!("and cache write {}", name(*n)),
+                Fold::Blocks { concat, products } => format!("blocks {} into {}", names(products), name(*concat)),
             };
             let _ = write!(line, " [{what}]");
         }

@@ -68,6 +68,11 @@ pub enum Fold {
     /// anchor (neither reads the other's cache): the kernel writes its new rows after the anchor's, in the same
     /// dispatch (a decode step's V next to its K). Its output is its cache, like the anchor's.
     CacheWrite(NodeId),
+    /// The other blocks of a weight `split_weights` cut by output columns (an LLM head over its vocabulary):
+    /// one-row products of the same A, each written into its slot of `concat` (the anchor into slot 0,
+    /// `products[i]` into slot i + 1). The kernel binds every block and computes the whole Concat, its output,
+    /// each workgroup reading the block that holds its columns: one dispatch instead of one per block.
+    Blocks { concat: NodeId, products: Vec<NodeId> },
 }
 
 /// A convolution folded into its reader's kernel ([`Fold::Depthwise`], [`Fold::Expand`]).
@@ -102,6 +107,7 @@ pub enum FoldKind {
     StoreCopy,
     WriteInto,
     CacheWrite,
+    Blocks,
 }
 
 /// The anchors a fold can sit in.
@@ -135,6 +141,7 @@ impl Fold {
             Fold::StoreCopy(_) => FoldKind::StoreCopy,
             Fold::WriteInto { .. } => FoldKind::WriteInto,
             Fold::CacheWrite(_) => FoldKind::CacheWrite,
+            Fold::Blocks { .. } => FoldKind::Blocks,
         }
     }
 
@@ -152,6 +159,7 @@ impl Fold {
                 vec![*node]
             }
             Fold::RowOperand(nodes) => nodes.clone(),
+            Fold::Blocks { concat, products } => products.iter().copied().chain([*concat]).collect(),
             Fold::Expand(f) | Fold::Depthwise(f) => folded(f),
             Fold::ConvSum { conv, .. } => vec![*conv],
             // The Concat is written by several kernels and belongs to none.
@@ -179,6 +187,7 @@ impl Fold {
         match self.kind() {
             FoldKind::RowOperand => matches!(anchor, A::MatMul | A::CacheWrite),
             FoldKind::CacheWrite => anchor == A::CacheWrite,
+            FoldKind::Blocks => anchor == A::MatMul,
             FoldKind::Operand | FoldKind::RmsNorm | FoldKind::Attention => anchor == A::MatMul,
             FoldKind::Expand => matches!(anchor, A::DepthwiseConv | A::PointwiseConv),
             FoldKind::Depthwise => anchor == A::PointwiseConv,
@@ -209,6 +218,8 @@ impl Fold {
             (K::Expand, K::Depthwise | K::StoreCopy) => true,
             (K::Depthwise, K::StoreCopy) => true,
             (K::RmsNorm, K::StoreCopy) => true,
+            // A normalized row times every block of an LLM head.
+            (K::RmsNorm, K::Blocks) => true,
             (K::ConvSum, K::StoreCopy) => true,
             (K::Attention, K::StoreCopy) => true,
             // A result stored into a Concat, from any kernel that places its stores, but not also permuted.
@@ -342,6 +353,14 @@ impl KernelGroup {
         })
     }
 
+    /// The blocks computed with the anchor: `(concat, products)` ([`Fold::Blocks`]).
+    pub fn blocks(&self) -> Option<(NodeId, &[NodeId])> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::Blocks { concat, products } => Some((*concat, products.as_slice())),
+            _ => None,
+        })
+    }
+
     /// The node whose output the kernel writes (all of it, or for a Concat written in place, its slot).
     pub fn last(&self) -> NodeId {
         self.store_copy().or(self.write_into().map(|(c, _)| c)).unwrap_or_else(|| self.result())
@@ -351,6 +370,9 @@ impl KernelGroup {
     pub fn result(&self) -> NodeId {
         if let Some(t) = self.attention() {
             return t.pv;
+        }
+        if let Some((concat, _)) = self.blocks() {
+            return concat;
         }
         *self.elementwise.last().or(self.anchor.as_ref()).expect("non-empty group")
     }

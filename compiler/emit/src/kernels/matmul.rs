@@ -99,6 +99,10 @@ pub(super) struct GemvTpl {
     pub(super) t: wgslc_passes::GemvTiling,
     /// Independent partial sums (loads of B in flight) per thread.
     pub(super) unroll: usize,
+    /// B's blocks' bindings, the first `b_var` ([`wgslc_passes::Fold::Blocks`]; empty without), each `per`
+    /// columns wide but the last: column `col` is column `col % per` of block `col / per`.
+    pub(super) blocks: Vec<String>,
+    pub(super) per: usize,
     /// What a thread accumulates: `f32`, or `vec4<f32>` for four columns read as one vec4.
     pub(super) acc_ty: &'static str,
     pub(super) rms: Option<RmsFold>,
@@ -265,7 +269,7 @@ impl Emitter<'_> {
     pub(super) fn matmul(&self, group: &KernelGroup) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let mut helpers = Helpers::default();
-        let MmGeom { n, mm_out, va, vb, pro, m, k, nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch, batches } =
+        let MmGeom { n, mm_out, va, vb, pro, m, k, mut nn, a_sm, a_sk, b_sk, b_sn, alpha, beta, batch, batches } =
             self.mm_geometry(group, group.recipe.batch.as_deref(), &mut helpers)?;
         let node = g.node(n);
         if batches > self.limits.max_workgroups_per_dimension as usize {
@@ -288,6 +292,23 @@ impl Emitter<'_> {
         let mut reads: Vec<(ValueId, String)> =
             if row_operand.is_some() { vec![] } else { vec![(va.root, "a".into())] };
         let b_var = bind_once(&mut reads, vb.root, "b");
+        // A weight in blocks of columns ([`wgslc_passes::Fold::Blocks`]): every block bound, read at the same
+        // strides, the output the whole Concat.
+        let (mut blocks, per) = (Vec::new(), nn);
+        if let Some((concat, products)) = group.blocks() {
+            if !group.recipe.one_row || batches != 1 || !pro[1].is_empty() || node.inputs.get(2).is_some() {
+                return Err(self.err(n, "blocks of a weight in a product that is not one row (a scheduler bug)"));
+            }
+            blocks.push(b_var.clone());
+            for (i, &p) in products.iter().enumerate() {
+                let v = input_view(g, &self.sched.folded, p, 1);
+                if v.offset != vb.offset || v.strides != vb.strides {
+                    return Err(self.err(p, "a block read at other strides than the first (a scheduler bug)"));
+                }
+                blocks.push(bind_once(&mut reads, v.root, &format!("b{}", i + 1)));
+            }
+            nn = *g.ty(g.node(concat).outputs[0]).shape.last().expect("rank");
+        }
         let bias_var = bias.map(|c| bind_once(&mut reads, c, "bias")).unwrap_or_default();
         // An RMSNormalization folded in: its weights scale B's rows as they are loaded.
         let mut b_pro = pro[1].clone();
@@ -331,7 +352,8 @@ impl Emitter<'_> {
                 && pro[1].is_empty()
                 && bias_var != "b"
                 && rms_scale_var.as_deref() != Some("b")
-                && fu.loads.iter().chain(operand.iter().flat_map(|o| &o.loads)).all(|l| l.var != "b");
+                && fu.loads.iter().chain(operand.iter().flat_map(|o| &o.loads)).all(|l| l.var != "b")
+                && (blocks.is_empty() || per % 4 == 0);
             let t = wgslc_passes::gemv_tiling(nn, k, batches, kmajor, vec4);
             let gx = nn.div_ceil(t.cols);
             let max = self.limits.max_workgroups_per_dimension as usize;
@@ -340,7 +362,7 @@ impl Emitter<'_> {
             }
             let mut h = self.group_header(group, "gemv.wgsl", &bindings);
             if t.vec == 4 {
-                for d in h.bindings.iter_mut().filter(|d| d.var == "b") {
+                for d in h.bindings.iter_mut().filter(|d| d.var == "b" || blocks.contains(&d.var)) {
                     d.ty = "vec4<f32>";
                 }
             }
@@ -369,6 +391,8 @@ impl Emitter<'_> {
                 beta: f32_lit(beta),
                 has_bias: bias.is_some(),
                 bias_sn,
+                blocks,
+                per,
             };
             let name = self.group_name(group);
             let mut k = self.kernel(n, name, "gemv", tpl.render(), &bindings, [gx as u32, 1, batches as u32])?;

@@ -7,6 +7,7 @@
 //! Adding a rule: see docs/architecture.md, "Adding a fusion rule".
 
 pub(super) mod attention;
+pub(super) mod blocks;
 pub(super) mod cache_pair;
 pub(super) mod concat;
 pub(super) mod conv_sum;
@@ -41,7 +42,8 @@ pub(super) struct Rule {
 
 /// The group-merging rules, in the order they run: attention first (it needs the score product's group as
 /// formed), then the convolution folds (a summed shortcut before the MobileNet folds, which exclude it), then the
-/// store copies (any kernel kind may take one), the Concats written in place (their producers final), and last the
+/// store copies (any kernel kind may take one), the blocks of a split weight in one kernel (before their Concat
+/// could be written in place), the Concats written in place (their producers final), and last the
 /// cache writes paired (their row operands taken when their groups were made).
 pub(super) const RULES: &[Rule] = &[
     Rule { enabled: |o| o.attention == super::AttentionMode::Fused, run: attention::fuse },
@@ -49,6 +51,7 @@ pub(super) const RULES: &[Rule] = &[
     Rule { enabled: |o| o.inverted_residual == super::InvertedResidualMode::Fused, run: expand::fuse },
     Rule { enabled: |_| true, run: depthwise::fuse },
     Rule { enabled: |_| true, run: store_copy::fuse },
+    Rule { enabled: |_| true, run: blocks::fuse },
     Rule { enabled: |_| true, run: concat::fuse },
     Rule { enabled: |_| true, run: cache_pair::fuse },
 ];
