@@ -350,7 +350,7 @@ impl Emitter<'_> {
                 Storage::I32 => "i32",
                 Storage::U32 => "u32",
             };
-            let vec4 = inner == 1 && shape[axis] % 4 == 0;
+            let vec4 = inner == 1 && shape[axis].is_multiple_of(4);
             if vec4 {
                 for d in h.bindings.iter_mut().filter(|d| d.var == "x") {
                     d.ty = match ty {
