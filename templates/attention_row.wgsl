@@ -7,7 +7,7 @@
 {%- include "fused.wgsl" %}
 // Attention for one query row (a decode step): a workgroup of 256 threads per row, {{ blocks }} rows, {{ n }} keys.
 // The query goes to workgroup memory; each thread scores keys tid, tid + 256, … (Q·K as {{ dk4 }} four-wide loads of
-// the key, all in flight, then the score epilogue: scale, mask) into workgroup memory, which holds every score;
+// each of two keys, all in flight, then the score epilogue: scale, mask) into workgroup memory, which holds every score;
 // the workgroup reduces their maximum and the softmax denominator; then {{ slices }} slices of {{ lanes }} threads
 // each sum p·V four value columns wide over every {{ slices }}th key, {{ unroll }} keys in flight, and the slices'
 // sums meet in workgroup memory. Every load of K and V is independent of the others, so a workgroup streams its
@@ -71,25 +71,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     workgroupBarrier();
     var tmax = neg_inf;
-    for (var j = tid; j < {{ n }}u; j = j + 256u) {
-        let base = b_base + j * {{ b_sn }}u;
-        var dot = vec4<f32>(0.0);
+    // Two keys per thread at a time (tid + 512·t and 256 more; past the end, the last key again, not stored), so
+    // {{ 2 * k_unroll }} four-wide loads are in flight.
+    for (var j0 = tid; j0 < {{ n }}u; j0 = j0 + 512u) {
+        let j1 = j0 + 256u;
+        let base0 = b_base + j0 * {{ b_sn }}u;
+        let base1 = b_base + min(j1, {{ n - 1 }}u) * {{ b_sn }}u;
+        var dot0 = vec4<f32>(0.0);
+        var dot1 = vec4<f32>(0.0);
         for (var d0 = 0u; d0 < {{ dk4 }}u; d0 = d0 + {{ k_unroll }}u) {
 {%- for u in 0..k_unroll %}
-            let k{{ u }} = key4(base, d0 + {{ u }}u);
+            let k{{ u }} = key4(base0, d0 + {{ u }}u);
+            let m{{ u }} = key4(base1, d0 + {{ u }}u);
 {%- endfor %}
 {%- for u in 0..k_unroll %}
-            dot = fma(q_row[d0 + {{ u }}u], k{{ u }}, dot);
+            dot0 = fma(q_row[d0 + {{ u }}u], k{{ u }}, dot0);
+            dot1 = fma(q_row[d0 + {{ u }}u], m{{ u }}, dot1);
 {%- endfor %}
         }
-        let dot_s = {{ alpha }} * (dot.x + dot.y + dot.z + dot.w);
+{%- for kk in 0..2 %}
+        if (j{{ kk }} < {{ n }}u) {
+            let dot_s = {{ alpha }} * (dot{{ kk }}.x + dot{{ kk }}.y + dot{{ kk }}.z + dot{{ kk }}.w);
 {%- if fu.defined %}
-        let s = fused(dot_s, batch * {{ n }}u + j);
+            let s = fused(dot_s, batch * {{ n }}u + j{{ kk }});
 {%- else %}
-        let s = dot_s;
+            let s = dot_s;
 {%- endif %}
-        scores[j] = s;
-        tmax = max(tmax, s);
+            scores[j{{ kk }}] = s;
+            tmax = max(tmax, s);
+        }
+{%- endfor %}
     }
     red[tid] = tmax;
     workgroupBarrier();

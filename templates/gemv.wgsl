@@ -17,8 +17,14 @@
 // Partial sums meet in workgroup memory at the end; {{ unroll }} independent sums per thread keep {{ unroll }} loads
 // of B in flight, and B is read once.
 
+{%- for arm in arms %}
+{%- if blocks.is_empty() %}
 // One term of the product: A's element kb times B's element (kb, col), through the operand prologues.
-fn term(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_ty }} {
+{%- else %}
+// One term of the product over block {{ loop.index0 }} of B (its columns {{ loop.index0 * per }} ..): A's element kb times
+// block's element (kb, col - {{ loop.index0 * per }}).
+{%- endif %}
+fn term{{ arm.suffix }}(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_ty }} {
 {%- if operand.is_some() %}
     // A's element at a_base + kb: this batch's row, computed here.
     var av = operand_a(0.0, a_base + kb);
@@ -28,36 +34,18 @@ fn term(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_ty }} {
 {%- if !a_pro.is_empty() %}
     av = {{ a_pro }};
 {%- endif %}
-{%- if !blocks.is_empty() %}
-    // B in {{ blocks.len() }} blocks of {{ per }} columns: column col is column col % {{ per }} of block col / {{ per }}.
-    let lcol = col % {{ per }}u;
-    var bv: {{ acc_ty }};
-    switch (col / {{ per }}u) {
-{%- for b in blocks %}
-{%- if loop.last %}
-        default: {
-{%- else %}
-        case {{ loop.index0 }}u: {
-{%- endif %}
 {%- if t.vec == 4 %}
-            bv = {{ b }}[(b_base + kb * {{ b_sk }}u + lcol) / 4u];
-{%- else %}
-            bv = {{ b }}[b_base + kb * {{ b_sk }}u + lcol * {{ b_sn }}u];
-{%- endif %}
-        }
-{%- endfor %}
-    }
-{%- else if t.vec == 4 %}
     // Four neighbouring columns col .. col + 3 (col a multiple of 4).
-    var bv = {{ b_var }}[(b_base + kb * {{ b_sk }}u + col) / 4u];
+    var bv = {{ arm.var }}[(b_base + kb * {{ b_sk }}u + {{ arm.col }}) / 4u];
 {%- else %}
-    var bv = {{ b_var }}[b_base + kb * {{ b_sk }}u + col * {{ b_sn }}u];
+    var bv = {{ arm.var }}[b_base + kb * {{ b_sk }}u + {{ arm.col }} * {{ b_sn }}u];
 {%- endif %}
 {%- if !b_pro.is_empty() %}
     bv = {{ b_pro }};
 {%- endif %}
     return av * bv;
 }
+{%- endfor %}
 
 var<workgroup> sums: array<{{ acc_ty }}, 256>;
 {%- if rms.is_some() %}
@@ -105,17 +93,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- for u in 0..unroll %}
     var acc{{ u }} = {{ acc_ty }}(0.0);
 {%- endfor %}
+{%- if !blocks.is_empty() %}
+    // B in {{ blocks.len() }} blocks of {{ per }} columns: the loop over K once per block, so that the loads of one
+    // stay straight-line code (a branch per load would wait on each in turn).
+    switch (min(col, {{ n - 1 }}u) / {{ per }}u) {
+{%- endif %}
+{%- for arm in arms %}
+{%- if !blocks.is_empty() %}
+{%- if loop.last %}
+    default: {
+{%- else %}
+    case {{ loop.index0 }}u: {
+{%- endif %}
+{%- endif %}
     if (col < {{ n }}u) {
         var kb = k_first;
         for (; kb + {{ unroll - 1 }}u * k_step < {{ k }}u; kb = kb + {{ unroll }}u * k_step) {
 {%- for u in 0..unroll %}
-            acc{{ u }} = acc{{ u }} + term(a_base, b_base, kb + {{ u }}u * k_step, col);
+            acc{{ u }} = acc{{ u }} + term{{ arm.suffix }}(a_base, b_base, kb + {{ u }}u * k_step, col);
 {%- endfor %}
         }
         for (; kb < {{ k }}u; kb = kb + k_step) {
-            acc0 = acc0 + term(a_base, b_base, kb, col);
+            acc0 = acc0 + term{{ arm.suffix }}(a_base, b_base, kb, col);
         }
     }
+{%- if !blocks.is_empty() %}
+    }
+{%- endif %}
+{%- endfor %}
+{%- if !blocks.is_empty() %}
+    }
+{%- endif %}
     sums[tid] = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};
     workgroupBarrier();
 {%- if t.kmajor %}

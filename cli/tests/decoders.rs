@@ -72,8 +72,8 @@ fn generation_gives_torchs_greedy_tokens() {
 }
 
 /// Bindings too small for the 64 KiB embedding table and the merged gate/up weight: split into blocks, the decode
-/// step looks the token up in one kernel over the table's blocks and runs the tied LM head (its RMSNorm folded)
-/// and the gate/up product each as one kernel over their blocks, and the tokens are still torch's.
+/// step looks the token up in one kernel over the table's blocks and runs the tied LM head and the gate/up
+/// product each as one kernel over their blocks, and the tokens are still torch's.
 #[test]
 fn decoding_over_weights_in_blocks_gives_torchs_tokens() {
     let name = "qwen2_dynamo20";
@@ -90,7 +90,7 @@ fn decoding_over_weights_in_blocks_gives_torchs_tokens() {
     let names: Vec<&str> = decode.dispatches.iter().map(|&i| plan.kernels[i].name.as_str()).collect();
     assert_eq!(names.iter().filter(|n| n.contains("embedding")).count(), 1, "{names:?}");
     let head: Vec<&&str> = names.iter().filter(|n| n.contains("matmul_4")).collect();
-    assert!(head.len() == 1 && head[0].contains("block1") && head[0].contains("mean_4"), "{names:?}");
+    assert!(head.len() == 1 && head[0].contains("block1"), "{names:?}");
     let session = Session::load_with(out.path(), common::gpu()).unwrap();
     for k in 0..2 {
         let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));

@@ -218,8 +218,6 @@ impl Fold {
             (K::Expand, K::Depthwise | K::StoreCopy) => true,
             (K::Depthwise, K::StoreCopy) => true,
             (K::RmsNorm, K::StoreCopy) => true,
-            // A normalized row times every block of an LLM head.
-            (K::RmsNorm, K::Blocks) => true,
             (K::ConvSum, K::StoreCopy) => true,
             (K::Attention, K::StoreCopy) => true,
             // A result stored into a Concat, from any kernel that places its stores, but not also permuted.

@@ -193,7 +193,7 @@ impl Emitter<'_> {
 
     /// One query row per workgroup (a decode step: [`ATTENTION_ROW_MAX_KEYS`](wgslc_passes::ATTENTION_ROW_MAX_KEYS)
     /// keys at most, every score in workgroup memory): the query computed or loaded once, each thread scoring whole
-    /// keys with all of a key's loads in flight, then p·V with several keys' loads in flight per thread
+    /// keys with all of two keys' loads in flight, then p·V with several keys' loads in flight per thread
     /// (templates/attention_row.wgsl). A one-row kernel of the tiled shape waits on one load at a time.
     fn attention_row(
         &self,
@@ -268,7 +268,7 @@ impl Emitter<'_> {
             k_unroll: [16, 8, 4, 2, 1].into_iter().find(|u| dk4 % u == 0).unwrap_or(1),
             lanes,
             slices: 256 / lanes,
-            unroll: 8,
+            unroll: 16,
             k_vec4,
             v_vec4,
             a_off: qk.va.offset,

@@ -79,6 +79,14 @@ pub(super) struct MatmulTpl {
     pub(super) bias_sn: usize,
 }
 
+/// The loop over K for one block of B: `term{suffix}` reads `var` at column `col` (an expression of the output
+/// column).
+pub(super) struct GemvArm {
+    pub(super) suffix: String,
+    pub(super) var: String,
+    pub(super) col: String,
+}
+
 /// A one-row product ([`wgslc_passes::gemv_tiling`]): B read once, coalesced, with the matmul kernel's prologues,
 /// folded RMSNormalization, bias and epilogue.
 #[derive(Template)]
@@ -92,7 +100,6 @@ pub(super) struct GemvTpl {
     pub(super) operand: Option<Fused>,
     pub(super) a_off: i64,
     pub(super) b_off: i64,
-    pub(super) b_var: String,
     pub(super) bias_var: String,
     pub(super) a_pro: String,
     pub(super) b_pro: String,
@@ -103,6 +110,8 @@ pub(super) struct GemvTpl {
     /// columns wide but the last: column `col` is column `col % per` of block `col / per`.
     pub(super) blocks: Vec<String>,
     pub(super) per: usize,
+    /// One `term` function per block (one without blocks).
+    pub(super) arms: Vec<GemvArm>,
     /// What a thread accumulates: `f32`, or `vec4<f32>` for four columns read as one vec4.
     pub(super) acc_ty: &'static str,
     pub(super) rms: Option<RmsFold>,
@@ -366,6 +375,18 @@ impl Emitter<'_> {
                     d.ty = "vec4<f32>";
                 }
             }
+            let arms = match blocks.len() {
+                0 => vec![GemvArm { suffix: String::new(), var: b_var, col: "col".into() }],
+                _ => blocks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| GemvArm {
+                        suffix: i.to_string(),
+                        var: b.clone(),
+                        col: format!("(col - {}u)", i * per),
+                    })
+                    .collect(),
+            };
             let tpl = GemvTpl {
                 h,
                 helpers,
@@ -373,7 +394,6 @@ impl Emitter<'_> {
                 operand,
                 a_off: va.offset,
                 b_off: vb.offset,
-                b_var,
                 bias_var,
                 a_pro: pro[0].clone(),
                 b_pro,
@@ -391,6 +411,7 @@ impl Emitter<'_> {
                 beta: f32_lit(beta),
                 has_bias: bias.is_some(),
                 bias_sn,
+                arms,
                 blocks,
                 per,
             };
