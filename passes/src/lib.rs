@@ -16,6 +16,7 @@ pub mod view;
 pub use memory::ALIGN;
 mod schedule;
 mod split;
+mod tabulate;
 
 pub use dedupe::dedupe_constants;
 pub use infer::infer_shapes;
@@ -42,6 +43,7 @@ pub use schedule::{
     WORKGROUP_FLOATS,
 };
 pub use split::split_weights;
+pub use tabulate::tabulate_bounded_input;
 
 use wgslc_ir::{Graph, GraphError};
 

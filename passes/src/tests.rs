@@ -610,3 +610,54 @@ fn cache_writes_at_one_row_share_a_dispatch_when_independent() {
     assert!(sched.kernels.iter().all(|k| k.second_cache_write().is_none()), "{:?}", sched.kernels);
     assert_eq!(sched.kernels.iter().filter(|k| k.anchor.is_some()).count(), 2);
 }
+
+#[test]
+fn functions_of_a_bounded_position_become_one_table_lookup() {
+    // pos → Cast → × inverse frequencies → Concat(f, f) → cos, sin: rotary tables of a decode step.
+    let build = |pos_shape: &[usize]| {
+        let mut g = Graph::new();
+        let pos = g.add_value("pos", Some(TensorType::new(DType::I64, pos_shape.to_vec())));
+        g.inputs.push(pos);
+        let inv = g.add_const("inv", Tensor::f32(vec![1, 2], vec![1.0, 0.01]));
+        let n = pos_shape.iter().product::<usize>();
+        let v = |g: &mut Graph, name: &str, dt: DType, shape: Vec<usize>| {
+            g.add_value(name, Some(TensorType::new(dt, shape)))
+        };
+        let pf = v(&mut g, "pf", DType::F32, vec![n, 1]);
+        let pr = v(&mut g, "pr", DType::I64, vec![n, 1]);
+        g.add_node("r", Op::Alias, vec![Some(pos)], vec![pr]).unwrap();
+        g.add_node("cast", Op::Cast { to: DType::F32, saturate: true }, vec![Some(pr)], vec![pf]).unwrap();
+        let f = v(&mut g, "f", DType::F32, vec![n, 2]);
+        g.add_node("mul", Op::Binary(BinaryOp::Mul), vec![Some(pf), Some(inv)], vec![f]).unwrap();
+        let cat = v(&mut g, "cat", DType::F32, vec![n, 4]);
+        g.add_node("cat", Op::Concat { axis: 1 }, vec![Some(f), Some(f)], vec![cat]).unwrap();
+        let (c, s) = (v(&mut g, "c", DType::F32, vec![n, 4]), v(&mut g, "s", DType::F32, vec![n, 4]));
+        g.add_node("cos", Op::Unary(wgslc_ir::UnaryOp::Cos), vec![Some(cat)], vec![c]).unwrap();
+        g.add_node("sin", Op::Unary(wgslc_ir::UnaryOp::Sin), vec![Some(cat)], vec![s]).unwrap();
+        let x = f32_input(&mut g, "x", &[n, 4]);
+        let (y, z) = (v(&mut g, "y", DType::F32, vec![n, 4]), v(&mut g, "z", DType::F32, vec![n, 4]));
+        g.add_node("y", Op::Binary(BinaryOp::Mul), vec![Some(x), Some(c)], vec![y]).unwrap();
+        g.add_node("z", Op::Binary(BinaryOp::Mul), vec![Some(x), Some(s)], vec![z]).unwrap();
+        g.outputs.extend([y, z]);
+        (g, pos)
+    };
+    let (mut g, pos) = build(&[1, 1]);
+    assert!(tabulate_bounded_input(&mut g, pos, 10, 1 << 20).unwrap());
+    let ops: Vec<&str> = g.topo_order().unwrap().iter().map(|&n| g.node(n).op.name()).collect();
+    assert!(!ops.contains(&"Cos") && !ops.contains(&"Concat") && ops.contains(&"Gather"), "{ops:?}");
+    let table = g.value_ids().find_map(|v| g.const_data(v).filter(|t| t.shape == [10, 8])).expect("a [10, 8] table");
+    let t = table.to_f64();
+    for p in 0..10 {
+        let row: Vec<f64> = [1.0f32, 0.01, 1.0, 0.01].iter().map(|&w| (p as f32 * w) as f64).collect();
+        let want: Vec<f64> = row.iter().map(|a| a.cos()).chain(row.iter().map(|a| a.sin())).collect();
+        for (got, want) in t[p * 8..(p + 1) * 8].iter().zip(want) {
+            assert!((got - want).abs() < 1e-6, "position {p}: {got} against {want}");
+        }
+    }
+    // Several positions at once (a prefill step) are not one row of a table.
+    let (mut g, pos) = build(&[1, 3]);
+    assert!(!tabulate_bounded_input(&mut g, pos, 10, 1 << 20).unwrap());
+    // Nor a table over the limit.
+    let (mut g, pos) = build(&[1, 1]);
+    assert!(!tabulate_bounded_input(&mut g, pos, 10, 100).unwrap());
+}

@@ -257,6 +257,9 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     let early = graph_stop.is_some_and(|s| passes.iter().position(|p| *p == s) <= passes.iter().position(|p| *p == AT));
     if opts.ranges.is_empty() || early {
         wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
+        if let (Some(layout), None, false) = (&c.decoder, graph_stop, opts.no_fuse) {
+            tabulate_positions(&mut g, layout)?;
+        }
         late_stages(&mut c, g, opts, graph_stop, stop_after)?;
         return Ok(c);
     }
@@ -293,6 +296,21 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     }
     c.ranged = Some(RangedCompile { ranged, scales });
     Ok(c)
+}
+
+/// What a decoder's decode step computes from its position alone (rotary tables), looked up in a table over every
+/// position the cache holds (`tabulate_bounded_input`), when fusing: its position inputs (`position_ids`,
+/// `cache_position`) lie below the capacity.
+fn tabulate_positions(g: &mut Graph, layout: &wgslc_onnx::decoder::DecoderLayout) -> Result<(), CompileError> {
+    /// The most a table may take: a 32,768-token cache with 256 floats a position.
+    const MAX_TABLE_BYTES: u64 = 32 << 20;
+    for step in layout.steps.iter().filter(|s| s.tokens == 1) {
+        for name in [&step.position_ids, &step.cache_position].into_iter().flatten() {
+            let Some(&v) = g.inputs.iter().find(|&&v| g.value(v).name == *name) else { continue };
+            wgslc_passes::tabulate_bounded_input(g, v, layout.rows + 1, MAX_TABLE_BYTES)?;
+        }
+    }
+    Ok(())
 }
 
 /// `split`, `schedule`, `memory` and `emit` on a graph after the graph passes, as far as `stop_after` asks.
