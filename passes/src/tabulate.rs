@@ -47,7 +47,7 @@ pub fn tabulate_bounded_input(g: &mut Graph, input: ValueId, bound: usize, max_b
         }
     }
     let total: usize = read.iter().map(|&v| g.ty(v).numel()).sum();
-    if !computes || read.is_empty() || (bound * total * 4) as u64 > max_bytes {
+    if !computes || total == 0 || (bound * total * 4) as u64 > max_bytes {
         return Ok(false);
     }
     // Each value of the input, through the nodes on the host.

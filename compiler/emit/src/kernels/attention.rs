@@ -207,7 +207,9 @@ impl Emitter<'_> {
         let tail = group.attention().expect("attention group");
         let out = g.node(group.last()).outputs[0];
         let (n, dk, dv) = (qk.nn, qk.k, pv.nn);
-        if dk % 4 != 0 || dv % 4 != 0 || dk > 1024 || dv > 256 || n > wgslc_passes::ATTENTION_ROW_MAX_KEYS {
+        let keys_ok = (1..=wgslc_passes::ATTENTION_ROW_MAX_KEYS).contains(&n);
+        let dk_ok = (4..=wgslc_passes::ATTENTION_ROW_MAX_DK).contains(&dk) && dk % 4 == 0;
+        if !keys_ok || !dk_ok || dv == 0 || dv % 4 != 0 || dv > wgslc_passes::ATTENTION_MAX_DV {
             return Err(self.err(tail.pv, "a one-row attention the kernel cannot hold (a scheduler bug)"));
         }
         let mut reads: Vec<(ValueId, String)> = vec![];

@@ -52,7 +52,7 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
             // about 30 µs per layer as three kernels); a first one-row kernel that loaded one element at a time
             // took 39 µs.
             let one_row = st.shape[st.rank() - 2] == 1;
-            if one_row && st.shape[st.rank() - 1] > ATTENTION_ROW_MAX_KEYS {
+            if one_row && !(1..=ATTENTION_ROW_MAX_KEYS).contains(&st.shape[st.rank() - 1]) {
                 return None;
             }
             let soft = g.node(sm).outputs[0];
@@ -107,7 +107,7 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
             if dk > ATTENTION_MAX_DK || dv > ATTENTION_MAX_DV || qt.rank() < 2 {
                 return None;
             }
-            if one_row && (dk % 4 != 0 || dv % 4 != 0 || dk > ATTENTION_ROW_MAX_DK) {
+            if one_row && (dk == 0 || dv == 0 || dk % 4 != 0 || dv % 4 != 0 || dk > ATTENTION_ROW_MAX_DK) {
                 return None;
             }
             // A query computed as it is loaded (rotary on a decode step's Q) only in the one-row kernel.

@@ -34,6 +34,9 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
             let mut a: Option<ValueId> = None;
             let width = |v: ValueId| g.ty(v).shape.last().copied().unwrap_or(0);
             let first = width(node.inputs[0]?);
+            if first == 0 {
+                return None;
+            }
             for (slot, v) in node.inputs.iter().enumerate() {
                 let v = (*v)?;
                 let q = g.value(v).producer?;
