@@ -12,9 +12,10 @@
 // each sum p·V four value columns wide over every {{ slices }}th key, {{ unroll }} keys in flight, and the slices'
 // sums meet in workgroup memory. Every load of K and V is independent of the others, so a workgroup streams its
 // cache with many loads in flight instead of one at a time.
+{%- let reduce_threads = 256 %}
+{% include "workgroup_reduce.wgsl" %}
 var<workgroup> q_row: array<vec4<f32>, {{ dk4 }}>;
 var<workgroup> scores: array<f32, {{ n }}>;
-var<workgroup> red: array<f32, 256>;
 var<workgroup> pv_red: array<vec4<f32>, 256>;
 
 // Elements 4·d4 .. 4·d4 + 3 of the key at `base`.
@@ -102,16 +103,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
 {%- endfor %}
     }
-    red[tid] = tmax;
-    workgroupBarrier();
-    for (var w = 128u; w > 0u; w = w >> 1u) {
-        if (tid < w) {
-            red[tid] = max(red[tid], red[tid + w]);
-        }
-        workgroupBarrier();
-    }
-    let mx = red[0];
-    workgroupBarrier();
+    let mx = reduce_max(tid, tmax);
     // While every score is -inf, shift by 0 so exp gives 0 rather than NaN.
     let shift = select(mx, 0.0, mx == neg_inf);
     var l = 0.0;
@@ -120,15 +112,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         scores[j] = p;
         l = l + p;
     }
-    red[tid] = l;
-    workgroupBarrier();
-    for (var w = 128u; w > 0u; w = w >> 1u) {
-        if (tid < w) {
-            red[tid] = red[tid] + red[tid + w];
-        }
-        workgroupBarrier();
-    }
-    let denom = red[0];
+    let denom = reduce_sum(tid, l);
     // p·V: lane c4 owns value columns 4·c4 .. 4·c4 + 3; slice s takes keys s, s + {{ slices }}, …
     let c4 = tid % {{ lanes }}u;
     let slice = tid / {{ lanes }}u;

@@ -1,6 +1,7 @@
 {% include "header.wgsl" %}
 // LayerNormalization over rows of {{ n }} contiguous elements; one workgroup of 64 threads per row;
 // mean first, then the variance around it (two passes: no cancellation).
+{%- let reduce_threads = 64 %}
 {% include "workgroup_reduce.wgsl" %}
 
 {% include "main_rows.wgsl" %}

@@ -2,6 +2,7 @@
 {%- include "helpers.wgsl" %}
 {%- include "fused.wgsl" %}
 // {% if log %}LogSoftmax{% else %}Softmax{% endif %} over rows of {{ n }} elements spaced {{ inner }} apart; one workgroup of 64 threads per row.
+{%- let reduce_threads = 64 %}
 {% include "workgroup_reduce.wgsl" %}
 
 {% include "main_rows.wgsl" %}

@@ -98,6 +98,22 @@ pub(super) struct AttnBatchDim {
     pub(super) v_stride: i64,
 }
 
+/// The batch coordinates both products walk: Q's and K's strides from the score product, V's from the value
+/// product (the scheduler checked that they walk the same coordinates).
+fn attn_batch(qk: &super::matmul::MmGeom, pv: &super::matmul::MmGeom) -> Vec<AttnBatchDim> {
+    qk.batch
+        .iter()
+        .zip(&pv.batch)
+        .map(|(a, b)| AttnBatchDim {
+            div: a.div,
+            extent: a.extent,
+            a_stride: a.a_stride,
+            b_stride: a.b_stride,
+            v_stride: b.b_stride,
+        })
+        .collect()
+}
+
 impl Emitter<'_> {
     /// MatMul or Gemm with its epilogue. Operands are read through their composed views (folded transposes and
     /// slices become strides); batch dimensions broadcast.
@@ -173,18 +189,7 @@ impl Emitter<'_> {
             alpha: f32_lit(qk.alpha),
             nan_to_zero: tail.nan_to_zero.is_some(),
             quads: (0..4).collect(),
-            batch: qk
-                .batch
-                .iter()
-                .zip(&pv.batch)
-                .map(|(a, b)| AttnBatchDim {
-                    div: a.div,
-                    extent: a.extent,
-                    a_stride: a.a_stride,
-                    b_stride: a.b_stride,
-                    v_stride: b.b_stride,
-                })
-                .collect(),
+            batch: attn_batch(&qk, &pv),
             lanes: (0..pv.nn.div_ceil(16)).map(|i| Lane { i, off: i * 16 }).collect(),
         };
         let name = self.group_name(group);
@@ -287,18 +292,7 @@ impl Emitter<'_> {
             v_var,
             alpha: f32_lit(qk.alpha),
             nan_to_zero: tail.nan_to_zero.is_some(),
-            batch: qk
-                .batch
-                .iter()
-                .zip(&pv.batch)
-                .map(|(a, b)| AttnBatchDim {
-                    div: a.div,
-                    extent: a.extent,
-                    a_stride: a.a_stride,
-                    b_stride: a.b_stride,
-                    v_stride: b.b_stride,
-                })
-                .collect(),
+            batch: attn_batch(&qk, &pv),
         };
         let name = self.group_name(group);
         self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg)
