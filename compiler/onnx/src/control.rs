@@ -103,7 +103,8 @@ impl Importer<'_> {
                 let v = self.g.add_const(scoped(&init.name), t);
                 shadowed.push((init.name.clone(), self.names.insert(init.name.clone(), v)));
             }
-            for (i, n) in body.node.iter().enumerate() {
+            for i in crate::topological_order(&body.node) {
+                let n = &body.node[i];
                 let own = if n.name.is_empty() { format!("{}_{i}", n.op_type) } else { n.name.clone() };
                 let inner = NodeProto { name: scoped(&own), ..n.clone() };
                 for o in n.output.iter().filter(|o| !o.is_empty()) {

@@ -12,7 +12,7 @@ mod rnn;
 mod tensor;
 
 use importer::Importer;
-use proto::ModelProto;
+use proto::{ModelProto, NodeProto};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use wgslc_ir::{Graph, Tensor, TensorType};
@@ -256,7 +256,8 @@ pub fn import_model(model: &ModelProto, model_dir: Option<&Path>, opts: &ImportO
     // Unsupported ops are all listed: each is recorded, its outputs stand in as untyped values so that later
     // nodes still import, and the first other error after one is left for after they are supported.
     let mut unsupported: Vec<(String, String)> = Vec::new();
-    for (i, node) in graph.node.iter().enumerate() {
+    for i in topological_order(&graph.node) {
+        let node = &graph.node[i];
         match imp.node(i, node) {
             Ok(()) => {}
             Err(ImportError::UnsupportedOp { node: name, op }) => {
@@ -283,6 +284,63 @@ pub fn import_model(model: &ModelProto, model_dir: Option<&Path>, opts: &ImportO
         imp.g.outputs.push(v);
     }
     Ok(imp.g)
+}
+
+/// The order to import `nodes` in: each after the nodes that produce its inputs (and the outer-scope values its
+/// subgraphs read), ties kept in file order. ONNX requires topological order but onnxruntime does not, and tools
+/// write graphs that are not in it (onnxruntime's float16 converter appends the Casts of `keep_io_types` at the
+/// end). Nodes on a cycle keep their file order after the rest, where their first read of a value not yet defined
+/// is refused by name.
+pub(crate) fn topological_order(nodes: &[NodeProto]) -> Vec<usize> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for o in n.output.iter().filter(|o| !o.is_empty()) {
+            producer.entry(o.as_str()).or_insert(i);
+        }
+    }
+    // Every name a node reads: its inputs and, for subgraph attributes, every name read inside them (names the
+    // subgraph defines itself are produced by none of these nodes, so they add no edge).
+    fn reads<'a>(n: &'a NodeProto, out: &mut Vec<&'a str>) {
+        out.extend(n.input.iter().filter(|s| !s.is_empty()).map(String::as_str));
+        for a in &n.attribute {
+            for g in a.g.iter().chain(&a.graphs) {
+                for inner in &g.node {
+                    reads(inner, out);
+                }
+                out.extend(g.output.iter().map(|o| o.name.as_str()));
+            }
+        }
+    }
+    let mut waiting = vec![0usize; nodes.len()];
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        let mut names = Vec::new();
+        reads(n, &mut names);
+        let mut deps: Vec<usize> = names.iter().filter_map(|s| producer.get(s).copied()).filter(|&p| p != i).collect();
+        deps.sort_unstable();
+        deps.dedup();
+        waiting[i] = deps.len();
+        for p in deps {
+            dependents[p].push(i);
+        }
+    }
+    let mut ready: BinaryHeap<Reverse<usize>> = (0..nodes.len()).filter(|&i| waiting[i] == 0).map(Reverse).collect();
+    let mut order = Vec::with_capacity(nodes.len());
+    let mut placed = vec![false; nodes.len()];
+    while let Some(Reverse(i)) = ready.pop() {
+        order.push(i);
+        placed[i] = true;
+        for &d in &dependents[i] {
+            waiting[d] -= 1;
+            if waiting[d] == 0 {
+                ready.push(Reverse(d));
+            }
+        }
+    }
+    order.extend((0..nodes.len()).filter(|&i| !placed[i]));
+    order
 }
 
 #[cfg(test)]

@@ -258,3 +258,28 @@ fn every_unsupported_op_is_listed() {
     let err = import(&m, &ImportOptions::default()).unwrap_err().to_string();
     assert_eq!(err, "node 'NonZero_node': unsupported op 'NonZero'");
 }
+
+/// Nodes listed out of topological order (onnxruntime's float16 converter appends its input Casts last) are
+/// imported in data order; a cycle is still refused by the value its first node reads.
+#[test]
+fn nodes_out_of_topological_order_are_imported_in_data_order() {
+    let m = model(
+        vec![node("Neg", &["c"], &["y"]), node("Relu", &["x"], &["c"])],
+        vec![input("x", &[fixed(4)])],
+        &["y"],
+        vec![],
+    );
+    let g = import(&m, &ImportOptions::default()).unwrap();
+    let ops: Vec<&str> = g.topo_order().unwrap().into_iter().map(|n| g.node(n).op.name()).collect();
+    assert_eq!(ops, ["Relu", "Neg"]);
+    let order = topological_order(&[node("A", &["x"], &["a"]), node("B", &["x"], &["b"]), node("C", &["b"], &["c"])]);
+    assert_eq!(order, [0, 1, 2], "an ordered graph keeps its order");
+    let cycle = model(
+        vec![node("Neg", &["b"], &["a"]), node("Relu", &["a"], &["b"])],
+        vec![input("x", &[fixed(4)])],
+        &["b"],
+        vec![],
+    );
+    let e = import(&cycle, &ImportOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("which no node, input or initializer defines"), "{e}");
+}
