@@ -5,7 +5,7 @@ fn {{ fu.name() }}(acc: f32, i: u32) -> {{ fu.ty }} {
     let {{ c.name }} = i32((i / {{ c.stride }}u) % {{ c.extent }}u);
 {%- endfor %}
 {%- for l in fu.loads %}
-    let {{ l.name }} = {{ l.var }}[{{ l.offset }}{% for t in l.terms %}{% if t.modulo > 0 %} + ({{ t.coord }} % {{ t.modulo }}) * {{ t.stride }}{% else %} + {{ t.coord }} * {{ t.stride }}{% endif %}{% endfor %}];
+    let {{ l.name }} = {{ l.ld.open }}{{ l.offset }}{% for t in l.terms %}{% if t.modulo > 0 %} + ({{ t.coord }} % {{ t.modulo }}) * {{ t.stride }}{% else %} + {{ t.coord }} * {{ t.stride }}{% endif %}{% endfor %}{{ l.ld.close }};
 {%- endfor %}
 {%- for s in fu.stmts %}
     let {{ s.name }} = {{ s.expr }};

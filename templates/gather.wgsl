@@ -11,7 +11,7 @@
         idx = idx + {{ axis_len }};
     }
     idx = clamp(idx, 0, {{ axis_len }} - 1);
-    let v = data[(outer * {{ axis_len }}u + u32(idx)) * {{ inner }}u + inner];
+    let v = {{ data_ld.open }}(outer * {{ axis_len }}u + u32(idx)) * {{ inner }}u + inner{{ data_ld.close }};
 {%- if fu.defined %}
     out[i] = fused(v, i);
 {%- else %}

@@ -17,7 +17,7 @@
 {%- else %}
         case {{ loop.index0 }}u: {
 {%- endif %}
-            out[i] = {{ b }}[at];
+            out[i] = {{ b.open }}at{{ b.close }};
         }
 {%- endfor %}
     }

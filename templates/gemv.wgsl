@@ -29,16 +29,16 @@ fn term{{ arm.suffix }}(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_t
     // A's element at a_base + kb: this batch's row, computed here.
     var av = operand_a(0.0, a_base + kb);
 {%- else %}
-    var av = a[a_base + kb * {{ a_sk }}u];
+    var av = {{ a_ld.open }}a_base + kb * {{ a_sk }}u{{ a_ld.close }};
 {%- endif %}
 {%- if !a_pro.is_empty() %}
     av = {{ a_pro }};
 {%- endif %}
 {%- if t.vec == 4 %}
     // Four neighbouring columns col .. col + 3 (col a multiple of 4).
-    var bv = {{ arm.var }}[(b_base + kb * {{ b_sk }}u + {{ arm.col }}) / 4u];
+    var bv = {{ arm.ld4.open }}b_base + kb * {{ b_sk }}u + {{ arm.col }}{{ arm.ld4.close }};
 {%- else %}
-    var bv = {{ arm.var }}[b_base + kb * {{ b_sk }}u + {{ arm.col }} * {{ b_sn }}u];
+    var bv = {{ arm.ld.open }}b_base + kb * {{ b_sk }}u + {{ arm.col }} * {{ b_sn }}u{{ arm.ld.close }};
 {%- endif %}
 {%- if !b_pro.is_empty() %}
     bv = {{ b_pro }};
@@ -61,7 +61,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // The folded RMSNormalization: the row's sum of squares over all of K, then its inverse RMS.
     var ssq = 0.0;
     for (var kb = tid; kb < {{ k }}u; kb = kb + 256u) {
-        let x = a[a_base + kb * {{ a_sk }}u];
+        let x = {{ a_ld.open }}a_base + kb * {{ a_sk }}u{{ a_ld.close }};
         ssq = fma(x, x, ssq);
     }
     sums[tid] = {{ acc_ty }}(ssq);
@@ -155,7 +155,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let n = col + {{ c }}u;
         var v = {{ alpha }} * total{% if t.vec == 4 %}[{{ c }}]{% endif %}{% if rms.is_some() %} * rinv{% endif %};
 {%- if has_bias %}
-        v = v + {{ beta }} * {{ bias_var }}[n * {{ bias_sn }}u];
+        v = v + {{ beta }} * {{ bias_ld.open }}n * {{ bias_sn }}u{{ bias_ld.close }};
 {%- endif %}
         let o = batch * {{ n }}u + n;
         {{ fu.store("o", "v") }}

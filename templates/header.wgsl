@@ -3,3 +3,6 @@
 {% for b in h.bindings -%}
 @group(0) @binding({{ b.binding }}) var<storage, {{ b.access }}> {{ b.var }}: array<{{ b.ty }}>;
 {% endfor %}
+{%- for l in h.loaders %}
+{%- include "narrow_load.wgsl" %}
+{%- endfor %}

@@ -31,7 +31,7 @@ fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
             return {{ s.a_var }}[(row0 + am) * {{ s.a_sm }}u + ka - {{ s.k_first }}u];
         }
 {%- endif %}
-        av = a[a_base + (row0 + am) * {{ a_sm }}u + ka * {{ a_sk }}u];
+        av = {{ a_ld.open }}a_base + (row0 + am) * {{ a_sm }}u + ka * {{ a_sk }}u{{ a_ld.close }};
 {%- if !a_pro.is_empty() %}
         av = {{ a_pro }};
 {%- endif %}
@@ -97,7 +97,7 @@ fn load_b(b_base: u32, col0: u32, k_begin: u32, k0: u32, e: u32, batch: u32) -> 
         }
         bv = {{ dw.post }};
 {%- else %}
-        bv = {{ b_var }}[b_base + kb * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u];
+        bv = {{ b_ld.open }}b_base + kb * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u{{ b_ld.close }};
 {%- endif %}
 {%- if !b_pro.is_empty() %}
         bv = {{ b_pro }};
@@ -217,7 +217,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (m < {{ m }}u && n < {{ n }}u) {
             var v = {{ alpha }} * acc{{ r.i }}{{ c.i }}{% if rms.is_some() %} * rinv{{ r.i }}{% endif %};
 {%- if has_bias %}
-            v = v + {{ beta }} * {{ bias_var }}[m * {{ bias_sm }}u + n * {{ bias_sn }}u];
+            v = v + {{ beta }} * {{ bias_ld.open }}m * {{ bias_sm }}u + n * {{ bias_sn }}u{{ bias_ld.close }};
 {%- endif %}
 {%- if let Some(s) = seg2 %}{% if !s.bias_var.is_empty() %}
             v = v + {{ s.bias_var }}[m];

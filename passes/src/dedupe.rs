@@ -15,6 +15,10 @@ fn fingerprint(d: &Data) -> u64 {
         Data::F32(v) => sample(v, |x| x.to_bits(), &mut h),
         Data::I64(v) => sample(v, |&x| x, &mut h),
         Data::Bool(v) => sample(v, |&x| x, &mut h),
+        Data::Blocks(b) => {
+            sample(&b.codes, |&x| x, &mut h);
+            sample(&b.scales, |x| x.to_bits(), &mut h);
+        }
     }
     h.finish()
 }
@@ -25,6 +29,7 @@ fn same(a: &Data, b: &Data) -> bool {
         (Data::F32(x), Data::F32(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()),
         (Data::I64(x), Data::I64(y)) => x == y,
         (Data::Bool(x), Data::Bool(y)) => x == y,
+        (Data::Blocks(x), Data::Blocks(y)) => x == y,
         _ => false,
     }
 }

@@ -165,6 +165,7 @@ fn empty_like(d: &Data) -> Data {
         Data::F32(_) => Data::F32(vec![]),
         Data::I64(_) => Data::I64(vec![]),
         Data::Bool(_) => Data::Bool(vec![]),
+        Data::Blocks(_) => Data::F32(vec![]),
     }
 }
 
@@ -172,6 +173,12 @@ fn empty_like(d: &Data) -> Data {
 /// narrower integer type ([`DType::wrap`]), floats become integers by truncation toward zero.
 pub(crate) fn cast(t: &Tensor, to: DType, saturate: bool) -> Tensor {
     let data = match (&t.data, to) {
+        // A quantized constant's values are f32 already: into float32 it stays quantized.
+        (Data::Blocks(_), DType::F32) => t.data.clone(),
+        (Data::Blocks(b), _) => {
+            let decoded = Tensor { dtype: DType::F32, shape: t.shape.clone(), data: Data::F32(b.decode()) };
+            return cast(&decoded, to, saturate);
+        }
         (Data::F32(v), d) if d.is_float() => Data::F32(v.iter().map(|&x| d.round(x, saturate)).collect()),
         (Data::F32(v), DType::Bool) => Data::Bool(v.iter().map(|&x| x != 0.0).collect()),
         (Data::F32(v), d) => Data::I64(v.iter().map(|&x| d.wrap(x as i64)).collect()),

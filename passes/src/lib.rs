@@ -11,6 +11,7 @@ mod expand;
 mod infer;
 mod lower;
 mod memory;
+mod narrow;
 mod ranged;
 pub mod view;
 pub use memory::ALIGN;
@@ -21,14 +22,14 @@ mod tabulate;
 pub use dedupe::dedupe_constants;
 pub use infer::infer_shapes;
 pub use lower::{
-    alias_root, eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, kmajor_narrow_weights,
-    legalize, lower_batchnorm, materialize_outputs, merge_sibling_matmuls, storage_of, storage_root, stored_bytes,
-    Storage,
+    alias_root, eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, kmajor_weights, legalize,
+    lower_batchnorm, materialize_outputs, merge_sibling_matmuls, storage_of, storage_root, stored_bytes, Storage,
 };
 pub use memory::{
     binding_access, plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan,
     MemoryStats, PlannedBuffer, Slot,
 };
+pub use narrow::{legalize_narrow_weights, narrow_of, Narrow};
 pub use ranged::{
     apply_ranges, find_ranged_axes, mask_ranges, probe_value, DimRange, Ranged, RangedAxes, RangedAxis, DIMS_INPUT,
 };
@@ -182,7 +183,15 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
         about: "the weights of one-row products too narrow to fill the GPU stored K-major (a decode step's \
                 down and output projections), read through a transposing view",
         without_fusion: false,
-        run: kmajor_narrow_weights,
+        run: kmajor_weights,
+        establishes: Stage::Legalized,
+    },
+    GraphPass {
+        name: "narrow",
+        about: "float16/bfloat16 and block-quantized weights kept narrow where every reader decodes them, \
+                float32 elsewhere",
+        without_fusion: true,
+        run: legalize_narrow_weights,
         establishes: Stage::Legalized,
     },
 ];

@@ -262,7 +262,9 @@ pub fn alias_root(g: &Graph, mut v: ValueId) -> ValueId {
 /// Requires: an inferred graph. Establishes: no two such siblings remain; values keep their types and names.
 pub fn merge_sibling_matmuls(g: &mut Graph) -> Result<(), PassError> {
     use std::collections::BTreeMap;
-    let mut by_input: BTreeMap<ValueId, Vec<NodeId>> = BTreeMap::new();
+    // Siblings share A, the weight's dtype and its kind: dense `[K, N]` constants, or block-quantized `[N, K]`
+    // constants read through a transpose (MatMulNBits), whose rows are concatenated instead.
+    let mut by_input: BTreeMap<(ValueId, DType, bool), Vec<NodeId>> = BTreeMap::new();
     for n in g.topo_order()? {
         let node = g.node(n);
         if node.op != Op::MatMul {
@@ -270,11 +272,16 @@ pub fn merge_sibling_matmuls(g: &mut Graph) -> Result<(), PassError> {
         }
         let (Some(a), Some(w)) = (node.inputs[0], node.inputs[1]) else { continue };
         let wt = g.ty(w);
-        if g.const_data(w).is_some() && wt.rank() == 2 && wt.dtype == DType::F32 && g.ty(a).rank() >= 2 {
-            by_input.entry(a).or_default().push(n);
+        if wt.rank() != 2 || !wt.dtype.is_float() || g.ty(a).rank() < 2 {
+            continue;
+        }
+        if g.const_data(w).is_some_and(|t| matches!(t.data, wgslc_ir::Data::F32(_))) {
+            by_input.entry((a, wt.dtype, false)).or_default().push(n);
+        } else if quantized_transposed(g, w).is_some() {
+            by_input.entry((a, wt.dtype, true)).or_default().push(n);
         }
     }
-    for (a, group) in by_input {
+    for ((a, dtype, packed), group) in by_input {
         if group.len() < 2 {
             continue;
         }
@@ -298,23 +305,40 @@ pub fn merge_sibling_matmuls(g: &mut Graph) -> Result<(), PassError> {
         let biases: Option<Vec<(NodeId, ValueId)>> = group.iter().map(|&n| bias_of(g, n)).collect();
         let widths: Vec<usize> = group.iter().map(|&n| g.ty(g.node(n).inputs[1].unwrap()).shape[1]).collect();
         let total: usize = widths.iter().sum();
-        // Concatenate the weights along N (row-major [K, total]).
-        let mut wcat = vec![0f32; k * total];
-        let mut col = 0;
-        for (&n, &w) in group.iter().zip(&widths) {
-            let t = g.const_data(g.node(n).inputs[1].unwrap()).unwrap().to_f64();
-            for r in 0..k {
-                for c in 0..w {
-                    wcat[r * total + col + c] = t[r * w + c] as f32;
-                }
-            }
-            col += w;
-        }
         let base = g.node(group[0]).name.clone();
-        let wv = Builder::new(g, &base).const_named("merged_weight", Tensor::f32(vec![k, total], wcat));
+        let wv = if packed {
+            // Quantized [N, K] constants: their rows one after the other, read through one transpose.
+            let parts: Vec<&wgslc_ir::Blocks> = group
+                .iter()
+                .map(|&n| quantized_transposed(g, g.node(n).inputs[1].unwrap()).expect("checked above"))
+                .collect();
+            let Some(cat) = wgslc_ir::Blocks::concat_rows(&parts) else { continue };
+            let data = wgslc_ir::Data::Blocks(std::sync::Arc::new(cat));
+            let stored =
+                Builder::new(g, &base).const_named("merged_weight", Tensor { dtype, shape: vec![total, k], data });
+            let ty = TensorType::new(dtype, vec![k, total]);
+            let op = Op::StridedCopy { offset: 0, strides: vec![1, k as i64] };
+            Builder::new(g, &base).op_typed("merged_weight_t", op, &[Some(stored)], ty)?
+        } else {
+            // Concatenate the weights along N (row-major [K, total]).
+            let mut wcat = vec![0f32; k * total];
+            let mut col = 0;
+            for (&n, &w) in group.iter().zip(&widths) {
+                let t = g.const_data(g.node(n).inputs[1].unwrap()).unwrap().to_f64();
+                for r in 0..k {
+                    for c in 0..w {
+                        wcat[r * total + col + c] = t[r * w + c] as f32;
+                    }
+                }
+                col += w;
+            }
+            let data = wgslc_ir::Data::F32(wcat);
+            Builder::new(g, &base).const_named("merged_weight", Tensor { dtype, shape: vec![k, total], data })
+        };
+        let out_dtype = g.ty(g.node(group[0]).outputs[0]).dtype;
         let mut shape = g.ty(a).shape.clone();
         *shape.last_mut().unwrap() = total;
-        let ty = TensorType::new(DType::F32, shape.clone());
+        let ty = TensorType::new(out_dtype, shape.clone());
         let mut merged = Builder::new(g, &base).op_typed("merged", Op::MatMul, &[Some(a), Some(wv)], ty.clone())?;
         // The values the slices produce: the bias Adds' outputs, or the MatMuls' outputs.
         let mut results: Vec<ValueId> = group.iter().map(|&n| g.node(n).outputs[0]).collect();
@@ -345,6 +369,18 @@ pub fn merge_sibling_matmuls(g: &mut Graph) -> Result<(), PassError> {
         }
     }
     Ok(())
+}
+
+/// The block-quantized `[N, K]` constant that `w` transposes, when `w` is exactly that (a MatMulNBits weight).
+fn quantized_transposed(g: &Graph, w: ValueId) -> Option<&wgslc_ir::Blocks> {
+    let p = g.value(w).producer?;
+    let node = g.node(p);
+    let src = node.inputs.first().copied().flatten()?;
+    let blocks = g.const_data(src)?.data.blocks()?;
+    let (s, ws) = (&g.ty(src).shape, &g.ty(w).shape);
+    let transposes =
+        matches!(&node.op, Op::StridedCopy { offset: 0, strides } if s.len() == 2 && *strides == [1, s[1] as i64]);
+    (transposes && ws == &[s[1], s[0]] && blocks.row == s[1]).then_some(blocks)
 }
 
 /// Rewrites the RMSNorm pattern as exporters emit it — `Pow(x, 2) → ReduceMean(last axis, keepdims) → Add(ε) →
@@ -386,7 +422,7 @@ pub fn fuse_rms_norm(g: &mut Graph) -> Result<(), PassError> {
         }
         let Some(x) = pn.inputs.first().copied().flatten() else { continue };
         let xt = g.ty(x).clone();
-        if xt.dtype != DType::F32 || xt.rank() == 0 {
+        if !xt.dtype.is_float() || xt.rank() == 0 {
             continue;
         }
         let last = xt.rank() - 1;
@@ -426,7 +462,7 @@ pub fn fuse_rms_norm(g: &mut Graph) -> Result<(), PassError> {
                 if let Some(Some(w)) = other(g, smul, BinaryOp::Mul, y) {
                     let wt = g.ty(w);
                     let row = wt.shape.iter().rev().skip(1).all(|&e| e == 1) && wt.shape.last() == Some(&d);
-                    if g.const_data(w).is_some() && wt.dtype == DType::F32 && row && wt.rank() <= xt.rank() {
+                    if g.const_data(w).is_some() && wt.dtype.is_float() && row && wt.rank() <= xt.rank() {
                         scale = Some(w);
                         chain.push(smul);
                     }
@@ -484,8 +520,8 @@ pub fn hoist_matmul_scalars(g: &mut Graph) -> Result<(), PassError> {
                 _ if op == BinaryOp::Mul && g.const_data(x).is_some_and(|t| t.numel() == 1) => (c, x),
                 _ => continue,
             };
-            let ok = g.ty(v).dtype == DType::F32
-                && g.ty(c).dtype == DType::F32
+            let ok = g.ty(v).dtype.is_float()
+                && g.ty(c).dtype.is_float()
                 && g.ty(x).shape == g.ty(v).shape
                 && g.consumers(v) == [mm]
                 && !g.outputs.contains(&v);
@@ -543,7 +579,7 @@ pub fn fuse_rotate_half(g: &mut Graph) -> Result<(), PassError> {
         let (Some(a), Some(b)) = (node.inputs.first().copied().flatten(), node.inputs.get(1).copied().flatten()) else {
             continue;
         };
-        if node.inputs.len() != 2 || rank == 0 || axis as usize != rank - 1 || g.ty(out).dtype != DType::F32 {
+        if node.inputs.len() != 2 || rank == 0 || axis as usize != rank - 1 || !g.ty(out).dtype.is_float() {
             continue;
         }
         let matched = (|| {
@@ -579,9 +615,13 @@ pub fn fuse_rotate_half(g: &mut Graph) -> Result<(), PassError> {
     Ok(())
 }
 
-/// Bytes of value `v`'s elements in storage.
+/// Bytes of value `v`'s elements in storage (a narrow constant's packed size: [`crate::narrow_of`]).
 pub fn stored_bytes(g: &Graph, v: ValueId) -> u64 {
-    g.ty(v).numel() as u64 * storage_of(g.ty(v).dtype).map_or(4, Storage::bytes)
+    let numel = g.ty(v).numel();
+    match crate::narrow_of(g, v) {
+        Some(n) => n.bytes(numel),
+        None => numel as u64 * storage_of(g.ty(v).dtype).map_or(4, Storage::bytes),
+    }
 }
 
 /// Stores K-major the constant weights of one-row products too narrow to fill the GPU as exporters lay them out.
@@ -596,12 +636,12 @@ pub fn stored_bytes(g: &Graph, v: ValueId) -> u64 {
 /// Requires: a legalized graph. Establishes: every reader of a transposed weight reads the same values as before
 /// (through a `StridedCopy` of the transposed constant); only 2-D f32 constants whose readers are all MatMuls
 /// reading them as B, one of them a one-row product that gets more workgroups K-major, are transposed.
-pub fn kmajor_narrow_weights(g: &mut Graph) -> Result<(), PassError> {
+pub fn kmajor_weights(g: &mut Graph) -> Result<(), PassError> {
     use crate::{gemv_tiling, GEMV_WORKGROUPS};
     let mut chosen = Vec::new();
     for v in g.value_ids() {
         let Some(t) = g.const_data(v) else { continue };
-        if t.dtype != DType::F32 || t.shape.len() != 2 || g.outputs.contains(&v) {
+        if !t.dtype.is_float() || t.shape.len() != 2 || g.outputs.contains(&v) {
             continue;
         }
         let (k, n) = (t.shape[0], t.shape[1]);
@@ -630,7 +670,9 @@ pub fn kmajor_narrow_weights(g: &mut Graph) -> Result<(), PassError> {
         let wgslc_ir::Data::F32(w) = &t.data else { continue };
         let wt: Vec<f32> = (0..n * k).map(|i| w[(i % k) * n + i / k]).collect();
         let name = g.value(v).name.clone();
-        let stored = g.add_const(format!("{name}.kmajor"), wgslc_ir::Tensor::f32(vec![n, k], wt));
+        // The dtype stays (a float16 weight is stored narrow either way round).
+        let tensor = wgslc_ir::Tensor { dtype: t.dtype, shape: vec![n, k], data: wgslc_ir::Data::F32(wt) };
+        let stored = g.add_const(format!("{name}.kmajor"), tensor);
         let view = g.add_value(format!("{name}.kmajor_view"), Some(g.ty(v).clone()));
         g.add_node(
             format!("{name}/kmajor"),

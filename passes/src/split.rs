@@ -99,6 +99,15 @@ fn slice_const(t: &Tensor, (a, b): (usize, usize), columns: bool) -> Tensor {
     };
     let mut shape = t.shape.clone();
     shape[if columns { 1 } else { 0 }] = b - a;
+    // A block-quantized table's whole rows stay quantized: each tensor row is `per` of its rows.
+    if let (Some(q), false) = (t.data.blocks(), columns) {
+        let row: usize = t.shape[1..].iter().product();
+        if row.is_multiple_of(q.row) {
+            let per = row / q.row;
+            let data = wgslc_ir::Data::Blocks(std::sync::Arc::new(q.rows_range(a * per, b * per)));
+            return Tensor { dtype: t.dtype, shape, data };
+        }
+    }
     Tensor { dtype: t.dtype, shape, data: t.data.gather(&idx) }
 }
 
@@ -137,7 +146,7 @@ fn gather(g: &mut Graph, n: NodeId, c: ValueId, max_bytes: u64, max_bindings: us
     let node = g.node(n).clone();
     let (idx, out) = (node.inputs[1].expect("indices"), node.outputs[0]);
     let (ct, it, ot) = (g.ty(c).clone(), g.ty(idx).clone(), g.ty(out).clone());
-    let row_bytes = stored_bytes(g, c) / ct.shape[0].max(1) as u64;
+    let row_bytes = stored_bytes(g, c).div_ceil(ct.shape[0].max(1) as u64);
     let per = per_block(g, c, row_bytes, max_bytes, n)?;
     let ranges = blocks(ct.shape[0], per);
     let tables = block_consts(g, c, &ranges, false);
@@ -205,7 +214,7 @@ fn product(g: &mut Graph, n: NodeId, c: ValueId, layout: Layout, max_bytes: u64)
     let node = g.node(n).clone();
     let (ct, out) = (g.ty(c).clone(), node.outputs[0]);
     let ot = g.ty(out).clone();
-    let elem = stored_bytes(g, c) / (ct.shape[0] * ct.shape[1]).max(1) as u64;
+    let elem = stored_bytes(g, c).div_ceil((ct.shape[0] * ct.shape[1]).max(1) as u64);
     // Items: the columns of B [K, N], the rows of B [N, K] (transB) or of A [M, K].
     let (items, item_bytes, columns) = match layout {
         Layout::Columns => (ct.shape[1], ct.shape[0] as u64 * elem, true),
@@ -254,7 +263,7 @@ fn transposed_product(g: &mut Graph, m: NodeId, t: NodeId, c: ValueId, max_bytes
     let node = g.node(m).clone();
     let (ct, out) = (g.ty(c).clone(), node.outputs[0]);
     let ot = g.ty(out).clone();
-    let row_bytes = stored_bytes(g, c) / ct.shape[0].max(1) as u64;
+    let row_bytes = stored_bytes(g, c).div_ceil(ct.shape[0].max(1) as u64);
     let ranges = blocks(ct.shape[0], per_block(g, c, row_bytes, max_bytes, m)?);
     let parts = block_consts(g, c, &ranges, false);
     let copy = g.node(t).name.clone();

@@ -527,7 +527,7 @@ fn gemv_tilings_fill_the_gpu_with_coalesced_reads() {
 /// same values at every (k, n); the prefill step's product of the same weight reads the same view; a weight the
 /// one-row product fills the GPU with row-major, and one also read by a Gather, stay as they are.
 #[test]
-fn narrow_weights_of_one_row_products_are_stored_k_major() {
+fn weights_of_few_output_one_row_products_are_stored_k_major() {
     let (k, n) = (64, 896);
     let mut g = Graph::new();
     // Three one-row inputs: products of one input would be merged into one.

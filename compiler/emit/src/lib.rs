@@ -13,8 +13,8 @@ pub use kernels::{EmittedKernel, GridAxis, Walks};
 use std::collections::BTreeMap;
 use std::path::Path;
 use wgslc_artifact as art;
-use wgslc_ir::{Data, Graph, ValueId};
-use wgslc_passes::{binding_access, storage_of, BufferKind, MemoryPlan, Schedule, Storage};
+use wgslc_ir::{bf16_bits, f16_bits, Data, Graph, ValueId};
+use wgslc_passes::{binding_access, narrow_of, storage_of, BufferKind, MemoryPlan, Narrow, Schedule, Storage};
 
 /// The device limits a compile targets. [`Limits::default`] is WebGPU's default limits, which every WebGPU
 /// device supports. As JSON (`--limits FILE.json`), WebGPU's names: `maxStorageBuffersPerShaderStage`,
@@ -93,11 +93,16 @@ pub struct Validated {
     pub workgroup_memory: u32,
 }
 
+/// What kernels may use beyond naga's baseline: core WebGPU's `pack2x16float`/`unpack2x16float` (float16 values
+/// held in 32-bit words, how narrow weights are read), which naga puts behind a capability of its own. Nothing
+/// else: no `shader-f16`, no subgroups.
+pub const CAPABILITIES: naga::valid::Capabilities = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+
 /// Parses and validates one WGSL module with naga, and checks it against the limits.
 pub fn validate(kernel: EmittedKernel, limits: &Limits) -> Result<Validated, EmitError> {
     let module = naga::front::wgsl::parse_str(&kernel.wgsl)
         .map_err(|e| EmitError::InvalidWgsl { kernel: kernel.name.clone(), message: e.emit_to_string(&kernel.wgsl) })?;
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty())
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), CAPABILITIES)
         .validate(&module)
         .map_err(|e| EmitError::InvalidWgsl { kernel: kernel.name.clone(), message: e.emit_to_string(&kernel.wgsl) })?;
     let limit = |reason: String| EmitError::Limit { kernel: kernel.name.clone(), reason };
@@ -277,13 +282,12 @@ pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::P
             .iter()
             .map(|&(v, s)| {
                 let ty = g.ty(v);
-                art::WeightSpec {
-                    name: unique(&g.value(v).name),
-                    shape: ty.shape.clone(),
-                    storage: storage_type(storage_of(ty.dtype).expect("legalized")),
-                    buffer: s.buffer,
-                    offset: s.offset,
-                }
+                // A narrow constant is a run of 32-bit words (its elements packed; the kernels decode them).
+                let (shape, storage) = match narrow_of(g, v) {
+                    Some(n) => (vec![(n.bytes(ty.numel()) / 4) as usize], art::StorageType::U32),
+                    None => (ty.shape.clone(), storage_type(storage_of(ty.dtype).expect("legalized"))),
+                };
+                art::WeightSpec { name: unique(&g.value(v).name), shape, storage, buffer: s.buffer, offset: s.offset }
             })
             .collect(),
         dispatches: (0..kernels.len()).collect(),
@@ -319,13 +323,26 @@ pub fn write_artifact(dir: &Path, g: &Graph, plan: &MemoryPlan, kernels: &[Valid
     for (&(v, _), spec) in plan.weights.iter().zip(&p.weights) {
         {
             let t = g.const_data(v).expect("weight buffers hold constants");
-            let (dtype, data): (safetensors::Dtype, Vec<u8>) = match &t.data {
-                Data::F32(x) => (safetensors::Dtype::F32, x.iter().flat_map(|f| f.to_le_bytes()).collect()),
+            let words = |w: Vec<u32>| w.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+            let (dtype, data): (safetensors::Dtype, Vec<u8>) = match (&t.data, narrow_of(g, v)) {
+                // Narrow constants are words the kernels decode (wgslc_ir::narrow).
+                (Data::Blocks(b), _) => (safetensors::Dtype::U32, words(b.words())),
+                (Data::F32(x), Some(Narrow::Half(d))) => {
+                    let half = |x: f32| if d == wgslc_ir::DType::BF16 { bf16_bits(x) } else { f16_bits(x) };
+                    let pairs =
+                        x.chunks(2).map(|p| half(p[0]) as u32 | (p.get(1).map_or(0, |&y| half(y)) as u32) << 16);
+                    (safetensors::Dtype::U32, words(pairs.collect()))
+                }
+                (Data::F32(x), _) => (safetensors::Dtype::F32, x.iter().flat_map(|f| f.to_le_bytes()).collect()),
                 // Range-checked by legalization.
-                Data::I64(x) => (safetensors::Dtype::I32, x.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect()),
-                Data::Bool(x) => (safetensors::Dtype::U32, x.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect()),
+                (Data::I64(x), _) => {
+                    (safetensors::Dtype::I32, x.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect())
+                }
+                (Data::Bool(x), _) => {
+                    (safetensors::Dtype::U32, x.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect())
+                }
             };
-            if bytes.insert(spec.name.clone(), (dtype, t.shape.clone(), data)).is_some() {
+            if bytes.insert(spec.name.clone(), (dtype, spec.shape.clone(), data)).is_some() {
                 return Err(EmitError::Weights(format!("two constants are named '{}'", spec.name)));
             }
         }

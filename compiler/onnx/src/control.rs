@@ -198,6 +198,7 @@ impl Importer<'_> {
             Data::Bool(v) => v.first().copied().unwrap_or(false),
             Data::I64(v) => v.first().is_some_and(|&x| x != 0),
             Data::F32(v) => v.first().is_some_and(|&x| x != 0.0),
+            Data::Blocks(b) => b.numel() > 0 && b.value(0) != 0.0,
         };
         let folded = |this: &Self, v: ValueId, what: &str| -> Result<Tensor, ImportError> {
             this.fold(v).map_err(|e| err(format!("folding its {what} failed: {e}")))?.ok_or_else(|| {

@@ -54,7 +54,8 @@ impl Importer<'_> {
         let name = if node.name.is_empty() { format!("{}_{index}", node.op_type) } else { node.name.clone() };
         let a = Attrs { node, name: &name };
         let own = node.domain == crate::WGSLC_DOMAIN && matches!(node.op_type.as_str(), "Sample" | "CacheWrite");
-        if !(node.domain.is_empty() || node.domain == "ai.onnx" || own) {
+        let contrib = node.domain == "com.microsoft" && crate::contrib::CONTRIB_OPS.contains(&node.op_type.as_str());
+        if !(node.domain.is_empty() || node.domain == "ai.onnx" || own || contrib) {
             return Err(ImportError::UnknownDomain {
                 node: name.clone(),
                 op: node.op_type.clone(),
@@ -110,6 +111,9 @@ impl Importer<'_> {
                     .ok_or_else(|| ImportError::UndefinedValue { node: name.clone(), value: n.clone() })?;
                 inputs.push(Some(v));
             }
+        }
+        if contrib {
+            return self.contrib(&a, node, inputs);
         }
         let opset = self.opset;
         let op = match node.op_type.as_str() {
@@ -579,7 +583,7 @@ impl Importer<'_> {
         self.emit_into(&a, "", op, &inputs, outputs)
     }
 
-    fn define_outputs(&mut self, node: &str, outs: &[String], op: &Op) -> Result<Vec<ValueId>, ImportError> {
+    pub(crate) fn define_outputs(&mut self, node: &str, outs: &[String], op: &Op) -> Result<Vec<ValueId>, ImportError> {
         // Single-output ops whose optional extra outputs were refused above keep only the first.
         let keep = match op {
             Op::Split { .. }
@@ -662,7 +666,7 @@ impl Importer<'_> {
     }
 
     /// Adds node `name/part` (or `name` for an empty part) writing values that already exist.
-    fn emit_into(
+    pub(crate) fn emit_into(
         &mut self,
         a: &Attrs,
         part: &str,

@@ -21,6 +21,7 @@
 mod builder;
 mod dtype;
 mod frontend;
+mod narrow;
 mod ops;
 mod print;
 mod tensor;
@@ -28,6 +29,7 @@ mod tensor;
 pub use builder::Builder;
 pub use dtype::*;
 pub use frontend::*;
+pub use narrow::*;
 pub use ops::*;
 pub use print::print;
 pub use tensor::*;

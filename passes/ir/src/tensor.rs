@@ -1,14 +1,18 @@
 //! Host tensors: weights, folded constants and reference data.
 
-use crate::{DType, TensorType};
+use crate::{Blocks, DType, TensorType};
+use std::sync::Arc;
 
 /// Element storage of a host tensor. Integer types narrower than 64 bits and unsigned types are widened to
-/// `I64` on import where their values fit (the IR keeps the logical dtype in [`Tensor::dtype`]).
+/// `I64` on import where their values fit (the IR keeps the logical dtype in [`Tensor::dtype`]). A
+/// block-quantized float constant keeps its codes and scales (`Blocks`, see [`crate::Blocks`]): the kernels
+/// that read it decode it, and host code that needs its values decodes them ([`Data::as_f64`], [`Data::gather`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Data {
     F32(Vec<f32>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
+    Blocks(Arc<Blocks>),
 }
 
 impl Data {
@@ -17,6 +21,15 @@ impl Data {
             Data::F32(v) => v.len(),
             Data::I64(v) => v.len(),
             Data::Bool(v) => v.len(),
+            Data::Blocks(b) => b.numel(),
+        }
+    }
+
+    /// The block-quantized form, if this is one.
+    pub fn blocks(&self) -> Option<&Blocks> {
+        match self {
+            Data::Blocks(b) => Some(b),
+            _ => None,
         }
     }
 
@@ -75,14 +88,21 @@ impl Data {
             Data::F32(v) => Data::F32(idx.iter().map(|&i| v[i]).collect()),
             Data::I64(v) => Data::I64(idx.iter().map(|&i| v[i]).collect()),
             Data::Bool(v) => Data::Bool(idx.iter().map(|&i| v[i]).collect()),
+            Data::Blocks(b) => Data::F32(idx.iter().map(|&i| b.value(i)).collect()),
         }
     }
 
-    /// Concatenates storage of the same kind.
+    /// Concatenates storage of the same kind (block-quantized parts stay so when they share a format and hold
+    /// whole rows; otherwise they are decoded).
     pub fn concat(parts: &[&Data]) -> Data {
+        let blocks: Option<Vec<&Blocks>> = parts.iter().map(|p| p.blocks()).collect();
+        if let Some(b) = blocks.and_then(|b| Blocks::concat_rows(&b)) {
+            return Data::Blocks(Arc::new(b));
+        }
         match parts.first() {
             Some(Data::F32(_)) => Data::F32(parts.iter().flat_map(|p| p.as_f64()).map(|x| x as f32).collect()),
             Some(Data::Bool(_)) => Data::Bool(parts.iter().flat_map(|p| p.as_f64()).map(|x| x != 0.0).collect()),
+            Some(Data::Blocks(_)) => Data::F32(parts.iter().flat_map(|p| p.as_f64()).map(|x| x as f32).collect()),
             _ => Data::I64(parts.iter().flat_map(|p| p.as_i64()).collect()),
         }
     }
@@ -92,6 +112,7 @@ impl Data {
             Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
             Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
             Data::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+            Data::Blocks(b) => b.decode().into_iter().map(|x| x as f64).collect(),
         }
     }
 
@@ -100,6 +121,7 @@ impl Data {
             Data::F32(v) => v.iter().map(|&x| x as i64).collect(),
             Data::I64(v) => v.clone(),
             Data::Bool(v) => v.iter().map(|&x| x as i64).collect(),
+            Data::Blocks(b) => b.decode().into_iter().map(|x| x as i64).collect(),
         }
     }
 }

@@ -103,6 +103,100 @@ fn quantize(
     Ok(b.op(Op::Cast { to, saturate }, &[Some(q)])?)
 }
 
+/// A DequantizeLinear of constants — a weight the quantizers stored as int8/uint8/int4/uint4/int2/uint2 codes with
+/// float32 or float16 scales, per tensor, per axis or in blocks — as one block-quantized constant
+/// (`wgslc_ir::Blocks`) that the kernels reading it decode, read in the model's layout through a transpose where
+/// the quantization axis is not the one the constant is stored along. `None` when the inputs are not constants
+/// of such a form (the elementwise expansion then applies, and folds where it can).
+fn dequantized_constant(
+    b: &mut Builder,
+    inputs: &[Option<ValueId>],
+    xt: &TensorType,
+    st: &TensorType,
+    axis: i64,
+    block: usize,
+    err: &dyn Fn(String) -> PassError,
+) -> Result<Option<ValueId>, PassError> {
+    use std::sync::Arc;
+    use wgslc_ir::{Data, Quantized, Tensor, Zeros};
+    let konst = |i: usize| inputs.get(i).copied().flatten().and_then(|v| b.g.const_data(v));
+    let (Some(x), Some(s)) = (konst(0), konst(1)) else { return Ok(None) };
+    let zp = match inputs.get(2).copied().flatten() {
+        Some(_) => match konst(2) {
+            Some(z) => Some(z),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let Some((bits, signed)) = xt.dtype.int_bits().filter(|&(w, _)| [2, 4, 8].contains(&w)) else { return Ok(None) };
+    if xt.shape.is_empty() || xt.numel() == 0 || !matches!(st.dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Ok(None);
+    }
+    // Unsigned codes: a signed type's values offset by half its range, and its zero points likewise.
+    let off = if signed { 1i64 << (bits - 1) } else { 0 };
+    let codes: Vec<u8> = x.to_i64().iter().map(|&q| (q + off) as u8).collect();
+    let scales: Vec<f32> = s.to_f64().into_iter().map(|v| v as f32).collect();
+    let zeros = match zp {
+        Some(z) => Zeros::Blocks(z.to_i64().iter().map(|&q| (q + off) as u8).collect()),
+        None => Zeros::All(off as u8),
+    };
+    let scale_dtype = if st.dtype == DType::F16 { DType::F16 } else { DType::F32 };
+    let r = xt.shape.len() as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if !(0..r).contains(&a) {
+        return Err(err(format!("axis {axis} is outside rank {r}")));
+    }
+    let a = a as usize;
+    let q =
+        |zeros| Quantized { shape: &xt.shape, bits, codes: codes.clone(), scales: scales.clone(), scale_dtype, zeros };
+    let placed = if scales.len() == 1 && block == 0 {
+        // Per tensor: one block per row of the last axis, all with the one scale and zero point.
+        let row = *xt.shape.last().expect("rank >= 1");
+        let rows = xt.numel() / row.max(1);
+        let zeros = match zeros {
+            Zeros::Blocks(z) => Zeros::All(z[0]),
+            all => all,
+        };
+        let mut p = q(zeros).per_axis(0);
+        p.blocks.row = row;
+        p.blocks.block = row;
+        p.blocks.scales = vec![scales[0]; rows];
+        p
+    } else if block == 0 {
+        if st.shape != [xt.shape[a]] {
+            return Err(err(format!("a per-axis scale must be [{}], got {:?}", xt.shape[a], st.shape)));
+        }
+        // A per-axis zero point list is one per block of the stored rows already.
+        q(zeros).per_axis(a)
+    } else {
+        let mut want = xt.shape.clone();
+        want[a] = xt.shape[a].div_ceil(block);
+        if st.shape != want {
+            return Err(err(format!("a blocked scale must be {want:?}, got {:?}", st.shape)));
+        }
+        q(zeros).blocked(a, block)
+    };
+    let mut placed = placed;
+    if let Zeros::Blocks(z) = &placed.blocks.zeros {
+        if z.len() != placed.blocks.scales.len() {
+            return Err(err(format!("{} zero points for {} scales", z.len(), placed.blocks.scales.len())));
+        }
+        // Per tensor with zero points given per row above: one for all.
+        if z.iter().all(|&c| c == z[0]) {
+            placed.blocks.zeros = Zeros::All(z[0]);
+        }
+    }
+    if placed.blocks.check().is_err() {
+        return Ok(None);
+    }
+    let t = Tensor { dtype: st.dtype, shape: placed.stored.clone(), data: Data::Blocks(Arc::new(placed.blocks)) };
+    let stored = b.const_named("quantized", t);
+    Ok(Some(match placed.perm {
+        None => stored,
+        Some(perm) => b.transpose(stored, &perm)?,
+    }))
+}
+
 pub(super) fn expand(
     b: &mut Builder,
     op: &Op,
@@ -119,6 +213,9 @@ pub(super) fn expand(
             let scale = input(1).ok_or_else(|| err("missing x_scale".into()))?;
             let st = ty(1).expect("typed");
             quantized(xt.dtype, err)?;
+            if let Some(w) = dequantized_constant(b, inputs, &xt, &st, *axis, *block_size, err)? {
+                return Ok(vec![Some(w)]);
+            }
             let s = broadcast(b, scale, &st, &xt.shape, *axis, *block_size, err)?;
             let mut y = b.op(Op::cast(DType::F32), &[Some(x)])?;
             if let Some(z) = input(2) {

@@ -133,7 +133,12 @@ fn infer_node(g: &mut Graph, n: NodeId) -> Result<(), PassError> {
     if r.folded.is_none() {
         let all_const = r.inputs.iter().flatten().all(|&v| g.const_data(v).is_some());
         let small = r.outputs.iter().all(|t| t.numel() <= FOLD_LIMIT);
-        if all_const && small && !r.inputs.is_empty() {
+        // A block-quantized constant is decoded by the kernels that read it; on the host it only changes shape
+        // (or is relabelled float32), so a layout op over it stays a view the scheduler folds into its readers.
+        let keeps_blocks = matches!(r.op, Op::Alias | Op::Cast { to: wgslc_ir::DType::F32, .. });
+        let decodes_blocks = !keeps_blocks
+            && r.inputs.iter().flatten().any(|&v| g.const_data(v).is_some_and(|t| t.data.blocks().is_some()));
+        if all_const && small && !r.inputs.is_empty() && !decodes_blocks {
             let ins: Vec<&Tensor> = r.inputs.iter().flatten().map(|&v| g.const_data(v).unwrap()).collect();
             r.folded = eval::eval(&r.op, &ins, &r.outputs);
         }

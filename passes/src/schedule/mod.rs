@@ -227,7 +227,7 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                     || (!through_alias && g.ty(v).shape != g.ty(out).shape)
                 {
                     Some(format!("shapes differ: broadcast {:?} → {:?}", g.ty(v).shape, g.ty(out).shape))
-                } else if group.anchor.is_some_and(|a| g.ty(g.node(a).outputs[0]).dtype != wgslc_ir::DType::F32) {
+                } else if group.anchor.is_some_and(|a| !g.ty(g.node(a).outputs[0]).dtype.is_float()) {
                     Some("epilogues take float32 only".to_string())
                 } else if let Some(a) = group.anchor.filter(|&a| !takes_epilogue(&g.node(a).op)) {
                     Some(format!("{} has no epilogue", g.node(a).op.name()))

@@ -25,7 +25,7 @@ pub fn takes_epilogue(op: &Op) -> bool {
 /// be applied to a value as it is loaded, with the constants inlined.
 pub fn scalar_op_data_slot(g: &Graph, n: NodeId) -> Option<usize> {
     let node = g.node(n);
-    if !matches!(node.op, Op::Unary(_) | Op::Binary(_)) || g.ty(node.outputs[0]).dtype != wgslc_ir::DType::F32 {
+    if !matches!(node.op, Op::Unary(_) | Op::Binary(_)) || !g.ty(node.outputs[0]).dtype.is_float() {
         return None;
     }
     let mut data = None;

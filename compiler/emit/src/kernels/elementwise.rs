@@ -30,6 +30,7 @@ pub(super) struct GatherTpl {
     pub(super) inner: usize,
     pub(super) positions_inner: usize,
     pub(super) axis_len: usize,
+    pub(super) data_ld: Ld,
 }
 
 /// An embedding lookup over a table in blocks ([`wgslc_ir::Op::GatherBlocks`]).
@@ -43,7 +44,8 @@ pub(super) struct GatherBlocksTpl {
     pub(super) rows: usize,
     /// The table's rows, all blocks together.
     pub(super) axis_len: usize,
-    pub(super) blocks: Vec<String>,
+    /// How each block is read.
+    pub(super) blocks: Vec<Ld>,
 }
 
 impl Emitter<'_> {
@@ -173,7 +175,8 @@ impl Emitter<'_> {
                     .collect();
                 used_shapes[sid] = true;
                 let name = Namer::load(loads.len());
-                loads.push(FusedLoad { name: name.clone(), var, offset: view.offset.to_string(), terms });
+                let ld = Ld::of(g, view.root, &var);
+                loads.push(FusedLoad { name: name.clone(), var, ld, offset: view.offset.to_string(), terms });
                 // A key no other load shares.
                 load_keys.push((view.root, format!("{sid}:rotate_half:{n:?}"), vec![]));
                 let expr = format!("select(-{name}, {name}, {} >= {})", cname(r - 1), w / 2);
@@ -216,6 +219,7 @@ impl Emitter<'_> {
                         let name = Namer::load(loads.len());
                         loads.push(FusedLoad {
                             name: name.clone(),
+                            ld: Ld::of(g, view.root, &var),
                             var,
                             offset,
                             terms: terms
@@ -309,7 +313,13 @@ impl Emitter<'_> {
                 defined: true,
                 ty: storage(g, v).wgsl(),
                 coords: vec![],
-                loads: vec![FusedLoad { name: "x0".into(), var: "in0".into(), offset: "i".into(), terms: vec![] }],
+                loads: vec![FusedLoad {
+                    name: "x0".into(),
+                    var: "in0".into(),
+                    ld: Ld::of(g, v, "in0"),
+                    offset: "i".into(),
+                    terms: vec![],
+                }],
                 stmts: vec![],
                 result: "x0".into(),
                 ..Fused::default()
@@ -357,6 +367,7 @@ impl Emitter<'_> {
             inner,
             positions_inner: positions * inner,
             axis_len: dt.shape[axis],
+            data_ld: Ld::of(g, storage_root(g, data), "data"),
         };
         let name = self.group_name(group);
         self.kernel(n, name, "gather", tpl.render(), &b, wg)
@@ -377,7 +388,8 @@ impl Emitter<'_> {
         let axis_len: usize = tables.iter().map(|&t| g.ty(t).shape[0]).sum();
         let numel = g.ty(out).numel();
         let (h, wg, groups_x) = self.launch(n, None, "gather_blocks.wgsl", &b, numel.div_ceil(256))?;
-        let tpl = GatherBlocksTpl { h, groups_x, numel, inner, rows, axis_len, blocks: names.clone() };
+        let blocks = tables.iter().zip(&names).map(|(&t, name)| Ld::of(g, t, name)).collect();
+        let tpl = GatherBlocksTpl { h, groups_x, numel, inner, rows, axis_len, blocks };
         self.kernel(n, node.name.clone(), "gather", tpl.render(), &b, wg)
     }
 }

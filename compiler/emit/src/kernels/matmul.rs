@@ -2,6 +2,7 @@
 //! prologues, a folded RMSNormalization and the epilogue.
 
 use super::*;
+use wgslc_passes::{narrow_of, Narrow};
 
 /// One of the four rows (or columns) a matmul thread owns: its index and its offset in the 64-wide tile.
 pub(super) struct Lane {
@@ -47,7 +48,10 @@ pub(super) struct MatmulTpl {
     pub(super) a_off: i64,
     pub(super) b_off: i64,
     pub(super) b_var: String,
-    pub(super) bias_var: String,
+    /// How A, B and the bias are read (a narrow constant through its loader).
+    pub(super) a_ld: Ld,
+    pub(super) b_ld: Ld,
+    pub(super) bias_ld: Ld,
     pub(super) a_pro: String,
     pub(super) b_pro: String,
     pub(super) t: Tiling,
@@ -83,7 +87,9 @@ pub(super) struct MatmulTpl {
 /// column).
 pub(super) struct GemvArm {
     pub(super) suffix: String,
-    pub(super) var: String,
+    /// How the block is read, one element or four ([`Ld`]).
+    pub(super) ld: Ld,
+    pub(super) ld4: Ld,
     pub(super) col: String,
 }
 
@@ -100,7 +106,8 @@ pub(super) struct GemvTpl {
     pub(super) operand: Option<Fused>,
     pub(super) a_off: i64,
     pub(super) b_off: i64,
-    pub(super) bias_var: String,
+    pub(super) a_ld: Ld,
+    pub(super) bias_ld: Ld,
     pub(super) a_pro: String,
     pub(super) b_pro: String,
     pub(super) t: wgslc_passes::GemvTiling,
@@ -346,7 +353,18 @@ impl Emitter<'_> {
         };
         let fu = self.fused_body(group, Some(mm_out), &mut reads, &mut helpers)?;
         let bindings = bindings(&reads, &[(out, "out")]);
+        let a_ld = || Ld::of(g, va.root, "a");
+        let bias_ld = || bias.map_or(Ld::plain(""), |c| Ld::of(g, c, &bias_var));
         if group.recipe.one_row {
+            // Each block's value: the product's B, then the other products' (`Fold::Blocks`).
+            let block_values: Vec<ValueId> = std::iter::once(vb.root)
+                .chain(
+                    group
+                        .blocks()
+                        .into_iter()
+                        .flat_map(|(_, ps)| ps.iter().map(|&p| input_view(g, &self.sched.folded, p, 1).root)),
+                )
+                .collect();
             // One row: a matrix-vector product, bound by reading B.
             let kmajor = b_sk == 1 && b_sn != 1 && k > 1;
             // B read as vec4s: its own binding, rows and offset in whole vec4s, and no prologue but the norm's
@@ -362,7 +380,8 @@ impl Emitter<'_> {
                 && bias_var != "b"
                 && rms_scale_var.as_deref() != Some("b")
                 && fu.loads.iter().chain(operand.iter().flat_map(|o| &o.loads)).all(|l| l.var != "b")
-                && (blocks.is_empty() || per % 4 == 0);
+                && (blocks.is_empty() || per % 4 == 0)
+                && block_values.iter().all(|&v| !matches!(narrow_of(g, v), Some(Narrow::Blocks(_))));
             let t = wgslc_passes::gemv_tiling(nn, k, batches, kmajor, vec4);
             let gx = nn.div_ceil(t.cols);
             let max = self.limits.max_workgroups_per_dimension as usize;
@@ -371,20 +390,28 @@ impl Emitter<'_> {
             }
             let mut h = self.group_header(group, "gemv.wgsl", &bindings);
             if t.vec == 4 {
-                for d in h.bindings.iter_mut().filter(|d| d.var == "b" || blocks.contains(&d.var)) {
+                // Read as vec4s: declared so, or (narrow) through the loader's four-wide form.
+                let wide = |var: &str| var == "b" || blocks.iter().any(|b| b == var);
+                for d in h.bindings.iter_mut().filter(|d| wide(&d.var) && d.ty != "u32") {
                     d.ty = "vec4<f32>";
                 }
+                for l in h.loaders.iter_mut().filter(|l| wide(&l.var)) {
+                    l.vec4 = true;
+                }
             }
+            let arm = |suffix: String, var: &str, v: ValueId, col: String| GemvArm {
+                suffix,
+                ld: Ld::of(g, v, var),
+                ld4: Ld::of4(g, v, var),
+                col,
+            };
             let arms = match blocks.len() {
-                0 => vec![GemvArm { suffix: String::new(), var: b_var, col: "col".into() }],
+                0 => vec![arm(String::new(), &b_var, vb.root, "col".into())],
                 _ => blocks
                     .iter()
+                    .zip(&block_values)
                     .enumerate()
-                    .map(|(i, b)| GemvArm {
-                        suffix: i.to_string(),
-                        var: b.clone(),
-                        col: format!("(col - {}u)", i * per),
-                    })
+                    .map(|(i, (b, &v))| arm(i.to_string(), b, v, format!("(col - {}u)", i * per)))
                     .collect(),
             };
             let tpl = GemvTpl {
@@ -394,7 +421,8 @@ impl Emitter<'_> {
                 operand,
                 a_off: va.offset,
                 b_off: vb.offset,
-                bias_var,
+                a_ld: a_ld(),
+                bias_ld: bias_ld(),
                 a_pro: pro[0].clone(),
                 b_pro,
                 t,
@@ -435,8 +463,10 @@ impl Emitter<'_> {
             fu,
             a_off: va.offset,
             b_off: vb.offset,
+            a_ld: a_ld(),
+            b_ld: Ld::of(g, vb.root, &b_var),
+            bias_ld: bias_ld(),
             b_var,
-            bias_var,
             a_pro: pro[0].clone(),
             b_pro,
             t,

@@ -73,6 +73,110 @@ struct Header {
     comment: String,
     template: &'static str,
     bindings: Vec<BindingDecl>,
+    /// A loader function per binding of a narrow constant (templates/narrow_load.wgsl): `ld_VAR(i)` decodes
+    /// element `i` (and `ld4_VAR(i)` elements `i .. i + 4` where `vec4` is set).
+    loaders: Vec<Loader>,
+}
+
+/// See [`Header::loaders`].
+struct Loader {
+    var: String,
+    kind: LoaderKind,
+    vec4: bool,
+}
+
+enum LoaderKind {
+    F16,
+    Bf16,
+    Blocks(BlockLoad),
+}
+
+/// A block-quantized binding's layout ([`wgslc_ir::BlockLayout`]) as its loader reads it.
+struct BlockLoad {
+    bits: u32,
+    per_word: u32,
+    /// log2(per_word), and per_word - 1: code `e` is in word `e >> word_shift`, lane `e & lane_mask`.
+    word_shift: u32,
+    lane_mask: u32,
+    code_mask: u32,
+    row: usize,
+    /// Codes per row in storage (rows start at word boundaries).
+    row_codes: usize,
+    block: usize,
+    blocks_per_row: usize,
+    /// Rows fill whole words and whole blocks, so element `i` is code `i` in block `i / block`.
+    aligned: bool,
+    scales_at: usize,
+    scale_f16: bool,
+    zeros_at: Option<usize>,
+    /// The zero point of every block when there is one for all (a float literal).
+    zero: String,
+}
+
+impl Loader {
+    fn new(var: &str, narrow: wgslc_passes::Narrow) -> Loader {
+        let kind = match narrow {
+            wgslc_passes::Narrow::Half(wgslc_ir::DType::BF16) => LoaderKind::Bf16,
+            wgslc_passes::Narrow::Half(_) => LoaderKind::F16,
+            wgslc_passes::Narrow::Blocks(l) => {
+                let per_word = 32 / l.bits;
+                let row_codes = l.row_words * per_word as usize;
+                let (zeros_at, zero) = match l.zeros {
+                    wgslc_ir::ZeroLayout::All(z) => (None, f32_lit(z as f32)),
+                    wgslc_ir::ZeroLayout::At(at) => (Some(at), String::new()),
+                };
+                LoaderKind::Blocks(BlockLoad {
+                    bits: l.bits,
+                    per_word,
+                    word_shift: per_word.trailing_zeros(),
+                    lane_mask: per_word - 1,
+                    code_mask: (1 << l.bits) - 1,
+                    row: l.row,
+                    row_codes,
+                    block: l.block,
+                    blocks_per_row: l.blocks_per_row,
+                    aligned: row_codes == l.row && l.row % l.block == 0,
+                    scales_at: l.scales_at,
+                    scale_f16: l.scale_f16,
+                    zeros_at,
+                    zero,
+                })
+            }
+        };
+        Loader { var: var.to_string(), kind, vec4: false }
+    }
+}
+
+/// How a template reads element `idx` of a binding: `open idx close`, which is `var[idx]`, or `ld_var(idx)` for a
+/// narrow constant (its loader decodes the element).
+struct Ld {
+    open: String,
+    close: &'static str,
+}
+
+impl Ld {
+    /// The scalar read of binding `var` holding value `v`.
+    fn of(g: &Graph, v: ValueId, var: &str) -> Ld {
+        match wgslc_passes::narrow_of(g, v) {
+            // The index may be an i32 expression (a fused body's coordinates are), which a u32 parameter refuses.
+            Some(_) => Ld { open: format!("ld_{var}(u32("), close: "))" },
+            None => Ld { open: format!("{var}["), close: "]" },
+        }
+    }
+
+    /// A plain array read (what every runtime value is).
+    fn plain(var: &str) -> Ld {
+        Ld { open: format!("{var}["), close: "]" }
+    }
+
+    /// The four-wide read of elements `idx .. idx + 4` (`idx` a multiple of 4) of a binding declared as vec4s,
+    /// or through the narrow loader's `ld4_`.
+    fn of4(g: &Graph, v: ValueId, var: &str) -> Ld {
+        match wgslc_passes::narrow_of(g, v) {
+            Some(_) => Ld { open: format!("ld4_{var}("), close: ")" },
+            None => Ld { open: format!("{var}[("), close: ") / 4u]" },
+        }
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -123,6 +227,8 @@ struct NamedTerm {
 struct FusedLoad {
     name: String,
     var: String,
+    /// How the binding is read ([`Ld`]).
+    ld: Ld,
     offset: String,
     terms: Vec<NamedTerm>,
 }
@@ -355,6 +461,7 @@ impl Emitter<'_> {
         let ins: Vec<String> = node.inputs.iter().flatten().map(|&v| self.g.ty(v).to_string()).collect();
         let pairs: Vec<(ValueId, bool)> = bindings.iter().map(|&(v, w, _)| (v, w)).collect();
         let access = binding_access(self.plan, &pairs);
+        let narrow = |v: ValueId| wgslc_passes::narrow_of(self.g, v);
         Header {
             name: node.name.clone(),
             comment: format!("{}({}) -> {}", node.op.name(), ins.join(", "), self.g.ty(node.outputs[0])),
@@ -366,9 +473,10 @@ impl Emitter<'_> {
                     binding: i,
                     access: if access[i] { "read_write" } else { "read" },
                     var: var.to_string(),
-                    ty: storage(self.g, v).wgsl(),
+                    ty: if narrow(v).is_some() { "u32" } else { storage(self.g, v).wgsl() },
                 })
                 .collect(),
+            loaders: bindings.iter().filter_map(|&(v, _, var)| Some(Loader::new(var, narrow(v)?))).collect(),
         }
     }
 

@@ -3,7 +3,7 @@
 use super::{is_depthwise_conv, is_pointwise_conv, lone_conv_chain, Fuse};
 use crate::schedule::recipe::{expand_tile, EXPAND_MAX_RECOMPUTE};
 use crate::schedule::{Fold, FoldedConv};
-use wgslc_ir::{DType, Op};
+use wgslc_ir::Op;
 
 /// Merges each pointwise Conv group (the Conv, then only scalar pointwise nodes) whose result only a depthwise
 /// Conv reads into that Conv's group as its `expand`: the depthwise kernel computes the expanded channels over each
@@ -22,7 +22,7 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
         let x = g.node(dw).inputs[0]?;
         let (di, ex) = lone_conv_chain(f, x, dw)?;
         let ex_in = g.node(ex).inputs[0]?;
-        let f32 = g.ty(x).dtype == DType::F32 && g.ty(ex_in).dtype == DType::F32;
+        let f32 = g.ty(x).dtype.is_float() && g.ty(ex_in).dtype.is_float();
         if di >= ci || !is_pointwise_conv(g, ex) || g.ty(ex_in).rank() != 4 || !f32 {
             return None;
         }

@@ -103,7 +103,7 @@ fn rms_norm_of(f: &Fuse, n: NodeId) -> Option<NodeId> {
     let k = *vt.shape.last()?;
     let scale = pn.inputs.get(1).copied().flatten()?;
     let ok = vt.rank() >= 2
-        && vt.dtype == wgslc_ir::DType::F32
+        && vt.dtype.is_float()
         && axis.rem_euclid(vt.rank() as i64) as usize == vt.rank() - 1
         && pn.inputs.get(2).copied().flatten().is_none()
         && g.ty(scale).shape == [k]
