@@ -14,6 +14,7 @@ pub mod npy;
 pub use wgslc_artifact as artifact;
 pub use wgslc_driver::{
     compile, dump_after, import, stages, CompileError, CompileOptions, DimRange, KvCache, Progress, Summary,
+    WeightFormat,
 };
 pub use wgslc_emit::Limits;
 pub use wgslc_runtime as runtime;

@@ -77,9 +77,17 @@ enum Cmd {
         /// past_key_values.N.* (repeatable).
         #[arg(long = "state", value_name = "OUTPUT=INPUT", requires = "kv_cache")]
         state: Vec<String>,
+        /// Store the weights of products and lookup tables narrower than the model has them: f16 (float16), q8 or
+        /// q4 (8- or 4-bit codes in blocks along K, one float16 scale a block). Each weight's error is written in
+        /// report.json, the bytes before and after in the text report.
+        #[arg(long = "weights", value_enum, value_name = "f16|q8|q4")]
+        weights: Option<Weights>,
+        /// With --weights q8|q4: elements per quantization block along K (a power of two from 16 to 256).
+        #[arg(long = "block", value_name = "N", default_value_t = 32, requires = "weights")]
+        block: usize,
         /// Print what a stage produced to stdout and stop: the IR after import, infer, lower, dce, merge,
-        /// legalize or kmajor; with schedule also the kernels (folds, recipes) and why each boundary stands; with memory
-        /// also the buffer plan; with emit also every kernel's WGSL.
+        /// legalize, kmajor, narrow or weights; with schedule also the kernels (folds, recipes) and why each boundary
+        /// stands; with memory also the buffer plan; with emit also every kernel's WGSL.
         #[arg(long = "dump-after", value_name = "STAGE")]
         dump_after: Option<String>,
     },
@@ -176,6 +184,14 @@ enum Cmd {
     },
 }
 
+/// `--weights`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Weights {
+    F16,
+    Q8,
+    Q4,
+}
+
 /// Whether a fusion is applied (`--attention`, `--inverted-residual`).
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum Mode {
@@ -256,6 +272,8 @@ fn real_main() -> Result<()> {
             kv_cache,
             prefill_chunk,
             state,
+            weights,
+            block,
             dump_after,
         } => {
             let attention = match attention {
@@ -276,6 +294,12 @@ fn real_main() -> Result<()> {
                     wgslc::Limits::from_json(&text).map_err(|e| anyhow::anyhow!("--limits '{file}': {e}"))?
                 }
             };
+            let weights = match weights {
+                None => wgslc::WeightFormat::Keep,
+                Some(Weights::F16) => wgslc::WeightFormat::F16,
+                Some(Weights::Q8) => wgslc::WeightFormat::Q8,
+                Some(Weights::Q4) => wgslc::WeightFormat::Q4,
+            };
             let mut opts = wgslc::CompileOptions {
                 no_fuse,
                 limits,
@@ -284,6 +308,8 @@ fn real_main() -> Result<()> {
                 memory_budget,
                 attention,
                 inverted_residual,
+                weights,
+                weight_block: Some(block),
                 ..Default::default()
             };
             for d in dims {

@@ -29,7 +29,7 @@ pub use memory::{
     binding_access, plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan,
     MemoryStats, PlannedBuffer, Slot,
 };
-pub use narrow::{legalize_narrow_weights, narrow_of, Narrow};
+pub use narrow::{legalize_narrow_weights, narrow_of, narrow_weights, Narrow, WeightChange, WeightFormat};
 pub use ranged::{
     apply_ranges, find_ranged_axes, mask_ranges, probe_value, DimRange, Ranged, RangedAxes, RangedAxis, DIMS_INPUT,
 };

@@ -23,7 +23,7 @@ pub use dump::{print_memory, print_schedule};
 pub use ranged::RangedCompile;
 use ranged::{check_ranges, grid_scales, probe_dims, ranges_section};
 pub use wgslc_onnx::decoder::KvCache;
-pub use wgslc_passes::DimRange;
+pub use wgslc_passes::{DimRange, WeightChange, WeightFormat};
 
 /// Everything that can stop a compile, by layer.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +51,8 @@ pub enum CompileError {
     Decoder(String),
     #[error("--dim {0}")]
     Range(String),
+    #[error("--block {0}: quantization blocks are a power of two from 16 to 256 elements")]
+    Block(usize),
 }
 
 /// What [`Progress`] calls.
@@ -109,6 +111,11 @@ pub struct CompileOptions {
     /// `--kv-cache MAX`: compile a decoder's decode and prefill steps around a GPU-resident cache (see
     /// `wgslc_onnx::decoder`).
     pub kv_cache: Option<KvCache>,
+    /// `--weights f16|q8|q4`: store the products' weights and lookup tables narrower than the model has them
+    /// (`wgslc_passes::narrow_weights`).
+    pub weights: WeightFormat,
+    /// `--block N`: elements per quantization block along K for `--weights q8|q4` (`None`: 32).
+    pub weight_block: Option<usize>,
     /// Told each stage's name as it starts.
     pub progress: Progress,
 }
@@ -164,7 +171,7 @@ fn notes(g: &Graph) -> Vec<String> {
 }
 
 /// The stages after the graph passes, in order.
-const LATE_STAGES: &[&str] = &["split", "schedule", "memory", "emit"];
+const LATE_STAGES: &[&str] = &["weights", "split", "schedule", "memory", "emit"];
 
 /// Every stage name, in pipeline order: `import`, the graph passes, `schedule`, `memory`, `emit`.
 pub fn stages() -> Vec<&'static str> {
@@ -182,6 +189,8 @@ pub struct Compiled {
     pub schedule: Option<Schedule>,
     pub memory: Option<MemoryPlan>,
     pub kernels: Option<Vec<Validated>>,
+    /// `--weights`: each weight stored narrower, with its bytes and error.
+    pub weights: Vec<WeightChange>,
 }
 
 /// Imports a model file into the IR.
@@ -244,7 +253,15 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     let opts = ranged_opts.as_ref().unwrap_or(opts);
     opts.progress.stage("import");
     let (mut g, decoder) = import_model(model, opts)?;
-    let mut c = Compiled { graph: Graph::new(), decoder, ranged: None, schedule: None, memory: None, kernels: None };
+    let mut c = Compiled {
+        graph: Graph::new(),
+        decoder,
+        ranged: None,
+        schedule: None,
+        memory: None,
+        kernels: None,
+        weights: Vec::new(),
+    };
     if stop_after == Some("import") {
         c.graph = g;
         return Ok(c);
@@ -286,6 +303,7 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
                     schedule: None,
                     memory: None,
                     kernels: None,
+                    weights: Vec::new(),
                 };
                 late_stages(&mut pc, pg, opts, None, None).ok()?;
                 Some((pc.graph, pc.kernels?))
@@ -322,6 +340,17 @@ fn late_stages(
     stop_after: Option<&str>,
 ) -> Result<(), CompileError> {
     if graph_stop.is_none() {
+        opts.progress.stage("weights");
+        let block = opts.weight_block.unwrap_or(32);
+        if !(16..=256).contains(&block) || !block.is_power_of_two() {
+            return Err(CompileError::Block(block));
+        }
+        c.weights = wgslc_passes::narrow_weights(&mut g, opts.weights, block)?;
+        wgslc_passes::verify(&g, wgslc_passes::Stage::Legalized)?;
+        if stop_after == Some("weights") {
+            c.graph = g;
+            return Ok(());
+        }
         opts.progress.stage("split");
         // Weights larger than one binding, in blocks their readers address.
         let limits = &opts.limits;
@@ -352,7 +381,7 @@ fn late_stages(
 /// hold a previous artifact, which is replaced (files of the user's in it are never touched); see `out_dir.rs`.
 pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
     let target = out_dir::check(out_dir, opts.force)?;
-    let Compiled { graph: g, decoder, ranged, schedule, memory, kernels } = run(model, opts, None)?;
+    let Compiled { graph: g, decoder, ranged, schedule, memory, kernels, weights } = run(model, opts, None)?;
     let (sched, mem, kernels) = (schedule.expect("scheduled"), memory.expect("planned"), kernels.expect("emitted"));
     let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
     // Written beside the target first: a failure leaves the target as it was (see out_dir.rs).
@@ -372,7 +401,26 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
             std::fs::write(&ppath, plan.to_json())
                 .map_err(|source| wgslc_emit::EmitError::Io { path: ppath.display().to_string(), source })?;
         }
-        let report = wgslc_emit::report::build(&g, &sched, &mem, &kernels, &plan, source_nodes);
+        let mut report = wgslc_emit::report::build(&g, &sched, &mem, &kernels, &plan, source_nodes);
+        if opts.weights != WeightFormat::Keep {
+            report.weights = Some(wgslc_emit::report::WeightsReport {
+                format: opts.weights.name().into(),
+                block: opts.weight_block.unwrap_or(32),
+                bytes_before: weights.iter().map(|w| w.bytes_before).sum(),
+                bytes_after: weights.iter().map(|w| w.bytes_after).sum(),
+                tensors: weights
+                    .iter()
+                    .map(|w| wgslc_emit::report::WeightTensorReport {
+                        name: w.name.clone(),
+                        shape: w.shape.clone(),
+                        bytes_before: w.bytes_before,
+                        bytes_after: w.bytes_after,
+                        max_abs_error: w.max_abs_error,
+                        rel_rms_error: w.rel_rms_error,
+                    })
+                    .collect(),
+            });
+        }
         let rpath = staged.join("report.json");
         std::fs::write(&rpath, report.to_json())
             .map_err(|source| wgslc_emit::EmitError::Io { path: rpath.display().to_string(), source })?;

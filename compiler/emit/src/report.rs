@@ -57,6 +57,37 @@ pub struct Report {
     /// workgroups below its max. Every byte, FLOP and time above is at the max.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranges: Vec<RangeReport>,
+    /// Artifacts compiled with `--weights f16|q8|q4` only: the weights stored narrower, each with its bytes and
+    /// the error of its stored values against the model's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<WeightsReport>,
+}
+
+/// `--weights`: what was stored narrower, and what it cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct WeightsReport {
+    /// `f16`, `q8` or `q4`.
+    pub format: String,
+    /// Elements per quantization block (q8, q4).
+    pub block: usize,
+    /// Every weight's bytes before and after, summed (weights not stored narrower are not counted).
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub tensors: Vec<WeightTensorReport>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct WeightTensorReport {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// The largest |stored − original| over its elements.
+    pub max_abs_error: f64,
+    /// The root mean square of stored − original, over the original's root mean square.
+    pub rel_rms_error: f64,
 }
 
 /// A ranged dim of the artifact.
@@ -294,6 +325,7 @@ pub fn build(
                 scaled_kernels: artifact.kernels.iter().filter(|k| k.scale.is_some_and(|s| s.dim == d)).count(),
             })
             .collect(),
+        weights: None,
     }
 }
 
@@ -352,6 +384,18 @@ impl Report {
         );
         let _ = writeln!(s, "flops              {:.3} G", self.flops as f64 / 1e9);
         let _ = writeln!(s, "bandwidth floor    {:.2} us at {} GB/s", self.floor_us, self.bandwidth_gbps);
+        if let Some(w) = &self.weights {
+            let _ = writeln!(
+                s,
+                "weights            {:.3} MB -> {:.3} MB as {}{} ({} tensors; largest relative RMS error {:.2e})",
+                mb(w.bytes_before),
+                mb(w.bytes_after),
+                w.format,
+                if w.format == "f16" { String::new() } else { format!(", blocks of {}", w.block) },
+                w.tensors.len(),
+                w.tensors.iter().map(|t| t.rel_rms_error).fold(0.0, f64::max)
+            );
+        }
         for r in &self.ranges {
             let _ = writeln!(
                 s,
