@@ -87,6 +87,7 @@ pub(super) struct MatmulTpl {
 /// column).
 pub(super) struct GemvArm {
     pub(super) suffix: String,
+    pub(super) var: String,
     /// How the block is read, one element or four ([`Ld`]).
     pub(super) ld: Ld,
     pub(super) ld4: Ld,
@@ -121,6 +122,12 @@ pub(super) struct GemvTpl {
     pub(super) arms: Vec<GemvArm>,
     /// What a thread accumulates: `f32`, or `vec4<f32>` for four columns read as one vec4.
     pub(super) acc_ty: &'static str,
+    /// B narrow and K-major, read a 32-bit word of its codes at a time ([`PackedGemv`]); the loops then walk
+    /// `k_units` words instead of K elements.
+    pub(super) packed: Option<PackedGemv>,
+    pub(super) k_units: usize,
+    /// The folded RMSNormalization's weights' binding (empty without): a packed term applies them to A.
+    pub(super) rms_scale: String,
     pub(super) rms: Option<RmsFold>,
     pub(super) batch: Vec<BatchDim>,
     pub(super) n: usize,
@@ -132,6 +139,87 @@ pub(super) struct GemvTpl {
     pub(super) beta: String,
     pub(super) has_bias: bool,
     pub(super) bias_sn: usize,
+}
+
+/// A one-row product over a narrow K-major B read a word at a time: each term decodes the `per_word` elements of
+/// one 32-bit word of B's column (one block: its scale and zero point read once) against as many of A.
+pub(super) struct PackedGemv {
+    pub(super) per_word: usize,
+    /// Each element of a word: its index and (quantized) the shift of its code.
+    pub(super) lanes: Vec<PackedLane>,
+    /// `ld_` of the word's elements when float16/bfloat16 (`None`: block-quantized codes).
+    pub(super) half: Option<&'static str>,
+    pub(super) code_mask: u32,
+    /// Words of codes per block.
+    pub(super) words_per_block: usize,
+    pub(super) blocks_per_row: usize,
+    pub(super) scales_at: usize,
+    pub(super) scale_f16: bool,
+    /// Where the zero points are (word, shift and lane mask for a block index), or the one zero point.
+    pub(super) zeros_at: Option<usize>,
+    pub(super) zero: String,
+    pub(super) bits: u32,
+    pub(super) word_shift: u32,
+    pub(super) lane_mask: u32,
+}
+
+pub(super) struct PackedLane {
+    pub(super) j: usize,
+    pub(super) shift: u32,
+}
+
+impl PackedGemv {
+    /// The word-at-a-time read of B for a K-major one-row product over `k` = B's row length, when every block of
+    /// B is narrow in a layout that allows it: float16/bfloat16 pairs, or codes whose rows fill whole words and
+    /// blocks with whole words in a block.
+    fn new(narrow: &[Option<Narrow>], k: usize, b_sn: i64) -> Option<PackedGemv> {
+        let first = (*narrow.first()?)?;
+        if narrow.iter().any(|n| *n != Some(first)) {
+            return None;
+        }
+        match first {
+            Narrow::Half(d) => (k % 2 == 0 && b_sn % 2 == 0).then(|| PackedGemv {
+                per_word: 2,
+                lanes: (0..2).map(|j| PackedLane { j, shift: 0 }).collect(),
+                half: Some(if d == wgslc_ir::DType::BF16 { "bf16" } else { "f16" }),
+                code_mask: 0,
+                words_per_block: 0,
+                blocks_per_row: 0,
+                scales_at: 0,
+                scale_f16: false,
+                zeros_at: None,
+                zero: String::new(),
+                bits: 16,
+                word_shift: 1,
+                lane_mask: 1,
+            }),
+            Narrow::Blocks(l) => {
+                let per_word = 32 / l.bits as usize;
+                // Each column of B one stored row filling whole words, no word across two blocks.
+                let aligned =
+                    l.row == k && b_sn == k as i64 && l.row_words * per_word == l.row && l.block % per_word == 0;
+                let (zeros_at, zero) = match l.zeros {
+                    wgslc_ir::ZeroLayout::All(z) => (None, f32_lit(z as f32)),
+                    wgslc_ir::ZeroLayout::At(at) => (Some(at), String::new()),
+                };
+                aligned.then(|| PackedGemv {
+                    per_word,
+                    lanes: (0..per_word).map(|j| PackedLane { j, shift: j as u32 * l.bits }).collect(),
+                    half: None,
+                    code_mask: (1 << l.bits) - 1,
+                    words_per_block: l.block / per_word,
+                    blocks_per_row: l.blocks_per_row,
+                    scales_at: l.scales_at,
+                    scale_f16: l.scale_f16,
+                    zeros_at,
+                    zero,
+                    bits: l.bits,
+                    word_shift: (per_word as u32).trailing_zeros(),
+                    lane_mask: per_word as u32 - 1,
+                })
+            }
+        }
+    }
 }
 
 /// A product's tiling ([`wgslc_passes::ProductTiling`]) as the matmul template reads it.
@@ -382,7 +470,13 @@ impl Emitter<'_> {
                 && fu.loads.iter().chain(operand.iter().flat_map(|o| &o.loads)).all(|l| l.var != "b")
                 && (blocks.is_empty() || per % 4 == 0)
                 && block_values.iter().all(|&v| !matches!(narrow_of(g, v), Some(Narrow::Blocks(_))));
-            let t = wgslc_passes::gemv_tiling(nn, k, batches, kmajor, vec4);
+            // A narrow K-major B (a quantized or float16 weight as stored) is read a word at a time.
+            let narrow: Vec<Option<Narrow>> = block_values.iter().map(|&v| narrow_of(g, v)).collect();
+            let packed = (kmajor && batches == 1 && vb.offset == 0 && pro[1].is_empty())
+                .then(|| PackedGemv::new(&narrow, k, b_sn))
+                .flatten();
+            let k_units = packed.as_ref().map_or(k, |p| k / p.per_word);
+            let t = wgslc_passes::gemv_tiling(nn, k_units, batches, kmajor, vec4 && packed.is_none());
             let gx = nn.div_ceil(t.cols);
             let max = self.limits.max_workgroups_per_dimension as usize;
             if gx > max {
@@ -401,6 +495,7 @@ impl Emitter<'_> {
             }
             let arm = |suffix: String, var: &str, v: ValueId, col: String| GemvArm {
                 suffix,
+                var: var.to_string(),
                 ld: Ld::of(g, v, var),
                 ld4: Ld::of4(g, v, var),
                 col,
@@ -428,6 +523,9 @@ impl Emitter<'_> {
                 t,
                 unroll: 4,
                 acc_ty: if t.vec == 4 { "vec4<f32>" } else { "f32" },
+                packed,
+                k_units,
+                rms_scale: rms_scale_var.clone().unwrap_or_default(),
                 rms,
                 batch,
                 n: nn,
