@@ -4,6 +4,7 @@
 `wgslc generate` against PyTorch on the same GPU, in one run:
 
     python3 scripts/decode_bench.py --wgslc .bin/wgslc [--new 128] [--prompt 16] [--capacity 512] [--layers 24]
+        [--weights f16,q4] [--baseline]
 
 - wgslc: the model exported with the dynamo exporter (opset 20, external data), compiled with --kv-cache, then
   `wgslc generate` at several steps per submit;
@@ -12,7 +13,12 @@
 - sampled (`--sample T,K`): wgslc generate with --temperature T --top-k K, and transformers' generate with
   do_sample, the same temperature and top_k;
 - gpt-fast style: a static cache (index_copy_ at the position, attention over the whole cache with a mask),
-  eager and under torch.compile(mode="reduce-overhead") (Inductor + CUDA graphs).
+  eager and under torch.compile(mode="reduce-overhead") (Inductor + CUDA graphs);
+- narrow weights (`--weights f16,q4`): the same export compiled with `wgslc compile --weights W` (q4: blocks of 32,
+  float16 scales), generating at one step per submit; the weight bytes of each artifact;
+- the strongest PyTorch baseline (`--baseline`): scripts/torch_decode_baseline.py (a copy of the steering repo's),
+  the gpt-fast recipe (the whole step, argmax included, in one torch.compile(mode="reduce-overhead") graph, the
+  position on the GPU, coordinate-descent tuning on) in fp32 and bf16, in the same run.
 Prints a markdown table (tok/s, ms/token) and whether wgslc's tokens equal torch eager's (greedy over random
 weights: a near-tie may flip a token on different hardware; the first difference is reported).
 Needs torch, transformers, onnx, onnxscript, onnxruntime (the GPU machine has them).
@@ -131,6 +137,8 @@ def main():
     ap.add_argument("--steps-per-submit", default="1,4,16,64")
     ap.add_argument("--skip-compile", action="store_true", help="no torch.compile run")
     ap.add_argument("--sample", default="0.8,50", help="TEMPERATURE,TOP_K of the sampled runs ('' for none)")
+    ap.add_argument("--weights", default="", help="narrow-weight variants to compile and time: f16, q8, q4")
+    ap.add_argument("--baseline", action="store_true", help="run scripts/torch_decode_baseline.py (fp32, bf16)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows, notes = [], []
@@ -174,7 +182,7 @@ def main():
                  f"layer incl. head), {copies} buffer copies; prefill step ({a.chunk} tokens): "
                  f"{len(pre['dispatches'])} dispatches")
 
-    def generate(k, outd, extra=()):
+    def generate(k, outd, extra=(), art=art):
         best = None
         for _ in range(2):  # the first run also warms the driver's pipeline caches
             r = subprocess.run([a.wgslc, "generate", art, "--input-ids", os.path.join(a.out, "prompt.npy"),
@@ -199,6 +207,27 @@ def main():
         rows.append((f"wgslc generate, sampled (T {temp}, top-k {top_k}), {k}/submit", best["tokens_per_s"],
                      best["decode_ms"] / max(best["decode_tokens"], 1), f"prefill {best['prefill_ms']:.1f} ms"))
         notes.append(f"wgslc sampled tokens: {sampled[a.prompt:a.prompt + 12]} …")
+
+    fp32_tokens = wg_tokens
+    for w in [w for w in a.weights.split(",") if w]:
+        art_w = os.path.join(a.out, f"art_{w}")
+        subprocess.run(["rm", "-rf", art_w], check=True)
+        t0 = time.perf_counter()
+        r = subprocess.run([a.wgslc, "compile", onnx_path, "-o", art_w, "--kv-cache", str(a.capacity),
+                            "--prefill-chunk", str(a.chunk), "--weights", w], capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(f"compile --weights {w} failed: " + r.stderr[-2000:])
+        wbytes = os.path.getsize(os.path.join(art_w, "weights.safetensors"))
+        plan_w = json.load(open(os.path.join(art_w, "plan.json")))
+        dec_w = next(s for s in plan_w["decoder"]["steps"] if s["name"] == "decode")
+        best, toks = generate(1, os.path.join(a.out, f"gen_{w}"), art=art_w)
+        rows.append((f"wgslc generate --weights {w}, 1 step/submit", best["tokens_per_s"],
+                     best["decode_ms"] / max(best["decode_tokens"], 1), f"weights {wbytes / 1e9:.3f} GB"))
+        same = next((i for i, (u, v) in enumerate(zip(toks, fp32_tokens)) if u != v), None)
+        notes.append(f"--weights {w}: compile {time.perf_counter() - t0:.1f} s, weights {wbytes / 1e9:.3f} GB, "
+                     f"{len(dec_w['dispatches'])} decode dispatches; tokens "
+                     + ("equal the fp32 artifact's" if same is None else
+                        f"first differ from the fp32 artifact's at index {same} (prompt {a.prompt})"))
 
     m = m.cuda()
     p = prompt[0].tolist()
@@ -279,6 +308,22 @@ def main():
                          dt * 1e3 / (a.new - 1), ""))
     except Exception as e:  # a missing transformers is a note, not a failure
         notes.append(f"transformers: {type(e).__name__}: {e}")
+
+    if a.baseline:
+        del m
+        torch.cuda.empty_cache()
+        here = os.path.dirname(os.path.abspath(__file__))
+        r = subprocess.run([sys.executable, os.path.join(here, "torch_decode_baseline.py"), "--dtypes", "fp32,bf16",
+                            "--tuning", "1"], capture_output=True, text=True)
+        for line in r.stdout.splitlines():
+            j = json.loads(line)
+            if "tok_s" in j:
+                rows.append((f"torch.compile, gpt-fast recipe, {j['dtype']} (coordinate-descent tuning)", j["tok_s"],
+                             j["ms_per_token"], f"weights {j['weight_bytes'] / 1e9:.3f} GB"))
+            else:
+                notes.append(f"baseline: {line}")
+        if r.returncode:
+            notes.append("baseline failed: " + r.stderr[-1500:])
 
     print(f"\n{torch.cuda.get_device_name()}; {params / 1e6:.0f} M parameters; prompt {a.prompt}, "
           f"{a.new} new tokens, KV cache {a.capacity}")

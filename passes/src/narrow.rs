@@ -153,8 +153,11 @@ pub struct WeightChange {
 }
 
 /// The axis a weight must be quantized along for every one of its readers (their K: a product's reduction axis,
-/// a table's rows), or `None` when a reader is none of these or two disagree.
+/// a table's rows), or `None` when a reader is none of these or two disagree. A table read only by lookups
+/// qualifies when its rows are wider than 256 (an embedding's hidden size): narrower tables (rotary cos/sin, a
+/// position's few features) are not weights.
 fn weight_axis(g: &Graph, c: ValueId) -> Option<usize> {
+    let mut lookups_only = true;
     let shape = &g.ty(c).shape;
     let mut axis = None;
     let mut agree = |a: usize| match axis {
@@ -171,6 +174,7 @@ fn weight_axis(g: &Graph, c: ValueId) -> Option<usize> {
     for r in readers {
         let node = g.node(r);
         let slots: Vec<usize> = (0..node.inputs.len()).filter(|&i| node.inputs[i] == Some(c)).collect();
+        lookups_only &= matches!(node.op, Op::Gather { .. });
         let ok = match (&node.op, slots.as_slice()) {
             (Op::MatMul, [1]) if shape.len() == 2 => agree(0),
             (Op::Gemm { trans_b, .. }, [1]) if shape.len() == 2 => agree(if *trans_b { 1 } else { 0 }),
@@ -189,13 +193,18 @@ fn weight_axis(g: &Graph, c: ValueId) -> Option<usize> {
             return None;
         }
     }
+    if lookups_only && shape.last().is_none_or(|&w| w <= 256) {
+        return None;
+    }
     axis
 }
 
 /// Stores the weights of products and lookup tables as `format` (`wgslc compile --weights`), `block` elements a
-/// block for the quantized formats. A weight qualifies when it is a float32 (or float16) constant of at least
-/// `block` elements along the axis its readers reduce or look up along ([`weight_axis`]): every reader a MatMul
-/// or Gemm reading it as B (directly or through a transpose) or a Gather along axis 0 reading it as the table.
+/// block for the quantized formats. A weight qualifies when it is a float32 (or float16) constant whose readers
+/// agree on the axis they reduce or look up along ([`weight_axis`]): every reader a MatMul or Gemm reading it as
+/// B (directly or through a transpose) or a Gather along axis 0 reading it as an embedding table (a quantized
+/// format also needs 16 elements along that axis). Run before the driver tabulates what a decode step computes
+/// from its position: such tables are computed, not weights.
 /// Quantized weights take blocks along that axis, stored last (a `[K, N]` weight becomes `[N, K]` read through
 /// a transposing view, which the products fold into their strides); every other constant keeps its storage.
 ///

@@ -15,7 +15,8 @@ use wgslc_ir::{BinaryOp, Builder, DType, Graph, NodeId, Op, Tensor, TensorType, 
 ///   writes in place; `MatMul(W, x)`: blocks of W's rows, joined along the second-to-last axis.
 ///
 /// Requires: a legalized graph. Establishes: no constant is larger than `max_bytes`, or an error names the
-/// constant, its size, the limit and the reader that cannot address blocks. Names: block `i` of `E` is
+/// constant, its size, the limit and the reader that cannot address blocks; a weight's blocks are stored once,
+/// whatever reads them. Names: block `i` of `E` is
 /// `E.block{i}`; the nodes are named after the reader.
 pub fn split_weights(g: &mut Graph, max_bytes: u64, max_bindings: usize) -> Result<(), PassError> {
     let order = g.topo_order()?;
@@ -69,6 +70,8 @@ pub fn split_weights(g: &mut Graph, max_bytes: u64, max_bindings: usize) -> Resu
         }
     }
     crate::eliminate_dead_code(g);
+    // Each reader cut its own blocks; the readers of one weight (a tied table's lookup and LM head) share them.
+    crate::dedupe_constants(g);
     Ok(())
 }
 

@@ -274,6 +274,13 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     let early = graph_stop.is_some_and(|s| passes.iter().position(|p| *p == s) <= passes.iter().position(|p| *p == AT));
     if opts.ranges.is_empty() || early {
         wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
+        if graph_stop.is_none() {
+            narrow_weights(&mut c, &mut g, opts)?;
+            if stop_after == Some("weights") {
+                c.graph = g;
+                return Ok(c);
+            }
+        }
         if let (Some(layout), None, false) = (&c.decoder, graph_stop, opts.no_fuse) {
             tabulate_positions(&mut g, layout)?;
         }
@@ -287,6 +294,13 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     let ranged = wgslc_passes::mask_ranges(&mut g, &dims, &axes)?;
     wgslc_passes::verify(&g, wgslc_passes::Stage::Inferred)?;
     wgslc_passes::run_passes(&mut g, Some(AT), graph_stop, !opts.no_fuse)?;
+    if graph_stop.is_none() {
+        narrow_weights(&mut c, &mut g, opts)?;
+        if stop_after == Some("weights") {
+            c.graph = g;
+            return Ok(c);
+        }
+    }
     late_stages(&mut c, g, opts, graph_stop, stop_after)?;
     let mut scales = Vec::new();
     if let Some(kernels) = c.kernels.as_ref().filter(|_| stop_after.is_none()) {
@@ -296,6 +310,7 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
             let compiled = (|| {
                 wgslc_passes::mask_ranges(&mut pg, &dims, &axes).ok()?;
                 wgslc_passes::run_passes(&mut pg, Some(AT), None, !opts.no_fuse).ok()?;
+                wgslc_passes::narrow_weights(&mut pg, opts.weights, opts.weight_block.unwrap_or(32)).ok()?;
                 let mut pc = Compiled {
                     graph: Graph::new(),
                     decoder: None,
@@ -314,6 +329,19 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     }
     c.ranged = Some(RangedCompile { ranged, scales });
     Ok(c)
+}
+
+/// The `weights` stage (`--weights`): the products' weights and lookup tables stored narrower, before anything
+/// computes constants of its own (the decoder's position tables).
+fn narrow_weights(c: &mut Compiled, g: &mut Graph, opts: &CompileOptions) -> Result<(), CompileError> {
+    opts.progress.stage("weights");
+    let block = opts.weight_block.unwrap_or(32);
+    if !(16..=256).contains(&block) || !block.is_power_of_two() {
+        return Err(CompileError::Block(block));
+    }
+    c.weights = wgslc_passes::narrow_weights(g, opts.weights, block)?;
+    wgslc_passes::verify(g, wgslc_passes::Stage::Legalized)?;
+    Ok(())
 }
 
 /// What a decoder's decode step computes from its position alone (rotary tables), looked up in a table over every
@@ -340,17 +368,6 @@ fn late_stages(
     stop_after: Option<&str>,
 ) -> Result<(), CompileError> {
     if graph_stop.is_none() {
-        opts.progress.stage("weights");
-        let block = opts.weight_block.unwrap_or(32);
-        if !(16..=256).contains(&block) || !block.is_power_of_two() {
-            return Err(CompileError::Block(block));
-        }
-        c.weights = wgslc_passes::narrow_weights(&mut g, opts.weights, block)?;
-        wgslc_passes::verify(&g, wgslc_passes::Stage::Legalized)?;
-        if stop_after == Some("weights") {
-            c.graph = g;
-            return Ok(());
-        }
         opts.progress.stage("split");
         // Weights larger than one binding, in blocks their readers address.
         let limits = &opts.limits;
