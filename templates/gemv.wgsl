@@ -17,59 +17,6 @@
 // Partial sums meet in workgroup memory at the end; {{ unroll }} independent sums per thread keep {{ unroll }} loads
 // of B in flight, and B is read once.
 
-{%- if let Some(p) = packed %}
-// A's element kb of this batch's row{% if !a_pro.is_empty() %}, through its prologue{% endif %}{% if !rms_scale.is_empty() %}, times the folded norm's weight{% endif %}.
-fn a_at(a_base: u32, kb: u32) -> f32 {
-{%- if operand.is_some() %}
-    var av = operand_a(0.0, a_base + kb);
-{%- else %}
-    var av = {{ a_ld.open }}a_base + kb * {{ a_sk }}u{{ a_ld.close }};
-{%- endif %}
-{%- if !a_pro.is_empty() %}
-    av = {{ a_pro }};
-{%- endif %}
-{%- if !rms_scale.is_empty() %}
-    av = av * {{ rms_scale }}[kb];
-{%- endif %}
-    return av;
-}
-{%- for arm in arms %}
-// One term of the product: word kw of B's column{% if !blocks.is_empty() %} (in block {{ loop.index0 }}){% endif %}, its {{ p.per_word }} elements decoded here against
-// A's elements kw * {{ p.per_word }} ...{% if p.half.is_none() %}: codes times the block's scale, less its zero point times A's sum{% endif %}.
-fn term{{ arm.suffix }}(a_base: u32, b_base: u32, kw: u32, col: u32) -> f32 {
-    let e = b_base + {{ arm.col }} * {{ b_sn }}u + kw * {{ p.per_word }}u;
-    let w = {{ arm.var }}[e >> {{ p.word_shift }}u];
-{%- match p.half %}
-{%- when Some with ("f16") %}
-    let bv = unpack2x16float(w);
-    return fma(a_at(a_base, kw * 2u), bv.x, a_at(a_base, kw * 2u + 1u) * bv.y);
-{%- when Some with (_) %}
-    let bv = bitcast<vec2<f32>>(vec2<u32>(w << 16u, w & 0xffff0000u));
-    return fma(a_at(a_base, kw * 2u), bv.x, a_at(a_base, kw * 2u + 1u) * bv.y);
-{%- when None %}
-    var dot = 0.0;
-    var asum = 0.0;
-{%- for l in p.lanes %}
-    let a{{ l.j }} = a_at(a_base, kw * {{ p.per_word }}u + {{ l.j }}u);
-    dot = fma(a{{ l.j }}, f32((w >> {{ l.shift }}u) & {{ p.code_mask }}u), dot);
-    asum = asum + a{{ l.j }};
-{%- endfor %}
-    let blk = {{ arm.col }} * {{ p.blocks_per_row }}u + kw / {{ p.words_per_block }}u;
-{%- if p.scale_f16 %}
-    let scale = unpack2x16float({{ arm.var }}[{{ p.scales_at }}u + (blk >> 1u)])[blk & 1u];
-{%- else %}
-    let scale = bitcast<f32>({{ arm.var }}[{{ p.scales_at }}u + blk]);
-{%- endif %}
-{%- if let Some(z) = p.zeros_at %}
-    let zero = f32(({{ arm.var }}[{{ z }}u + (blk >> {{ p.word_shift }}u)] >> ((blk & {{ p.lane_mask }}u) * {{ p.bits }}u)) & {{ p.code_mask }}u);
-{%- else %}
-    let zero = {{ p.zero }};
-{%- endif %}
-    return (dot - zero * asum) * scale;
-{%- endmatch %}
-}
-{%- endfor %}
-{%- else %}
 {%- for arm in arms %}
 {%- if blocks.is_empty() %}
 // One term of the product: A's element kb times B's element (kb, col), through the operand prologues.
@@ -99,7 +46,6 @@ fn term{{ arm.suffix }}(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_t
     return av * bv;
 }
 {%- endfor %}
-{%- endif %}
 
 var<workgroup> sums: array<{{ acc_ty }}, 256>;
 {%- if rms.is_some() %}
@@ -162,12 +108,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
     if (col < {{ n }}u) {
         var kb = k_first;
-        for (; kb + {{ unroll - 1 }}u * k_step < {{ k_units }}u; kb = kb + {{ unroll }}u * k_step) {
+        for (; kb + {{ unroll - 1 }}u * k_step < {{ k }}u; kb = kb + {{ unroll }}u * k_step) {
 {%- for u in 0..unroll %}
             acc{{ u }} = acc{{ u }} + term{{ arm.suffix }}(a_base, b_base, kb + {{ u }}u * k_step, col);
 {%- endfor %}
         }
-        for (; kb < {{ k_units }}u; kb = kb + k_step) {
+        for (; kb < {{ k }}u; kb = kb + k_step) {
             acc0 = acc0 + term{{ arm.suffix }}(a_base, b_base, kb, col);
         }
     }

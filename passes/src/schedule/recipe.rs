@@ -165,6 +165,43 @@ pub fn gemv_tiling(nn: usize, k: usize, batches: usize, kmajor: bool, vec4: bool
     }
 }
 
+/// How a one-row product over a narrow K-major B lays out its work ([`packed_gemv_tiling`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedGemvTiling {
+    /// Lanes of a group, walking the words of its columns' rows side by side.
+    pub lanes: usize,
+    /// 256 / `lanes`.
+    pub groups: usize,
+    /// Columns each group owns: every word of A's row read (from workgroup memory) serves all of them.
+    pub per_group: usize,
+    /// Outputs per workgroup: `groups · per_group`.
+    pub cols: usize,
+}
+
+/// The layout of a one-row product over a narrow K-major B (each output's weights one stored row of `words`
+/// 32-bit words): a word of codes is a few bytes of B against up to eight elements of A, so A, staged once per
+/// workgroup in workgroup memory, is what the kernel reads most. Each group of lanes owns `per_group` columns
+/// (4 where that still gives [`GEMV_WORKGROUPS`], else 2, else 1) so that every element of A read serves as many;
+/// past that, more lanes per column and fewer columns per workgroup, as [`gemv_tiling`] does, lanes never past the
+/// row's words rounded up to a power of two. `per_group` divides `block_cols` (the columns of a weight split into
+/// blocks, so that no group straddles two).
+pub fn packed_gemv_tiling(nn: usize, words: usize, block_cols: Option<usize>) -> PackedGemvTiling {
+    let wgs = |cols: usize| nn.div_ceil(cols);
+    let max_lanes = words.next_power_of_two().clamp(32, 256);
+    let fits = |c: usize| block_cols.is_none_or(|b| b % c == 0);
+    for per_group in [4usize, 2] {
+        if fits(per_group) && wgs(8 * per_group) >= GEMV_WORKGROUPS {
+            return PackedGemvTiling { lanes: 32, groups: 8, per_group, cols: 8 * per_group };
+        }
+    }
+    let lanes = [32usize, 64, 128, 256]
+        .into_iter()
+        .filter(|&l| l <= max_lanes)
+        .find(|&l| wgs(256 / l) >= GEMV_WORKGROUPS)
+        .unwrap_or(max_lanes);
+    PackedGemvTiling { lanes, groups: 256 / lanes, per_group: 1, cols: 256 / lanes }
+}
+
 /// How an attention kernel lays out its work ([`attention_tiling`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionTiling {

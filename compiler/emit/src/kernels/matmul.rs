@@ -122,12 +122,6 @@ pub(super) struct GemvTpl {
     pub(super) arms: Vec<GemvArm>,
     /// What a thread accumulates: `f32`, or `vec4<f32>` for four columns read as one vec4.
     pub(super) acc_ty: &'static str,
-    /// B narrow and K-major, read a 32-bit word of its codes at a time ([`PackedGemv`]); the loops then walk
-    /// `k_units` words instead of K elements.
-    pub(super) packed: Option<PackedGemv>,
-    pub(super) k_units: usize,
-    /// The folded RMSNormalization's weights' binding (empty without): a packed term applies them to A.
-    pub(super) rms_scale: String,
     pub(super) rms: Option<RmsFold>,
     pub(super) batch: Vec<BatchDim>,
     pub(super) n: usize,
@@ -145,6 +139,8 @@ pub(super) struct GemvTpl {
 /// one 32-bit word of B's column (one block: its scale and zero point read once) against as many of A.
 pub(super) struct PackedGemv {
     pub(super) per_word: usize,
+    /// Words per stored row (one output's weights).
+    pub(super) row_words: usize,
     /// Each element of a word: its index and (quantized) the shift of its code.
     pub(super) lanes: Vec<PackedLane>,
     /// `ld_` of the word's elements when float16/bfloat16 (`None`: block-quantized codes).
@@ -178,8 +174,9 @@ impl PackedGemv {
             return None;
         }
         match first {
-            Narrow::Half(d) => (k % 2 == 0 && b_sn % 2 == 0).then(|| PackedGemv {
+            Narrow::Half(d) => (k % 2 == 0 && b_sn == k as i64).then(|| PackedGemv {
                 per_word: 2,
+                row_words: k / 2,
                 lanes: (0..2).map(|j| PackedLane { j, shift: 0 }).collect(),
                 half: Some(if d == wgslc_ir::DType::BF16 { "bf16" } else { "f16" }),
                 code_mask: 0,
@@ -204,6 +201,7 @@ impl PackedGemv {
                 };
                 aligned.then(|| PackedGemv {
                     per_word,
+                    row_words: l.row_words,
                     lanes: (0..per_word).map(|j| PackedLane { j, shift: j as u32 * l.bits }).collect(),
                     half: None,
                     code_mask: (1 << l.bits) - 1,
@@ -221,6 +219,52 @@ impl PackedGemv {
         }
     }
 }
+
+/// A one-row product over a narrow K-major B ([`PackedGemv`], templates/gemv_packed.wgsl): A staged in workgroup
+/// memory, each group of lanes over `t.per_group` columns.
+#[derive(Template)]
+#[template(path = "gemv_packed.wgsl", escape = "none")]
+pub(super) struct GemvPackedTpl {
+    pub(super) h: Header,
+    pub(super) helpers: Helpers,
+    pub(super) fu: Fused,
+    pub(super) operand: Option<Fused>,
+    pub(super) a_off: i64,
+    pub(super) a_sk: usize,
+    pub(super) a_ld: Ld,
+    pub(super) a_pro: String,
+    /// The folded RMSNormalization's weights' binding (empty without): applied to A as it is staged.
+    pub(super) rms_scale: String,
+    pub(super) rms: Option<RmsFold>,
+    pub(super) p: PackedGemv,
+    pub(super) t: wgslc_passes::PackedGemvTiling,
+    pub(super) half_lanes: usize,
+    /// A's elements staged at a time (a multiple of `p.per_word`), and their words.
+    pub(super) kc: usize,
+    pub(super) kc_words: usize,
+    pub(super) sums_len: usize,
+    /// The group's columns, each with its partial sums' place in workgroup memory.
+    pub(super) cs: Vec<PackedCol>,
+    pub(super) arms: Vec<GemvArm>,
+    pub(super) blocks: Vec<String>,
+    pub(super) per: usize,
+    pub(super) n: usize,
+    pub(super) n_last: usize,
+    pub(super) k: usize,
+    pub(super) alpha: String,
+    pub(super) beta: String,
+    pub(super) has_bias: bool,
+    pub(super) bias_ld: Ld,
+    pub(super) bias_sn: usize,
+}
+
+pub(super) struct PackedCol {
+    pub(super) c: usize,
+    pub(super) base: usize,
+}
+
+/// A's elements a packed matrix-vector kernel stages in workgroup memory at a time (8 KiB).
+const PACKED_A_CHUNK: usize = 2048;
 
 /// A product's tiling ([`wgslc_passes::ProductTiling`]) as the matmul template reads it.
 pub(super) struct Tiling {
@@ -257,6 +301,28 @@ pub(super) struct RmsFold {
 }
 
 impl Emitter<'_> {
+    /// One arm of a matrix-vector kernel per block of B ([`wgslc_passes::Fold::Blocks`]; one arm without): its
+    /// binding, how it is read, and its column within the block.
+    fn gemv_arms(&self, blocks: &[String], b_var: &str, block_values: &[ValueId], per: usize) -> Vec<GemvArm> {
+        let g = self.g;
+        let arm = |suffix: String, var: &str, v: ValueId, col: String| GemvArm {
+            suffix,
+            var: var.to_string(),
+            ld: Ld::of(g, v, var),
+            ld4: Ld::of4(g, v, var),
+            col,
+        };
+        match blocks.len() {
+            0 => vec![arm(String::new(), b_var, block_values[0], "col".into())],
+            _ => blocks
+                .iter()
+                .zip(block_values)
+                .enumerate()
+                .map(|(i, (b, &v))| arm(i.to_string(), b, v, format!("(col - {}u)", i * per)))
+                .collect(),
+        }
+    }
+
     /// The product tiling the scheduler chose for `group`.
     pub(super) fn product_tiling(&self, group: &KernelGroup, n: NodeId) -> Result<Tiling, EmitError> {
         let t = group.recipe.product.ok_or_else(|| self.err(n, "a product without its tiling (a scheduler bug)"))?;
@@ -475,8 +541,53 @@ impl Emitter<'_> {
             let packed = (kmajor && batches == 1 && vb.offset == 0 && pro[1].is_empty())
                 .then(|| PackedGemv::new(&narrow, k, b_sn))
                 .flatten();
-            let k_units = packed.as_ref().map_or(k, |p| k / p.per_word);
-            let t = wgslc_passes::gemv_tiling(nn, k_units, batches, kmajor, vec4 && packed.is_none());
+            if let Some(p) = packed {
+                let block_cols = (!blocks.is_empty()).then_some(per);
+                let t = wgslc_passes::packed_gemv_tiling(nn, p.row_words, block_cols);
+                let gx = nn.div_ceil(t.cols);
+                let max = self.limits.max_workgroups_per_dimension as usize;
+                if gx > max {
+                    return Err(self.err(n, format!("a product of {nn} columns needs more than {max} workgroups")));
+                }
+                let h = self.group_header(group, "gemv_packed.wgsl", &bindings);
+                let arms = self.gemv_arms(&blocks, &b_var, &block_values, per);
+                let kc = k.min(PACKED_A_CHUNK);
+                let tpl = GemvPackedTpl {
+                    h,
+                    helpers,
+                    fu,
+                    operand,
+                    a_off: va.offset,
+                    a_sk: a_sk as usize,
+                    a_ld: a_ld(),
+                    a_pro: pro[0].clone(),
+                    rms_scale: rms_scale_var.clone().unwrap_or_default(),
+                    rms,
+                    half_lanes: t.lanes / 2,
+                    kc,
+                    kc_words: kc / p.per_word,
+                    sums_len: 256 * t.per_group,
+                    cs: (0..t.per_group).map(|c| PackedCol { c, base: c * 256 }).collect(),
+                    p,
+                    t,
+                    arms,
+                    blocks,
+                    per,
+                    n: nn,
+                    n_last: nn - 1,
+                    k,
+                    alpha: f32_lit(alpha),
+                    beta: f32_lit(beta),
+                    has_bias: bias.is_some(),
+                    bias_ld: bias_ld(),
+                    bias_sn,
+                };
+                let name = self.group_name(group);
+                let mut kern = self.kernel(n, name, "gemv", tpl.render(), &bindings, [gx as u32, 1, 1])?;
+                kern.grid[0] = Some(GridAxis { walks: Walks::Cols, extent: nn, tile: t.cols });
+                return Ok(kern);
+            }
+            let t = wgslc_passes::gemv_tiling(nn, k, batches, kmajor, vec4);
             let gx = nn.div_ceil(t.cols);
             let max = self.limits.max_workgroups_per_dimension as usize;
             if gx > max {
@@ -493,22 +604,7 @@ impl Emitter<'_> {
                     l.vec4 = true;
                 }
             }
-            let arm = |suffix: String, var: &str, v: ValueId, col: String| GemvArm {
-                suffix,
-                var: var.to_string(),
-                ld: Ld::of(g, v, var),
-                ld4: Ld::of4(g, v, var),
-                col,
-            };
-            let arms = match blocks.len() {
-                0 => vec![arm(String::new(), &b_var, vb.root, "col".into())],
-                _ => blocks
-                    .iter()
-                    .zip(&block_values)
-                    .enumerate()
-                    .map(|(i, (b, &v))| arm(i.to_string(), b, v, format!("(col - {}u)", i * per)))
-                    .collect(),
-            };
+            let arms = self.gemv_arms(&blocks, &b_var, &block_values, per);
             let tpl = GemvTpl {
                 h,
                 helpers,
@@ -523,9 +619,6 @@ impl Emitter<'_> {
                 t,
                 unroll: 4,
                 acc_ty: if t.vec == 4 { "vec4<f32>" } else { "f32" },
-                packed,
-                k_units,
-                rms_scale: rms_scale_var.clone().unwrap_or_default(),
                 rms,
                 batch,
                 n: nn,
