@@ -174,7 +174,7 @@ impl PackedGemv {
             return None;
         }
         match first {
-            Narrow::Half(d) => (k % 2 == 0 && b_sn == k as i64).then(|| PackedGemv {
+            Narrow::Half(d) => (k.is_multiple_of(2) && b_sn == k as i64).then(|| PackedGemv {
                 per_word: 2,
                 row_words: k / 2,
                 lanes: (0..2).map(|j| PackedLane { j, shift: 0 }).collect(),
