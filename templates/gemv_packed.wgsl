@@ -6,13 +6,14 @@
 {%- endif %}
 {%- include "fused.wgsl" %}
 // Matrix-vector product (one row of A) over a narrow B stored K-major: each output's weights are one stored row
-// of {{ p.row_words }} 32-bit words, {{ p.per_word }} {% if p.half.is_some() %}float16 values{% else %}{{ p.bits }}-bit codes{% endif %} each. A word is a few bytes of B against {{ p.per_word }} elements of A, so A's row is
-// staged in workgroup memory {{ kc }} elements at a time{% if !a_pro.is_empty() %} (through its prologue){% endif %}{% if rms.is_some() %}, times the folded norm's weights{% endif %}, once per workgroup.
+// of {{ p.row_words }} 32-bit words, {{ p.per_word }} {% if p.half.is_some() %}float16 values{% else %}{{ p.bits }}-bit codes{% endif %} a word, read {{ p.unit_words }} word(s) ({{ p.unit_elems }} elements) at a time. Those are a few
+// bytes of B against as many elements of A, so A's row is staged in workgroup memory {{ kc }} elements at a time{% if !a_pro.is_empty() %}
+// (through its prologue){% endif %}{% if rms.is_some() %} (times the folded norm's weights){% endif %}, once per workgroup, and read as vec4s.
 // Each workgroup of 256 threads computes {{ t.cols }} outputs: {{ t.groups }} groups of {{ t.lanes }} lanes, each group {{ t.per_group }} column(s)
-// whose words its lanes walk side by side, every element of A read serving all of them. Partial sums meet in
+// whose rows its lanes walk side by side, every element of A read serving all of them. Partial sums meet in
 // workgroup memory at the end.
 
-var<workgroup> a_tile: array<f32, {{ kc }}>;
+var<workgroup> a_tile: array<vec4<f32>, {{ kc_vecs }}>;
 {%- if p.half.is_none() %}
 // The sum of A's elements under each word: a block's zero point counts against it once.
 var<workgroup> a_sum: array<f32, {{ kc_words }}>;
@@ -35,37 +36,18 @@ fn a_at(kb: u32) -> f32 {
     return av;
 }
 {%- for arm in arms %}
+{%- if p.unit_words > 1 %}
 
-// Word kw of column col's row{% if !blocks.is_empty() %} (column col of block {{ loop.index0 }}){% endif %} against A's elements from `at` in workgroup memory{% if p.half.is_none() %}: the codes
-// times the block's scale, less its zero point times A's sum under the word{% endif %}.
-fn term{{ arm.suffix }}(col: u32, kw: u32, at: u32) -> f32 {
-    let w = {{ arm.var }}[{{ arm.col }} * {{ p.row_words }}u + kw];
-{%- match p.half %}
-{%- when Some with ("f16") %}
-    let bv = unpack2x16float(w);
-    return fma(a_tile[at], bv.x, a_tile[at + 1u] * bv.y);
-{%- when Some with (_) %}
-    let bv = bitcast<vec2<f32>>(vec2<u32>(w << 16u, w & 0xffff0000u));
-    return fma(a_tile[at], bv.x, a_tile[at + 1u] * bv.y);
-{%- when None %}
-    var dot = 0.0;
-{%- for l in p.lanes %}
-    dot = fma(a_tile[at + {{ l.j }}u], f32((w >> {{ l.shift }}u) & {{ p.code_mask }}u), dot);
-{%- endfor %}
-    let blk = {{ arm.col }} * {{ p.blocks_per_row }}u + kw / {{ p.words_per_block }}u;
-{%- if p.scale_f16 %}
-    let scale = unpack2x16float({{ arm.var }}[{{ p.scales_at }}u + (blk >> 1u)])[blk & 1u];
-{%- else %}
-    let scale = bitcast<f32>({{ arm.var }}[{{ p.scales_at }}u + blk]);
-{%- endif %}
-{%- if let Some(z) = p.zeros_at %}
-    let zero = f32(({{ arm.var }}[{{ z }}u + (blk >> {{ p.word_shift }}u)] >> ((blk & {{ p.lane_mask }}u) * {{ p.bits }}u)) & {{ p.code_mask }}u);
-{%- else %}
-    let zero = {{ p.zero }};
-{%- endif %}
-    return (dot - zero * a_sum[at / {{ p.per_word }}u]) * scale;
-{%- endmatch %}
+// Word i of {{ arm.var }}, bound as vec4s.
+fn word_{{ arm.var }}(i: u32) -> u32 {
+    return {{ arm.var }}[i >> 2u][i & 3u];
 }
+{%- else %}
+
+fn word_{{ arm.var }}(i: u32) -> u32 {
+    return {{ arm.var }}[i];
+}
+{%- endif %}
 {%- endfor %}
 
 @compute @workgroup_size(256)
@@ -86,9 +68,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let words = min({{ kc }}u, {{ k }}u - k0) / {{ p.per_word }}u;
         workgroupBarrier();
         for (var w = tid; w < words; w = w + 256u) {
-{%- if p.half.is_none() %}
             var s = 0.0;
-{%- endif %}
             for (var j = 0u; j < {{ p.per_word }}u; j = j + 1u) {
                 let kb = w * {{ p.per_word }}u + j;
                 var av = a_at(k0 + kb);
@@ -98,17 +78,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if !rms_scale.is_empty() %}
                 av = av * {{ rms_scale }}[k0 + kb];
 {%- endif %}
-                a_tile[kb] = av;
-{%- if p.half.is_none() %}
+                a_tile[kb >> 2u][kb & 3u] = av;
                 s = s + av;
-{%- endif %}
             }
 {%- if p.half.is_none() %}
             a_sum[w] = s;
 {%- endif %}
         }
         workgroupBarrier();
-        let kw0 = k0 / {{ p.per_word }}u;
+        // Units (of {{ p.unit_words }} word(s)) of this chunk, and the first one's index along a row.
+        let units = words / {{ p.unit_words }}u;
+        let u0 = k0 / {{ p.unit_elems }}u;
 {%- if !blocks.is_empty() %}
         // B in {{ blocks.len() }} blocks of {{ per }} columns, this group's all in one: the loop written once per block.
         switch (col0 / {{ per }}u) {
@@ -121,10 +101,47 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         case {{ loop.index0 }}u: {
 {%- endif %}
 {%- endif %}
-        for (var kw = lane; kw < words; kw = kw + {{ t.lanes }}u) {
-            let at = kw * {{ p.per_word }}u;
+        for (var u = lane; u < units; u = u + {{ t.lanes }}u) {
+            // A's elements under this unit, from workgroup memory.
+            let at = u * {{ p.unit_vecs }}u;
+{%- for q in p.a_vecs %}
+            let av{{ q }} = a_tile[at + {{ q }}u];
+{%- endfor %}
 {%- for c in cs %}
-            acc{{ c.c }} = acc{{ c.c }} + term{{ arm.suffix }}(cl{{ c.c }}, kw0 + kw, at);
+            {
+                let wv = {{ arm.var }}[(cl{{ c.c }} - {{ arm.offset }}u) * {{ p.row_units }}u + u0 + u];
+{%- for d in p.decode %}
+                {{ d }}
+{%- endfor %}
+{%- for gr in p.groups %}
+                var dot{{ gr.g }} = 0.0;
+{%- endfor %}
+{%- for e in p.elems %}
+                dot{{ e.g }} = fma(av{{ e.q }}.{{ e.comp }}, {{ e.b }}, dot{{ e.g }});
+{%- endfor %}
+{%- if p.half.is_some() %}
+                acc{{ c.c }} = acc{{ c.c }} + {% for gr in p.groups %}{% if !loop.first %} + {% endif %}dot{{ gr.g }}{% endfor %};
+{%- else %}
+{%- for gr in p.groups %}
+                {
+                    // Block of words {{ gr.first_word }} .. of the unit: (codes · A − zero point · ΣA) · scale.
+                    let blk = (cl{{ c.c }} - {{ arm.offset }}u) * {{ p.blocks_per_row }}u + ((u0 + u) * {{ p.unit_words }}u + {{ gr.first_word }}u) / {{ p.words_per_block }}u;
+{%- if p.scale_f16 %}
+                    let scale = unpack2x16float(word_{{ arm.var }}({{ p.scales_at }}u + (blk >> 1u)))[blk & 1u];
+{%- else %}
+                    let scale = bitcast<f32>(word_{{ arm.var }}({{ p.scales_at }}u + blk));
+{%- endif %}
+{%- if let Some(z) = p.zeros_at %}
+                    let zero = f32((word_{{ arm.var }}({{ z }}u + (blk >> {{ p.word_shift }}u)) >> ((blk & {{ p.lane_mask }}u) * {{ p.bits }}u)) & {{ p.code_mask }}u);
+{%- else %}
+                    let zero = {{ p.zero }};
+{%- endif %}
+                    let asum = {% for w in gr.words %}{% if !loop.first %} + {% endif %}a_sum[u * {{ p.unit_words }}u + {{ w }}u]{% endfor %};
+                    acc{{ c.c }} = fma(dot{{ gr.g }} - zero * asum, scale, acc{{ c.c }});
+                }
+{%- endfor %}
+{%- endif %}
+            }
 {%- endfor %}
         }
 {%- if !blocks.is_empty() %}

@@ -178,16 +178,16 @@ pub struct PackedGemvTiling {
     pub cols: usize,
 }
 
-/// The layout of a one-row product over a narrow K-major B (each output's weights one stored row of `words`
-/// 32-bit words): a word of codes is a few bytes of B against up to eight elements of A, so A, staged once per
+/// The layout of a one-row product over a narrow K-major B (each output's weights one stored row of `units` loads
+/// of up to 16 bytes): a load of codes is a few bytes of B against up to 32 elements of A, so A, staged once per
 /// workgroup in workgroup memory, is what the kernel reads most. Each group of lanes owns `per_group` columns
 /// (4 where that still gives [`GEMV_WORKGROUPS`], else 2, else 1) so that every element of A read serves as many;
 /// past that, more lanes per column and fewer columns per workgroup, as [`gemv_tiling`] does, lanes never past the
-/// row's words rounded up to a power of two. `per_group` divides `block_cols` (the columns of a weight split into
+/// row's loads rounded up to a power of two. `per_group` divides `block_cols` (the columns of a weight split into
 /// blocks, so that no group straddles two).
-pub fn packed_gemv_tiling(nn: usize, words: usize, block_cols: Option<usize>) -> PackedGemvTiling {
+pub fn packed_gemv_tiling(nn: usize, units: usize, block_cols: Option<usize>) -> PackedGemvTiling {
     let wgs = |cols: usize| nn.div_ceil(cols);
-    let max_lanes = words.next_power_of_two().clamp(32, 256);
+    let max_lanes = units.next_power_of_two().clamp(32, 256);
     let fits = |c: usize| block_cols.is_none_or(|b| b % c == 0);
     for per_group in [4usize, 2] {
         if fits(per_group) && wgs(8 * per_group) >= GEMV_WORKGROUPS {

@@ -88,6 +88,8 @@ pub(super) struct MatmulTpl {
 pub(super) struct GemvArm {
     pub(super) suffix: String,
     pub(super) var: String,
+    /// The block's first column of the whole product.
+    pub(super) offset: usize,
     /// How the block is read, one element or four ([`Ld`]).
     pub(super) ld: Ld,
     pub(super) ld4: Ld,
@@ -135,15 +137,28 @@ pub(super) struct GemvTpl {
     pub(super) bias_sn: usize,
 }
 
-/// A one-row product over a narrow K-major B read a word at a time: each term decodes the `per_word` elements of
-/// one 32-bit word of B's column (one block: its scale and zero point read once) against as many of A.
+/// A one-row product over a narrow K-major B read a unit of `unit_words` 32-bit words at a time (one vec4, vec2
+/// or u32 load): each unit's elements are decoded against as many of A, read from workgroup memory as vec4s; a
+/// block-quantized unit's words are taken a block at a time (one scale and zero point each).
 pub(super) struct PackedGemv {
     pub(super) per_word: usize,
-    /// Words per stored row (one output's weights).
+    /// Words per stored row (one output's weights), and units.
     pub(super) row_words: usize,
-    /// Each element of a word: its index and (quantized) the shift of its code.
-    pub(super) lanes: Vec<PackedLane>,
-    /// `ld_` of the word's elements when float16/bfloat16 (`None`: block-quantized codes).
+    pub(super) row_units: usize,
+    pub(super) unit_words: usize,
+    pub(super) unit_elems: usize,
+    /// vec4s of A under a unit, as indices.
+    pub(super) unit_vecs: usize,
+    pub(super) a_vecs: Vec<usize>,
+    /// The WGSL type B's bindings are declared as: `vec4<u32>`, `vec2<u32>` or `u32`.
+    pub(super) unit_ty: &'static str,
+    /// Statements that take the unit `wv` apart into words (`w0`, …) or float16 pairs (`h0`, …).
+    pub(super) decode: Vec<String>,
+    /// Every element of a unit: the product term it adds to its group's dot product.
+    pub(super) elems: Vec<PackedElem>,
+    /// The unit's words by block (one group when float16).
+    pub(super) groups: Vec<PackedGroup>,
+    /// Float16 or bfloat16 pairs (`None`: block-quantized codes).
     pub(super) half: Option<&'static str>,
     pub(super) code_mask: u32,
     /// Words of codes per block.
@@ -159,64 +174,122 @@ pub(super) struct PackedGemv {
     pub(super) lane_mask: u32,
 }
 
-pub(super) struct PackedLane {
-    pub(super) j: usize,
-    pub(super) shift: u32,
+/// One element of a unit: `dot{g} = fma(av{q}.{comp}, b, dot{g})`.
+pub(super) struct PackedElem {
+    pub(super) g: usize,
+    pub(super) q: usize,
+    pub(super) comp: char,
+    pub(super) b: String,
+}
+
+/// Words of a unit in one block.
+pub(super) struct PackedGroup {
+    pub(super) g: usize,
+    pub(super) first_word: usize,
+    pub(super) words: Vec<usize>,
 }
 
 impl PackedGemv {
-    /// The word-at-a-time read of B for a K-major one-row product over `k` = B's row length, when every block of
-    /// B is narrow in a layout that allows it: float16/bfloat16 pairs, or codes whose rows fill whole words and
-    /// blocks with whole words in a block.
+    /// The unit-at-a-time read of B for a K-major one-row product over `k` = B's row length, when every block of
+    /// B is narrow in a layout that allows it: float16/bfloat16 pairs, or codes whose rows fill whole words with no
+    /// word across two blocks; and B's columns are its stored rows (`b_sn` = `k`).
     fn new(narrow: &[Option<Narrow>], k: usize, b_sn: i64) -> Option<PackedGemv> {
         let first = (*narrow.first()?)?;
-        if narrow.iter().any(|n| *n != Some(first)) {
+        if narrow.iter().any(|n| *n != Some(first)) || b_sn != k as i64 {
             return None;
         }
-        match first {
-            Narrow::Half(d) => (k.is_multiple_of(2) && b_sn == k as i64).then(|| PackedGemv {
-                per_word: 2,
-                row_words: k / 2,
-                lanes: (0..2).map(|j| PackedLane { j, shift: 0 }).collect(),
-                half: Some(if d == wgslc_ir::DType::BF16 { "bf16" } else { "f16" }),
-                code_mask: 0,
-                words_per_block: 0,
-                blocks_per_row: 0,
-                scales_at: 0,
-                scale_f16: false,
-                zeros_at: None,
-                zero: String::new(),
-                bits: 16,
-                word_shift: 1,
-                lane_mask: 1,
-            }),
+        let (per_word, row_words, half, bits) = match first {
+            Narrow::Half(d) => {
+                if !k.is_multiple_of(2) {
+                    return None;
+                }
+                (2, k / 2, Some(if d == wgslc_ir::DType::BF16 { "bf16" } else { "f16" }), 16)
+            }
             Narrow::Blocks(l) => {
                 let per_word = 32 / l.bits as usize;
-                // Each column of B one stored row filling whole words, no word across two blocks.
-                let aligned =
-                    l.row == k && b_sn == k as i64 && l.row_words * per_word == l.row && l.block % per_word == 0;
-                let (zeros_at, zero) = match l.zeros {
-                    wgslc_ir::ZeroLayout::All(z) => (None, f32_lit(z as f32)),
-                    wgslc_ir::ZeroLayout::At(at) => (Some(at), String::new()),
-                };
-                aligned.then(|| PackedGemv {
-                    per_word,
-                    row_words: l.row_words,
-                    lanes: (0..per_word).map(|j| PackedLane { j, shift: j as u32 * l.bits }).collect(),
-                    half: None,
-                    code_mask: (1 << l.bits) - 1,
-                    words_per_block: l.block / per_word,
-                    blocks_per_row: l.blocks_per_row,
-                    scales_at: l.scales_at,
-                    scale_f16: l.scale_f16,
-                    zeros_at,
-                    zero,
-                    bits: l.bits,
-                    word_shift: (per_word as u32).trailing_zeros(),
-                    lane_mask: per_word as u32 - 1,
-                })
+                if l.row != k || l.row_words * per_word != l.row || l.block % per_word != 0 {
+                    return None;
+                }
+                (per_word, l.row_words, None, l.bits)
             }
+        };
+        // The widest unit that divides a row and covers whole vec4s of A.
+        let unit_words = [4usize, 2, 1].into_iter().find(|&u| row_words % u == 0 && (u * per_word) % 4 == 0)?;
+        let unit_elems = unit_words * per_word;
+        let word =
+            |j: usize| if unit_words == 1 { "wv".to_string() } else { format!("wv.{}", ['x', 'y', 'z', 'w'][j]) };
+        let words_per_block = match first {
+            Narrow::Blocks(l) => l.block / per_word,
+            Narrow::Half(_) => unit_words,
+        };
+        let group_words = unit_words.min(words_per_block);
+        let groups: Vec<PackedGroup> = (0..unit_words / group_words)
+            .map(|g| PackedGroup {
+                g,
+                first_word: g * group_words,
+                words: (g * group_words..(g + 1) * group_words).collect(),
+            })
+            .collect();
+        let decode = (0..unit_words)
+            .map(|j| match half {
+                Some("f16") => format!("let h{j} = unpack2x16float({});", word(j)),
+                Some(_) => {
+                    format!("let h{j} = bitcast<vec2<f32>>(vec2<u32>({w} << 16u, {w} & 0xffff0000u));", w = word(j))
+                }
+                None => format!("let w{j} = {};", word(j)),
+            })
+            .collect();
+        let elems = (0..unit_elems)
+            .map(|e| {
+                let (j, l) = (e / per_word, e % per_word);
+                let b = match half {
+                    Some(_) => format!("h{j}.{}", ['x', 'y'][l]),
+                    None => format!("f32((w{j} >> {}u) & {}u)", l as u32 * bits, (1u32 << bits) - 1),
+                };
+                PackedElem { g: j / group_words, q: e / 4, comp: ['x', 'y', 'z', 'w'][e % 4], b }
+            })
+            .collect();
+        let mut p = PackedGemv {
+            per_word,
+            row_words,
+            row_units: row_words / unit_words,
+            unit_words,
+            unit_elems,
+            unit_vecs: unit_elems / 4,
+            a_vecs: (0..unit_elems / 4).collect(),
+            unit_ty: match unit_words {
+                4 => "vec4<u32>",
+                2 => "vec2<u32>",
+                _ => "u32",
+            },
+            decode,
+            elems,
+            groups,
+            half,
+            code_mask: 0,
+            words_per_block,
+            blocks_per_row: 0,
+            scales_at: 0,
+            scale_f16: false,
+            zeros_at: None,
+            zero: String::new(),
+            bits,
+            word_shift: 0,
+            lane_mask: 0,
+        };
+        if let Narrow::Blocks(l) = first {
+            p.code_mask = (1 << l.bits) - 1;
+            p.blocks_per_row = l.blocks_per_row;
+            p.scales_at = l.scales_at;
+            p.scale_f16 = l.scale_f16;
+            (p.zeros_at, p.zero) = match l.zeros {
+                wgslc_ir::ZeroLayout::All(z) => (None, f32_lit(z as f32)),
+                wgslc_ir::ZeroLayout::At(at) => (Some(at), String::new()),
+            };
+            p.word_shift = (per_word as u32).trailing_zeros();
+            p.lane_mask = per_word as u32 - 1;
         }
+        Some(p)
     }
 }
 
@@ -239,8 +312,9 @@ pub(super) struct GemvPackedTpl {
     pub(super) p: PackedGemv,
     pub(super) t: wgslc_passes::PackedGemvTiling,
     pub(super) half_lanes: usize,
-    /// A's elements staged at a time (a multiple of `p.per_word`), and their words.
+    /// A's elements staged at a time (a multiple of `p.unit_elems`), as vec4s, and their words.
     pub(super) kc: usize,
+    pub(super) kc_vecs: usize,
     pub(super) kc_words: usize,
     pub(super) sums_len: usize,
     /// The group's columns, each with its partial sums' place in workgroup memory.
@@ -305,20 +379,21 @@ impl Emitter<'_> {
     /// binding, how it is read, and its column within the block.
     fn gemv_arms(&self, blocks: &[String], b_var: &str, block_values: &[ValueId], per: usize) -> Vec<GemvArm> {
         let g = self.g;
-        let arm = |suffix: String, var: &str, v: ValueId, col: String| GemvArm {
+        let arm = |suffix: String, var: &str, v: ValueId, offset: usize, col: String| GemvArm {
             suffix,
             var: var.to_string(),
+            offset,
             ld: Ld::of(g, v, var),
             ld4: Ld::of4(g, v, var),
             col,
         };
         match blocks.len() {
-            0 => vec![arm(String::new(), b_var, block_values[0], "col".into())],
+            0 => vec![arm(String::new(), b_var, block_values[0], 0, "col".into())],
             _ => blocks
                 .iter()
                 .zip(block_values)
                 .enumerate()
-                .map(|(i, (b, &v))| arm(i.to_string(), b, v, format!("(col - {}u)", i * per)))
+                .map(|(i, (b, &v))| arm(i.to_string(), b, v, i * per, format!("(col - {}u)", i * per)))
                 .collect(),
         }
     }
@@ -543,14 +618,20 @@ impl Emitter<'_> {
                 .flatten();
             if let Some(p) = packed {
                 let block_cols = (!blocks.is_empty()).then_some(per);
-                let t = wgslc_passes::packed_gemv_tiling(nn, p.row_words, block_cols);
+                let t = wgslc_passes::packed_gemv_tiling(nn, p.row_units, block_cols);
                 let gx = nn.div_ceil(t.cols);
                 let max = self.limits.max_workgroups_per_dimension as usize;
                 if gx > max {
                     return Err(self.err(n, format!("a product of {nn} columns needs more than {max} workgroups")));
                 }
-                let h = self.group_header(group, "gemv_packed.wgsl", &bindings);
+                let mut h = self.group_header(group, "gemv_packed.wgsl", &bindings);
                 let arms = self.gemv_arms(&blocks, &b_var, &block_values, per);
+                // B's blocks are read a unit at a time (and their scales a word at a time), not through loaders.
+                let b_vars: Vec<&str> = arms.iter().map(|a| a.var.as_str()).collect();
+                h.loaders.retain(|l| !b_vars.contains(&l.var.as_str()));
+                for d in h.bindings.iter_mut().filter(|d| b_vars.contains(&d.var.as_str())) {
+                    d.ty = p.unit_ty;
+                }
                 let kc = k.min(PACKED_A_CHUNK);
                 let tpl = GemvPackedTpl {
                     h,
@@ -565,6 +646,7 @@ impl Emitter<'_> {
                     rms,
                     half_lanes: t.lanes / 2,
                     kc,
+                    kc_vecs: kc.div_ceil(4),
                     kc_words: kc / p.per_word,
                     sums_len: 256 * t.per_group,
                     cs: (0..t.per_group).map(|c| PackedCol { c, base: c * 256 }).collect(),
