@@ -178,28 +178,24 @@ pub struct PackedGemvTiling {
     pub cols: usize,
 }
 
-/// The layout of a one-row product over a narrow K-major B (each output's weights one stored row of `units` loads
-/// of up to 16 bytes): a load of codes is a few bytes of B against up to 32 elements of A, so A, staged once per
-/// workgroup in workgroup memory, is what the kernel reads most. Each group of lanes owns `per_group` columns
-/// (4 where that still gives [`GEMV_WORKGROUPS`], else 2, else 1) so that every element of A read serves as many;
-/// past that, more lanes per column and fewer columns per workgroup, as [`gemv_tiling`] does, lanes never past the
-/// row's loads rounded up to a power of two. `per_group` divides `block_cols` (the columns of a weight split into
-/// blocks, so that no group straddles two).
-pub fn packed_gemv_tiling(nn: usize, units: usize, block_cols: Option<usize>) -> PackedGemvTiling {
+/// The layout of a one-row product over `nn` outputs of a narrow K-major B (each output's weights one stored row,
+/// read in loads of up to 16 bytes): a load of codes is a few bytes of B against up to 32 elements of A, so A, staged once per
+/// workgroup in workgroup memory, is what the kernel reads most, and a workgroup's latency (staging, a barrier, the
+/// loads of B, the reduction) is what it costs. Measured on the H100 over the Qwen2.5-0.5B shapes
+/// (scripts/gemv_micro.py, 4-bit and float16): 32 lanes a column throughout (more lanes, fewer columns a
+/// workgroup, was slower at every shape: a down projection over K = 4864 took 22.0 µs at 128 lanes, 17.0 at 32);
+/// 4 columns a group where that still gives [`GEMV_WORKGROUPS`], then 2, then 1; an LLM head's 151,936 outputs 8
+/// columns to a group of 16 lanes (68.7 µs against 87.9 at 32 × 4, its workgroups' staging shared by 128
+/// columns) when `staged` (A's elements in workgroup memory at a time) leaves room for their sums. `per_group`
+/// divides `block_cols` (the columns of a weight split into blocks, so that no group straddles two).
+pub fn packed_gemv_tiling(nn: usize, block_cols: Option<usize>, staged: usize) -> PackedGemvTiling {
     let wgs = |cols: usize| nn.div_ceil(cols);
-    let max_lanes = units.next_power_of_two().clamp(32, 256);
     let fits = |c: usize| block_cols.is_none_or(|b| b % c == 0);
-    for per_group in [4usize, 2] {
-        if fits(per_group) && wgs(8 * per_group) >= GEMV_WORKGROUPS {
-            return PackedGemvTiling { lanes: 32, groups: 8, per_group, cols: 8 * per_group };
-        }
+    if fits(8) && staged <= 1024 && wgs(128) >= 8 * GEMV_WORKGROUPS {
+        return PackedGemvTiling { lanes: 16, groups: 16, per_group: 8, cols: 128 };
     }
-    let lanes = [32usize, 64, 128, 256]
-        .into_iter()
-        .filter(|&l| l <= max_lanes)
-        .find(|&l| wgs(256 / l) >= GEMV_WORKGROUPS)
-        .unwrap_or(max_lanes);
-    PackedGemvTiling { lanes, groups: 256 / lanes, per_group: 1, cols: 256 / lanes }
+    let per_group = [4usize, 2].into_iter().find(|&c| fits(c) && wgs(8 * c) >= GEMV_WORKGROUPS).unwrap_or(1);
+    PackedGemvTiling { lanes: 32, groups: 8, per_group, cols: 8 * per_group }
 }
 
 /// How an attention kernel lays out its work ([`attention_tiling`]).

@@ -618,7 +618,18 @@ impl Emitter<'_> {
                 .flatten();
             if let Some(p) = packed {
                 let block_cols = (!blocks.is_empty()).then_some(per);
-                let t = wgslc_passes::packed_gemv_tiling(nn, p.row_units, block_cols);
+                let kc = k.min(PACKED_A_CHUNK);
+                let mut t = wgslc_passes::packed_gemv_tiling(nn, block_cols, kc);
+                // A tuning knob for measuring layouts against each other (scripts/gemv_micro.py): LANES,COLUMNS.
+                if let Ok(knob) = std::env::var("WGSLC_PACKED_TILING") {
+                    let v: Vec<usize> = knob.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                    if let [lanes, per_group] = v[..] {
+                        if lanes.is_power_of_two() && (4..=256).contains(&lanes) && (1..=8).contains(&per_group) {
+                            let groups = 256 / lanes;
+                            t = wgslc_passes::PackedGemvTiling { lanes, groups, per_group, cols: groups * per_group };
+                        }
+                    }
+                }
                 let gx = nn.div_ceil(t.cols);
                 let max = self.limits.max_workgroups_per_dimension as usize;
                 if gx > max {
@@ -632,7 +643,6 @@ impl Emitter<'_> {
                 for d in h.bindings.iter_mut().filter(|d| b_vars.contains(&d.var.as_str())) {
                     d.ty = p.unit_ty;
                 }
-                let kc = k.min(PACKED_A_CHUNK);
                 let tpl = GemvPackedTpl {
                     h,
                     helpers,

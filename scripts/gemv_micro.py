@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Times the one-row products of the Qwen2.5-0.5B decode step alone, over narrow weights, under several layouts of
+the packed matrix-vector kernel (the emitter's WGSLC_PACKED_TILING knob: LANES,COLUMNS), with GPU timestamps:
+
+    python3 scripts/gemv_micro.py --wgslc .bin/wgslc [--weights q4,f16] [--tilings default,32x1,32x2,16x4]
+
+Each shape is a MatMul of a [1, K] input by a constant [K, N] (random, std 0.02), compiled with --weights W; the
+down projection's input is SiLU(gate)·up, computed in the product's staging as in the decoder.
+"""
+import argparse, json, os, subprocess, sys
+import numpy as np
+import onnx
+from onnx import TensorProto as T, helper, numpy_helper
+
+SHAPES = {"gateup": (896, 9728, False), "down": (4864, 896, True), "qkv": (896, 1152, False),
+          "oproj": (896, 896, False), "head": (896, 151936, False)}
+
+
+def model(path, k, n, glu):
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((k, n)) * 0.02).astype(np.float32)
+    if glu:
+        nodes = [helper.make_node("Sigmoid", ["g"], ["sg"]), helper.make_node("Mul", ["g", "sg"], ["silu"]),
+                 helper.make_node("Mul", ["silu", "u"], ["x"]), helper.make_node("MatMul", ["x", "w"], ["y"])]
+        ins = [helper.make_tensor_value_info("g", T.FLOAT, [1, k]), helper.make_tensor_value_info("u", T.FLOAT, [1, k])]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+        ins = [helper.make_tensor_value_info("x", T.FLOAT, [1, k])]
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", T.FLOAT, [1, n])],
+                          initializer=[numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path, save_as_external_data=True, location=os.path.basename(path) + ".data")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--wgslc", required=True)
+    ap.add_argument("--out", default="/tmp/gemv_micro")
+    ap.add_argument("--weights", default="q4,f16")
+    ap.add_argument("--tilings", default="default,32x1,32x2,32x4,16x4,64x1")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    for name in a.shapes.split(","):
+        k, n, glu = SHAPES[name]
+        path = os.path.join(a.out, f"{name}.onnx")
+        model(path, k, n, glu)
+        for w in a.weights.split(","):
+            row = {"shape": name, "K": k, "N": n, "weights": w}
+            for t in a.tilings.split(","):
+                env = dict(os.environ)
+                if t != "default":
+                    env["WGSLC_PACKED_TILING"] = t.replace("x", ",")
+                art = os.path.join(a.out, f"{name}_{w}_{t}")
+                subprocess.run(["rm", "-rf", art], check=True)
+                r = subprocess.run([a.wgslc, "compile", path, "-o", art, "--weights", w, "--quiet"], env=env,
+                                   capture_output=True, text=True)
+                if r.returncode:
+                    row[t] = "compile: " + r.stderr.strip()[-200:]
+                    continue
+                r = subprocess.run([a.wgslc, "bench", art, "--profile", "--iterations", "200"], capture_output=True,
+                                   text=True)
+                if r.returncode:
+                    row[t] = "bench: " + r.stderr.strip()[-200:]
+                    continue
+                lines = [json.loads(x) for x in r.stdout.strip().splitlines()]
+                kernels = [x for x in lines if "kernel" in x]
+                row[t] = {"replay_ms": lines[0].get("median_ms"), "dispatches": lines[0].get("dispatches"),
+                          "kernel_us": [round(x["ms"] * 1e3, 1) for x in kernels]}
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
