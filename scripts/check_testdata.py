@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs every bundled testdata case (models, ops, torch) through the wgslc CLI on whatever adapter the machine has
+"""Runs every bundled testdata case (models, ops, torch, narrow) through the wgslc CLI on whatever adapter the machine has
 (a real GPU through the `device` tool; the Rust tests cover lavapipe), fused and with --no-fuse (and with
 --inverted-residual unfused where meta.json has "inverted_residual": "unfused"), and compares
 with the stored onnxruntime outputs at the tests' tolerances (meta.json may override them).
@@ -28,6 +28,8 @@ def run_case(wgslc, case, flags, tmp):
         args += ["--dim", f"{k}={v}"]
     for k, v in meta.get("const", {}).items():
         args += ["--const", f"{k}={os.path.join(case, v)}"]
+    if "weights" in meta:
+        args += ["--weights", meta["weights"]]
     art, out = os.path.join(tmp, "art"), os.path.join(tmp, "out")
     model = os.path.join(case, "model.onnx")
     if not os.path.exists(model):
@@ -58,7 +60,7 @@ def run_case(wgslc, case, flags, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wgslc", required=True)
-    ap.add_argument("--suites", default="models,ops,torch,pt2")
+    ap.add_argument("--suites", default="models,ops,torch,pt2,narrow")
     ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     a = ap.parse_args()
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata")

@@ -46,7 +46,7 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
     let chromium = find_chromium();
     let root = tempfile::tempdir().unwrap();
     let mut suites: Vec<(&str, Vec<Case>)> =
-        ["models", "ops", "torch", "pt2"].iter().map(|s| (*s, common::cases(s))).collect();
+        ["models", "ops", "torch", "pt2", "narrow"].iter().map(|s| (*s, common::cases(s))).collect();
     if let Some(extra) = std::env::var_os("WGSLC_BROWSER_EXTRA") {
         suites.push(("extra", common::cases_in(Path::new(&extra))));
     }

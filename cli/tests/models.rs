@@ -13,6 +13,16 @@ fn ops_match_onnxruntime() {
     common::run_suite("ops");
 }
 
+/// Narrow weights (testdata/make_narrow.py): testdata models converted by onnxruntime's float16 converter (both
+/// `keep_io_types` settings) and quantized by its `MatMulNBitsQuantizer` (4 and 8 bits, blocks of 16 to 128, with
+/// and without zero points, MatMul and Gather, QOperator and QDQ), against onnxruntime's run of the converted
+/// graph; and fp32 models compiled with `--weights f16|q8|q4` against their fp32 reference within the tolerance
+/// each format's meta.json states.
+#[test]
+fn narrow_models_match_onnxruntime() {
+    common::run_suite("narrow");
+}
+
 /// Models exported from PyTorch by `scripts/torch_exports.py` (TorchScript exporter at opset 17, dynamo
 /// exporter at opset 20), with onnxruntime's outputs.
 #[test]

@@ -181,9 +181,14 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
     GraphPass {
         name: "kmajor",
         about: "the weights of one-row products too narrow to fill the GPU stored K-major (a decode step's \
-                down and output projections), read through a transposing view",
+                down and output projections), read through a transposing view; identical constants stored once \
+                (a small tied LM head transposed back is its embedding table)",
         without_fusion: false,
-        run: kmajor_weights,
+        run: |g| {
+            kmajor_weights(g)?;
+            dedupe_constants(g);
+            Ok(())
+        },
         establishes: Stage::Legalized,
     },
     GraphPass {

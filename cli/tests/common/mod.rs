@@ -67,6 +67,15 @@ pub fn load_case(dir: &Path) -> Case {
                 opts.constants.insert(k.clone(), wgslc::constant_from_host(&t));
             }
         }
+        // Weights stored narrower than the model has them: `--weights f16|q8|q4`.
+        if let Some(w) = meta.get("weights").and_then(|v| v.as_str()) {
+            opts.weights = match w {
+                "f16" => wgslc::WeightFormat::F16,
+                "q8" => wgslc::WeightFormat::Q8,
+                "q4" => wgslc::WeightFormat::Q4,
+                other => panic!("meta.json: unknown weights '{other}'"),
+            };
+        }
         rtol = meta.get("rtol").and_then(|v| v.as_f64()).unwrap_or(rtol);
         atol = meta.get("atol").and_then(|v| v.as_f64()).unwrap_or(atol);
     }
