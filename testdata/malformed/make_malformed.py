@@ -110,6 +110,66 @@ def pt2_cases(cases):
 
 
 # Models the fuzz targets found, kept as they were written (not generated here), with their expected errors.
+def narrow_cases(model):
+    """Hostile quantized weights: MatMulNBits and GatherBlockQuantized (com.microsoft) and blocked
+    DequantizeLinear whose packed data, block size, bit width, scales or zero points do not fit."""
+
+    def nbits(name, expect, k=64, n=8, bits=4, block=32, b_bytes=None, scales=None, zp=None, attrs=None,
+              b_input=False):
+        kb = (k + block - 1) // block if block > 0 else 1
+        blob = block * bits // 8 if bits in (2, 4, 8) and block > 0 else 4
+        b = np.zeros(b_bytes if b_bytes is not None else n * kb * blob, np.uint8)
+        inits = [numpy_helper.from_array(scales if scales is not None else np.ones(n * kb, np.float32), "s")]
+        ins = ["a", "b", "s"]
+        inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, k])]
+        if b_input:
+            inputs.append(helper.make_tensor_value_info("b", TensorProto.UINT8, list(b.shape)))
+        else:
+            inits.append(numpy_helper.from_array(b, "b"))
+        if zp is not None:
+            inits.append(numpy_helper.from_array(zp, "zp"))
+            ins.append("zp")
+        kw = dict(K=k, N=n, bits=bits, block_size=block)
+        kw.update(attrs or {})
+        kw = {key: v for key, v in kw.items() if v is not None}
+        node = helper.make_node("MatMulNBits", ins, ["y"], domain="com.microsoft", **kw)
+        m = relu_model(inputs=inputs, nodes=[node], inits=inits)
+        m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        model(name, m, expect)
+
+    nbits("matmul_nbits_short_weight.onnx", "need uint8 [8, 2, 16]", b_bytes=200)
+    nbits("matmul_nbits_block_24.onnx", "block_size 24 is not a power of two", block=24)
+    nbits("matmul_nbits_3_bits.onnx", "bits 3: 2, 4 and 8 are supported", bits=3)
+    nbits("matmul_nbits_scales_shape.onnx", "not 8x2 floats", scales=np.ones(5, np.float32))
+    nbits("matmul_nbits_scales_int.onnx", "not 8x2 floats", scales=np.ones(16, np.int32))
+    nbits("matmul_nbits_zero_points_shape.onnx", "not 8x1 packed codes", zp=np.zeros(3, np.uint8))
+    nbits("matmul_nbits_zero_points_int32.onnx", "zero_points are int32", zp=np.zeros(16, np.int32))
+    nbits("matmul_nbits_weight_at_run_time.onnx", "must be an initializer", b_input=True)
+    nbits("matmul_nbits_no_k.onnx", "missing attribute 'K'", attrs={"K": None})
+
+    def gbq(name, expect, bits=4, block=16, scales_shape=(4, 2), data_shape=(4, 16)):
+        data = numpy_helper.from_array(np.zeros(data_shape, np.uint8), "data")
+        s = numpy_helper.from_array(np.ones(scales_shape, np.float32), "s")
+        node = helper.make_node("GatherBlockQuantized", ["data", "ids", "s"], ["y"], domain="com.microsoft",
+                                bits=bits, block_size=block, gather_axis=0, quantize_axis=1)
+        ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [2])
+        m = relu_model(inputs=[ids], nodes=[node], inits=[data, s])
+        m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        model(name, m, expect)
+
+    gbq("gather_block_quantized_scales_shape.onnx", "needs [4, 2]", scales_shape=(4, 3))
+    gbq("gather_block_quantized_3_bits.onnx", "data of type uint8 with bits 3 is not supported", bits=3)
+    gbq("gather_block_quantized_block_8.onnx", "block_size 8 is not a power of two of at least 16", block=8)
+
+    x = helper.make_tensor("wq", TensorProto.INT4, [8, 4], [1] * 32)
+    s = numpy_helper.from_array(np.ones((3, 4), np.float32), "ws")
+    dq = helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], axis=0, block_size=4)
+    mm = helper.make_node("MatMul", ["x", "w"], ["y"])
+    inp = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    model("dequantize_blocked_scale_shape.onnx", relu_model(inputs=[inp], nodes=[dq, mm], inits=[x, s], opset=21),
+          "a blocked scale must be [2, 4]")
+
+
 FOUND = {"resize_huge_sizes.onnx": "is too large (at most", "resize_empty_axis.onnx": "resizes an empty axis"}
 
 
@@ -283,6 +343,7 @@ def main():
     conv_transpose("convtranspose_channels.onnx", [4, 2, 3, 3], "must have X's 3 input channels first")
     conv_transpose("convtranspose_huge_strides.onnx", [3, 2, 3, 3], "strides, dilations or padding too large",
                    strides=[1 << 62, 1], dilations=[1, 9 * 10**18])
+    narrow_cases(model)
     pt2_cases(cases)
     cases.extend({"file": f, "kind": "model", "expect": e} for f, e in FOUND.items())
     json.dump(cases, open(os.path.join(D, "cases.json"), "w"), indent=1)
