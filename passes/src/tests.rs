@@ -661,3 +661,130 @@ fn functions_of_a_bounded_position_become_one_table_lookup() {
     let (mut g, pos) = build(&[1, 1]);
     assert!(!tabulate_bounded_input(&mut g, pos, 10, 100).unwrap());
 }
+
+/// A graph of `n` one-row products of `x` by `ws` and their outputs.
+fn products(g: &mut Graph, x: ValueId, ws: &[ValueId]) -> Vec<ValueId> {
+    ws.iter()
+        .enumerate()
+        .map(|(i, &w)| {
+            let y = g.add_value(format!("y{i}"), None);
+            g.add_node(format!("mm{i}"), Op::MatMul, vec![Some(x), Some(w)], vec![y]).unwrap();
+            g.outputs.push(y);
+            y
+        })
+        .collect()
+}
+
+/// Quantized `[n, k]` weights read through a transpose (MatMulNBits' form) on one input are merged into one
+/// product over their rows one after the other, still quantized, each result a slice of it with its values.
+#[test]
+fn quantized_sibling_products_merge_their_rows() {
+    let k = 64;
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1, k]);
+    let mut ws = Vec::new();
+    let mut blocks = Vec::new();
+    for (i, n) in [32usize, 16].into_iter().enumerate() {
+        let vals: Vec<f32> = (0..n * k).map(|j| ((j * 7 + i) % 13) as f32 - 6.0).collect();
+        let q = wgslc_ir::Blocks::quantize(&vals, k, 32, 4, DType::F16);
+        blocks.push(q.clone());
+        let data = wgslc_ir::Data::Blocks(std::sync::Arc::new(q));
+        let c = g.add_const(format!("q{i}"), Tensor { dtype: DType::F32, shape: vec![n, k], data });
+        let t = g.add_value(format!("t{i}"), None);
+        g.add_node(format!("tr{i}"), Op::Transpose { perm: Some(vec![1, 0]) }, vec![Some(c)], vec![t]).unwrap();
+        ws.push(t);
+    }
+    products(&mut g, x, &ws);
+    run_pipeline(&mut g, None).unwrap();
+    let mms: Vec<_> = g.node_ids().filter(|&n| g.node(n).op == Op::MatMul).collect();
+    assert_eq!(mms.len(), 1, "one product");
+    let b = g.node(mms[0]).inputs[1].unwrap();
+    let stored = g.node(g.value(b).producer.expect("a transposing view")).inputs[0].unwrap();
+    let merged = g.const_data(stored).unwrap().data.blocks().expect("still quantized").clone();
+    assert_eq!(merged, wgslc_ir::Blocks::concat_rows(&[&blocks[0], &blocks[1]]).unwrap());
+    assert_eq!(narrow_of(&g, stored).map(|n| n.bytes(48 * k)), Some(merged.layout().words as u64 * 4));
+}
+
+/// A narrow constant read by a kernel that cannot decode it (a LayerNormalization's scale) becomes float32 with
+/// the values it stood for; one read by products and lookups stays narrow.
+#[test]
+fn narrow_constants_widen_only_where_a_reader_cannot_decode() {
+    let mut g = Graph::new();
+    let x = g.add_value("x", Some(TensorType::new(DType::F16, vec![2, 8])));
+    g.inputs.push(x);
+    let half = |v: f32| DType::F16.round(v, false);
+    let scale = g.add_const(
+        "scale",
+        Tensor { dtype: DType::F16, shape: vec![8], data: wgslc_ir::Data::F32(vec![half(0.3); 8]) },
+    );
+    let w = g.add_const(
+        "w",
+        Tensor { dtype: DType::F16, shape: vec![8, 4], data: wgslc_ir::Data::F32(vec![half(0.1); 32]) },
+    );
+    let ln = g.add_value("ln", None);
+    let op = Op::LayerNorm { axis: -1, epsilon: 1e-5, rms: false };
+    g.add_node("ln", op, vec![Some(x), Some(scale)], vec![ln]).unwrap();
+    products(&mut g, ln, &[w]);
+    run_pipeline(&mut g, None).unwrap();
+    assert_eq!(narrow_of(&g, scale), None);
+    assert_eq!(g.const_data(scale).unwrap().dtype, DType::F32);
+    assert_eq!(g.const_data(scale).unwrap().to_f64()[0], half(0.3) as f64);
+    assert_eq!(narrow_of(&g, w), Some(Narrow::Half(DType::F16)));
+    assert_eq!(stored_bytes(&g, w), 64);
+}
+
+/// `--weights q4`: a `[K, N]` product weight is stored `[N, K]` in blocks along K behind a transposing view, a tied
+/// table (a lookup and, transposed, an LM head) in place once, a narrow lookup table (rotary's) not at all; the
+/// stored values are within half a quantization step of the originals but for each block's clamped extreme.
+#[test]
+fn weights_are_quantized_along_the_axis_their_readers_reduce() {
+    let (k, n, v) = (64, 48, 300);
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1, k]);
+    let ids = g.add_value("ids", Some(TensorType::new(DType::I64, vec![1])));
+    g.inputs.push(ids);
+    let vals = |len: usize, s: usize| (0..len).map(|j| (((j * 31 + s) % 17) as f32 - 8.0) / 8.0).collect::<Vec<f32>>();
+    let w = g.add_const("w", Tensor::f32(vec![k, n], vals(k * n, 1)));
+    let table = g.add_const("table", Tensor::f32(vec![v, k], vals(v * k, 2)));
+    let rotary = g.add_const("rotary", Tensor::f32(vec![v, 32], vals(v * 32, 3)));
+    let y = products(&mut g, x, &[w])[0];
+    let head = g.add_value("head_t", Some(TensorType::new(DType::F32, vec![k, v])));
+    g.add_node("head_t", Op::StridedCopy { offset: 0, strides: vec![1, k as i64] }, vec![Some(table)], vec![head])
+        .unwrap();
+    products(&mut g, y, &[]);
+    let logits = g.add_value("logits", None);
+    let h = g.add_value("h", None);
+    g.add_node("h", Op::Gather { axis: 0 }, vec![Some(table), Some(ids)], vec![h]).unwrap();
+    g.add_node("head", Op::MatMul, vec![Some(h), Some(head)], vec![logits]).unwrap();
+    g.outputs.push(logits);
+    let r = g.add_value("r", None);
+    g.add_node("r", Op::Gather { axis: 0 }, vec![Some(rotary), Some(ids)], vec![r]).unwrap();
+    g.outputs.push(r);
+    // The pipeline folds the small head's transpose and stores it K-major again: the table itself, kept once.
+    run_pipeline(&mut g, None).unwrap();
+    let changes = narrow_weights(&mut g, WeightFormat::Q4, 32).unwrap();
+    let names: Vec<&str> = changes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().any(|n| n.starts_with("w")) && names.contains(&"table"), "{names:?}");
+    let q = g.const_data(table).unwrap().data.blocks().expect("the table in place").clone();
+    assert_eq!((q.row, q.block, q.bits), (k, 32, 4));
+    assert!(narrow_of(&g, rotary).is_none(), "rotary's table is no weight");
+    // The product weight: read through a transposing view of a [N, K] quantized constant.
+    let mm = g.node_ids().find(|&m| g.node(m).name == "mm0").unwrap();
+    let view = g.node(mm).inputs[1].unwrap();
+    let stored = g.node(g.value(view).producer.unwrap()).inputs[0].unwrap();
+    let sq = g.const_data(stored).unwrap();
+    assert_eq!(sq.shape, [n, k]);
+    let orig = vals(k * n, 1);
+    let b = sq.data.blocks().unwrap();
+    for kk in 0..k {
+        for nn in 0..n {
+            let got = b.value(nn * k + kk);
+            let step = b.scales[b.block_of(nn * k + kk)].abs();
+            assert!((got - orig[kk * n + nn]).abs() <= step * 1.0001, "({kk}, {nn})");
+        }
+    }
+    for c in &changes {
+        assert!(c.bytes_after * 6 < c.bytes_before && c.rel_rms_error > 0.0 && c.rel_rms_error < 0.1, "{c:?}");
+    }
+}

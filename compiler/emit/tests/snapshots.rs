@@ -254,6 +254,42 @@ fn one_row_products_are_matrix_vector_kernels() {
     insta::assert_snapshot!(k);
 }
 
+/// The same decode MLP with narrow weights: 4-bit gate/up and down weights (block-quantized, float16 scales, the
+/// merged gate/up stored K-major behind a transposing view) and a float16 tied head. Every product is the packed
+/// matrix-vector kernel (A staged in workgroup memory; B read a vec4 of 32 codes or 8 halves at a time); the
+/// residual input stays float32.
+#[test]
+fn one_row_products_over_narrow_weights() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[1, 1, 64]);
+    let q4 = |g: &mut Graph, name: &str, n: usize, k: usize| {
+        let vals: Vec<f32> = (0..n * k).map(|i| ((i * 37 + name.len()) % 29) as f32 / 29.0 - 0.5).collect();
+        let b = wgslc_ir::Blocks::quantize(&vals, k, 32, 4, DType::F16);
+        let c =
+            g.add_const(name, Tensor { dtype: DType::F32, shape: vec![n, k], data: wgslc_ir::Data::Blocks(b.into()) });
+        node(g, Op::Transpose { perm: Some(vec![1, 0]) }, &[c])
+    };
+    let (wg, wu, wd) = (q4(&mut g, "wg", 64, 64), q4(&mut g, "wu", 64, 64), q4(&mut g, "wd", 64, 64));
+    let gate = node(&mut g, Op::MatMul, &[x, wg]);
+    let up = node(&mut g, Op::MatMul, &[x, wu]);
+    let sig = node(&mut g, Op::Unary(UnaryOp::Sigmoid), &[gate]);
+    let silu = node(&mut g, Op::Binary(BinaryOp::Mul), &[gate, sig]);
+    let h = node(&mut g, Op::Binary(BinaryOp::Mul), &[silu, up]);
+    let down = node(&mut g, Op::MatMul, &[h, wd]);
+    let y = node(&mut g, Op::Binary(BinaryOp::Add), &[down, x]);
+    let vals: Vec<f32> = (0..40 * 64).map(|i| DType::F16.round(i as f32 * 0.01, false)).collect();
+    let table =
+        g.add_const("table", Tensor { dtype: DType::F16, shape: vec![40, 64], data: wgslc_ir::Data::F32(vals) });
+    let tt = node(&mut g, Op::Transpose { perm: Some(vec![1, 0]) }, &[table]);
+    let yh = node(&mut g, Op::Cast { to: DType::F16, saturate: true }, &[y]);
+    let logits = node(&mut g, Op::MatMul, &[yh, tt]);
+    g.outputs.push(logits);
+    let k = kernels(g);
+    assert_eq!(k.matches("templates/gemv_packed.wgsl").count(), 3, "every product packed:\n{k}");
+    assert!(k.contains("array<vec4<u32>>") && k.contains("unpack2x16float(wv.x)"), "units of 4 words:\n{k}");
+    insta::assert_snapshot!(k);
+}
+
 /// A decode step's attention: the new key and value rows written into their caches in place (`CacheWrite`, one
 /// thread per new element at the row the loop gives; K's computed there by the elementwise kernel folded in), then the one query row's scores, softmax and product with
 /// V over the caches (three kernels: one query row spread over the GPU).
