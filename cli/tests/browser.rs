@@ -413,6 +413,10 @@ fn decode_outputs(outputs: &serde_json::Value) -> Result<Vec<HostTensor>, String
             let words4 = || bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
             let data = match o["kind"].as_str() {
                 Some("float32") => TensorData::F32(words4().map(f32::from_le_bytes).collect()),
+                // float16 outputs come back as float16 (Float16Array, or its bits where the browser lacks it).
+                Some("float16") => TensorData::F32(
+                    bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+                ),
                 // float64 outputs hold f32 values (computed in f32), widened by wgslc.js.
                 Some("float64") => TensorData::F32(
                     bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32).collect(),

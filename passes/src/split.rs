@@ -93,13 +93,6 @@ fn blocks(n: usize, per: usize) -> Vec<(usize, usize)> {
 
 /// Rows `[a, b)` (along axis 0) or columns `[a, b)` (along axis 1, a 2-D tensor) of a constant.
 fn slice_const(t: &Tensor, (a, b): (usize, usize), columns: bool) -> Tensor {
-    let idx: Vec<usize> = if columns {
-        let (rows, cols) = (t.shape[0], t.shape[1]);
-        (0..rows).flat_map(|r| (a..b).map(move |c| r * cols + c)).collect()
-    } else {
-        let row: usize = t.shape[1..].iter().product();
-        (a * row..b * row).collect()
-    };
     let mut shape = t.shape.clone();
     shape[if columns { 1 } else { 0 }] = b - a;
     // A block-quantized table's whole rows stay quantized: each tensor row is `per` of its rows.
@@ -111,6 +104,18 @@ fn slice_const(t: &Tensor, (a, b): (usize, usize), columns: bool) -> Tensor {
             return Tensor { dtype: t.dtype, shape, data };
         }
     }
+    // Whole rows are one contiguous run: copied as such (a table's blocks are hundreds of MB).
+    if let (wgslc_ir::Data::F32(v), false) = (&t.data, columns) {
+        let row: usize = t.shape[1..].iter().product();
+        return Tensor { dtype: t.dtype, shape, data: wgslc_ir::Data::F32(v[a * row..b * row].to_vec()) };
+    }
+    let idx: Vec<usize> = if columns {
+        let (rows, cols) = (t.shape[0], t.shape[1]);
+        (0..rows).flat_map(|r| (a..b).map(move |c| r * cols + c)).collect()
+    } else {
+        let row: usize = t.shape[1..].iter().product();
+        (a * row..b * row).collect()
+    };
     Tensor { dtype: t.dtype, shape, data: t.data.gather(&idx) }
 }
 

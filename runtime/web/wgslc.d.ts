@@ -26,6 +26,7 @@ export interface TensorInfo {
  */
 export type InputData =
   | Float32Array
+  | Float16Array
   | Float64Array
   | Int8Array
   | Uint8Array
@@ -41,11 +42,14 @@ export type InputData =
 export type Input = InputData | { data: InputData; shape?: number[] };
 
 /**
- * An output: Float32Array for float32 (and float16) outputs, Float64Array for float64, BigInt64Array for int64,
- * Int32Array for int32, the matching typed array for other integer types, Uint8Array of 0/1 for bool.
+ * An output: Float32Array for float32 (and bfloat16 and the 8-bit floats, whose values it holds exactly),
+ * Float16Array for float16 where the browser has it (else Uint16Array of the float16 bits, rounded to nearest
+ * even), Float64Array for float64, BigInt64Array for int64, Int32Array for int32, the matching typed array for
+ * other integer types, Uint8Array of 0/1 for bool. A float16 or bfloat16 input takes a Float32Array, a
+ * Float16Array, or a Uint16Array of its bits.
  */
 export interface Output {
-  data: Float32Array | Float64Array | Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array | BigInt64Array | BigUint64Array;
+  data: Float32Array | Float16Array | Float64Array | Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array | BigInt64Array | BigUint64Array;
   shape: number[];
 }
 

@@ -1113,11 +1113,44 @@ function fmt(xs) {
   return `[${xs.join(", ")}]`;
 }
 
+// Float16Array where the browser has it (Chrome 135, Firefox 129, Safari 18.2); elsewhere float16 data travels as
+// Uint16Array of its bits.
+const F16 = globalThis.Float16Array;
+
 const TYPED_NAMES = [
   [Float32Array, "float32"], [Float64Array, "float64"], [Int8Array, "int8"], [Uint8Array, "uint8"],
   [Uint8ClampedArray, "uint8"], [Int16Array, "int16"], [Uint16Array, "uint16"], [Int32Array, "int32"],
   [Uint32Array, "uint32"], [BigInt64Array, "int64"], [BigUint64Array, "uint64"],
+  ...(F16 ? [[F16, "float16"]] : []),
 ];
+
+// The value of float16 bits h, and the float16 bits of x rounded to nearest even (for Uint16Array data).
+function f16Value(h) {
+  const s = h & 0x8000 ? -1 : 1;
+  const e = (h >>> 10) & 0x1f;
+  const m = h & 0x3ff;
+  if (e === 0) return s * m * 2 ** -24;
+  if (e === 31) return m ? NaN : s * Infinity;
+  return s * (1 + m / 1024) * 2 ** (e - 15);
+}
+
+function f16Bits(x) {
+  const u = new Uint32Array(new Float32Array([x]).buffer)[0];
+  const sign = (u >>> 16) & 0x8000;
+  const e = (u >>> 23) & 0xff;
+  const m = u & 0x7fffff;
+  if (e === 0xff) return sign | 0x7c00 | (m ? 0x200 : 0);
+  // Keep `shift` low bits of the 24-bit significand off: 13 for a normal float16, more below its range.
+  const exp = e - 112;
+  const shift = exp > 0 ? 13 : 14 - exp;
+  if (shift > 24) return sign;
+  const full = m | 0x800000;
+  let h = (exp > 0 ? (exp << 10) | (m >>> 13) : full >>> shift);
+  const rem = full & ((1 << shift) - 1);
+  const half = 1 << (shift - 1);
+  if (rem > half || (rem === half && (h & 1))) h += 1;
+  return h >= 0x7c00 ? sign | 0x7c00 : sign | h;
+}
 
 function kindOf(data) {
   if (Array.isArray(data)) return data.every((x) => typeof x === "boolean") ? "bool" : "array";
@@ -1145,7 +1178,12 @@ function inputBytes(spec, value) {
   switch (spec.storage) {
     case "f32":
       if (kind === "float32") return data;
-      if (kind === "float64" || kind === "array") return Float32Array.from(data, Number);
+      if (kind === "float64" || kind === "array" || kind === "float16") return Float32Array.from(data, Number);
+      // A float16 (bfloat16) input's bits, as where the browser has no Float16Array.
+      if (kind === "uint16" && spec.dtype === "float16") return Float32Array.from(data, f16Value);
+      if (kind === "uint16" && spec.dtype === "bfloat16") {
+        return new Float32Array(Uint32Array.from(data, (h) => h << 16).buffer);
+      }
       throw mismatch();
     case "i32": {
       if (kind === "int32") return data;
@@ -1179,6 +1217,7 @@ function outputData(spec, bytes) {
   switch (spec.storage) {
     case "f32": {
       const f = new Float32Array(bytes, 0, n);
+      if (spec.dtype === "float16") return F16 ? F16.from(f) : Uint16Array.from(f, f16Bits);
       return spec.dtype === "float64" ? Float64Array.from(f) : f.slice();
     }
     case "i32": {

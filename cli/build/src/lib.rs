@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 use wgslc_artifact::{Plan, StorageType, TensorSpec};
-pub use wgslc_driver::CompileOptions;
+pub use wgslc_driver::{CompileOptions, WeightFormat};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -95,6 +95,14 @@ impl Model {
     }
 
     /// Every other compile option (limits, fusion modes…); bindings given before are kept.
+    /// Stores the products' weights and embedding tables as `format` (`wgslc compile --weights`), in blocks of
+    /// `block` elements along K for the quantized formats (`None`: 32).
+    pub fn weights(mut self, format: WeightFormat, block: Option<usize>) -> Model {
+        self.opts.weights = format;
+        self.opts.weight_block = block;
+        self
+    }
+
     pub fn options(mut self, f: impl FnOnce(&mut CompileOptions)) -> Model {
         f(&mut self.opts);
         self

@@ -69,7 +69,9 @@ impl Importer<'_> {
         let kb = k.div_ceil(block);
         let blob = block * bits as usize / 8;
         let b = self.const_input(a, &inputs, 1, "B")?.ok_or_else(|| a.err("missing input B"))?;
-        if b.dtype != DType::U8 || b.numel() != n * kb * blob {
+        // Checked: K and N are attributes, only B's data bounds them.
+        let b_bytes = n.checked_mul(kb).and_then(|x| x.checked_mul(blob));
+        if b.dtype != DType::U8 || b_bytes != Some(b.numel()) {
             return Err(a.err(format!(
                 "B is {}{:?}; N = {n}, K = {k}, block_size = {block} and {bits} bits need uint8 [{n}, {kb}, {blob}]",
                 b.dtype, b.shape

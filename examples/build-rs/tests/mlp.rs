@@ -84,3 +84,37 @@ fn the_typed_ranged_model_runs_at_every_length() {
         }
     }
 }
+
+/// A float16 model (onnxruntime's converter, float16 input and output) through its typed module: float16 values in
+/// and out as f32, against onnxruntime's run of the same graph (which rounds every intermediate to float16).
+#[test]
+fn the_typed_float16_model_matches_onnxruntime() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/narrow/cnn_dynamo20_fp16_all");
+    let read = |f: &str| match wgslc::npy::read(&dir.join(f)).unwrap().data {
+        TensorData::F32(v) => v,
+        d => panic!("{f}: {d:?}"),
+    };
+    let (x, want) = (read("input_0.npy"), read("output_0.npy"));
+    let cnn = wgslc_example_build_rs::HalfCnn::load(wgslc_runtime::Gpu::new().unwrap()).unwrap();
+    let spec = &cnn.session().plan().inputs[0];
+    assert_eq!(spec.dtype, "float16");
+    let y = cnn.run(wgslc_example_build_rs::HalfCnnInputs { input_0: x }).unwrap().output_0;
+    assert_eq!(y.len(), want.len());
+    for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 2e-2 + 2e-2 * b.abs(), "y[{i}] = {a}, onnxruntime {b}");
+    }
+}
+
+/// A decoder compiled with 4-bit weights in build.rs generates torch's greedy tokens.
+#[test]
+fn the_typed_q4_decoder_generates_torchs_tokens() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/decoders/qwen2_dynamo20");
+    let ids = |f: &str| match wgslc::npy::read(&dir.join(f)).unwrap().data {
+        TensorData::I64(v) => v,
+        d => panic!("{f}: {d:?}"),
+    };
+    let (prompt, want) = (ids("prompt_1.npy"), ids("tokens_1.npy"));
+    let qwen = wgslc_example_build_rs::TinyQwenQ4::load(wgslc_runtime::Gpu::new().unwrap()).unwrap();
+    let opts = wgslc_runtime::GenerateOptions { max_new_tokens: 30, ..Default::default() };
+    assert_eq!(qwen.generate(&prompt, &opts).unwrap().tokens, want[..prompt.len() + 30]);
+}

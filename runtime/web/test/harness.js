@@ -18,16 +18,18 @@ function base64(bytes) {
   return btoa(s);
 }
 
-// What an output came back as; a Uint8Array is bool or uint8 as the output's dtype says.
+// What an output came back as; a Uint8Array is bool or uint8, a Uint16Array float16 bits or uint16, as the output's
+// dtype says.
 function kind(data, dtype) {
   if (data instanceof Float32Array) return "float32";
+  if (globalThis.Float16Array && data instanceof Float16Array) return "float16";
   if (data instanceof Float64Array) return "float64";
   if (data instanceof BigInt64Array) return "int64";
   if (data instanceof Int32Array) return "int32";
   if (data instanceof Uint8Array) return dtype === "bool" ? "bool" : "uint8";
   if (data instanceof Int8Array) return "int8";
   if (data instanceof Int16Array) return "int16";
-  if (data instanceof Uint16Array) return "uint16";
+  if (data instanceof Uint16Array) return dtype === "float16" ? "float16" : "uint16";
   return data?.constructor?.name ?? typeof data;
 }
 
