@@ -26,6 +26,9 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata"))
+from make_narrow import greedy  # noqa: E402
+
 
 def untie(m):
     """MatMul(x, Transpose(T)) where T is an initializer also read by a Gather: the MatMul reads a transposed copy."""
@@ -76,26 +79,9 @@ def make(model, variant):
 
 
 def ort_greedy(model, prompt, new):
-    so = ort.SessionOptions()
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    ins = {i.name: i for i in sess.get_inputs()}
-    past_names = [n for n in ins if n.startswith("past_key_values")]
-    shape = ins[past_names[0]].shape
-    ft = np.float16 if ins[past_names[0]].type == "tensor(float16)" else np.float32
-    past = [np.zeros((1, shape[1], 0, shape[3]), ft) for _ in past_names]
-    x, tokens = prompt, list(prompt[0])
     t0 = time.perf_counter()
-    for _ in range(new):
-        p, s = past[0].shape[2], x.shape[1]
-        feed = {"input_ids": x, "attention_mask": np.ones((1, p + s), np.int64),
-                "position_ids": np.arange(p, p + s, dtype=np.int64)[None]}
-        feed.update(zip(past_names, past))
-        r = sess.run(None, {k: v for k, v in feed.items() if k in ins})
-        past = r[1:]
-        nxt = int(np.argmax(r[0][0, -1].astype(np.float64)))
-        tokens.append(nxt)
-        x = np.array([[nxt]], np.int64)
-    return tokens, time.perf_counter() - t0
+    tokens, _ = greedy(model, prompt, new)
+    return tokens[0].tolist(), time.perf_counter() - t0
 
 
 def main():

@@ -249,7 +249,10 @@ def op_cases():
 
 
 def greedy(model, prompt, new):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    """onnxruntime's greedy tokens from `prompt` with a growing cache (`model` a ModelProto or a path), and the
+    smallest gap between the two best logits along the way."""
+    src = model if isinstance(model, str) else model.SerializeToString()
+    sess = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
     ins = {i.name: i for i in sess.get_inputs()}
     past_names = [k for k in ins if k.startswith("past_key_values")]
     shape = ins[past_names[0]].shape

@@ -415,10 +415,13 @@ fn dump_after_reaches_schedule_and_memory() {
     assert!(mem.contains("memory: ") && mem.contains("buffer 0 "), "{mem}");
     let emit = dump("emit");
     assert!(emit.contains("@compute"), "{emit}");
+    let weights = dump("weights");
+    assert!(weights.contains("output ") && !weights.contains("schedule:"), "{weights}");
     let o = wgslc(&["compile", model, "-o", "/nonexistent/never-written", "--dump-after", "fusion"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(error_line(&o)
-        .contains("stages: import, infer, lower, dce, merge, legalize, kmajor, split, schedule, memory, emit"));
+    assert!(error_line(&o).contains(
+        "stages: import, infer, lower, dce, merge, legalize, kmajor, narrow, weights, split, schedule, memory, emit"
+    ));
 }
 
 /// Nothing a user owns is deleted or overwritten by `compile -o`: a non-empty directory without an artifact is

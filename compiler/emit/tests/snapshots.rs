@@ -225,6 +225,17 @@ fn attention_is_one_kernel() {
     insta::assert_snapshot!(wgsl);
 }
 
+/// A SwiGLU MLP with its residual: `down(SiLU(x · gate) · (x · up)) + x`.
+fn swiglu_residual(g: &mut Graph, x: wgslc_ir::ValueId, [wg, wu, wd]: [wgslc_ir::ValueId; 3]) -> wgslc_ir::ValueId {
+    let gate = node(g, Op::MatMul, &[x, wg]);
+    let up = node(g, Op::MatMul, &[x, wu]);
+    let sig = node(g, Op::Unary(UnaryOp::Sigmoid), &[gate]);
+    let silu = node(g, Op::Binary(BinaryOp::Mul), &[gate, sig]);
+    let h = node(g, Op::Binary(BinaryOp::Mul), &[silu, up]);
+    let down = node(g, Op::MatMul, &[h, wd]);
+    node(g, Op::Binary(BinaryOp::Add), &[down, x])
+}
+
 /// An LLM decode step's MLP at one token: the products are matrix-vector kernels (row-major weights read as
 /// vec4s, K split in the workgroup), `SiLU(gate) · up` is computed inside the down projection as it loads its A
 /// row (`Fold::RowOperand`), the residual add is the epilogue; and a head tied to a `[vocab, hidden]` table reads
@@ -235,13 +246,7 @@ fn one_row_products_are_matrix_vector_kernels() {
     let x = input(&mut g, "x", &[1, 1, 16]);
     let (wg, wu, wd) =
         (weight(&mut g, "wg", &[16, 32]), weight(&mut g, "wu", &[16, 32]), weight(&mut g, "wd", &[32, 16]));
-    let gate = node(&mut g, Op::MatMul, &[x, wg]);
-    let up = node(&mut g, Op::MatMul, &[x, wu]);
-    let sig = node(&mut g, Op::Unary(UnaryOp::Sigmoid), &[gate]);
-    let silu = node(&mut g, Op::Binary(BinaryOp::Mul), &[gate, sig]);
-    let h = node(&mut g, Op::Binary(BinaryOp::Mul), &[silu, up]);
-    let down = node(&mut g, Op::MatMul, &[h, wd]);
-    let y = node(&mut g, Op::Binary(BinaryOp::Add), &[down, x]);
+    let y = swiglu_residual(&mut g, x, [wg, wu, wd]);
     let table = input(&mut g, "table", &[40, 16]);
     let tt = node(&mut g, Op::Transpose { perm: Some(vec![1, 0]) }, &[table]);
     let logits = node(&mut g, Op::MatMul, &[y, tt]);
@@ -270,13 +275,7 @@ fn one_row_products_over_narrow_weights() {
         node(g, Op::Transpose { perm: Some(vec![1, 0]) }, &[c])
     };
     let (wg, wu, wd) = (q4(&mut g, "wg", 64, 64), q4(&mut g, "wu", 64, 64), q4(&mut g, "wd", 64, 64));
-    let gate = node(&mut g, Op::MatMul, &[x, wg]);
-    let up = node(&mut g, Op::MatMul, &[x, wu]);
-    let sig = node(&mut g, Op::Unary(UnaryOp::Sigmoid), &[gate]);
-    let silu = node(&mut g, Op::Binary(BinaryOp::Mul), &[gate, sig]);
-    let h = node(&mut g, Op::Binary(BinaryOp::Mul), &[silu, up]);
-    let down = node(&mut g, Op::MatMul, &[h, wd]);
-    let y = node(&mut g, Op::Binary(BinaryOp::Add), &[down, x]);
+    let y = swiglu_residual(&mut g, x, [wg, wu, wd]);
     let vals: Vec<f32> = (0..40 * 64).map(|i| DType::F16.round(i as f32 * 0.01, false)).collect();
     let table =
         g.add_const("table", Tensor { dtype: DType::F16, shape: vec![40, 64], data: wgslc_ir::Data::F32(vals) });
