@@ -43,6 +43,22 @@ pub fn narrow_of(g: &Graph, v: ValueId) -> Option<Narrow> {
     }
 }
 
+/// Whether `v` is a narrow constant or a view of one (through reshapes and layout copies).
+pub(crate) fn views_narrow_constant(g: &Graph, mut v: ValueId) -> bool {
+    loop {
+        if narrow_of(g, v).is_some() {
+            return true;
+        }
+        match g.value(v).producer.map(|p| g.node(p)) {
+            Some(node) if matches!(node.op, Op::Alias | Op::StridedCopy { .. }) => match node.inputs[0] {
+                Some(src) => v = src,
+                None => return false,
+            },
+            _ => return false,
+        }
+    }
+}
+
 /// Whether node `n` reads input `slot` through a loader that decodes narrow storage (see the module doc), or
 /// passes it on as a view whose readers are then what counts (`None`).
 fn reads_narrow(g: &Graph, n: NodeId, slot: usize) -> Option<bool> {

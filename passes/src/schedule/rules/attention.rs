@@ -118,6 +118,12 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
             if mm_batch_refinement(g, qk) != mm_batch_refinement(g, pv) {
                 return None;
             }
+            // Its templates read Q, K and V as f32 arrays: a narrow constant among them stays with the products,
+            // which decode it.
+            let operands = [g.node(qk).inputs[0]?, g.node(qk).inputs[1]?, g.node(pv).inputs[1]?];
+            if operands.into_iter().any(|v| crate::narrow::views_narrow_constant(g, v)) {
+                return None;
+            }
             let merged = a.with(Fold::Attention(AttentionTail { softmax: sm, nan_to_zero, pv }));
             if !f.fits(&merged) {
                 return None;
