@@ -320,6 +320,28 @@ impl Quantized<'_> {
         Placed { blocks, perm: inverse(&order), stored }
     }
 
+    /// One scale (and zero point) for the whole tensor: stored as it lies, each row of its last axis one block
+    /// (repeating the scale), so that no block is longer than a row.
+    pub fn per_tensor(self) -> Placed {
+        let row = self.shape.last().copied().unwrap_or(1).max(1);
+        let rows = self.codes.len() / row;
+        let zeros = match self.zeros {
+            Zeros::Blocks(z) => Zeros::All(z.first().copied().unwrap_or(0)),
+            all => all,
+        };
+        let scales = vec![self.scales.first().copied().unwrap_or(0.0); rows];
+        let blocks = Blocks {
+            bits: self.bits,
+            row,
+            block: row,
+            codes: self.codes,
+            scales,
+            scale_dtype: self.scale_dtype,
+            zeros,
+        };
+        Placed { blocks, stored: self.shape.to_vec(), perm: None }
+    }
+
     /// One scale (and zero point) per index along `axis`, shared by every element there: stored with the axis
     /// first, each of its rows one block.
     pub fn per_axis(self, axis: usize) -> Placed {

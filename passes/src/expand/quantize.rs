@@ -147,34 +147,22 @@ fn dequantized_constant(
         return Err(err(format!("axis {axis} is outside rank {r}")));
     }
     let a = a as usize;
-    let q =
-        |zeros| Quantized { shape: &xt.shape, bits, codes: codes.clone(), scales: scales.clone(), scale_dtype, zeros };
-    let placed = if scales.len() == 1 && block == 0 {
-        // Per tensor: one block per row of the last axis, all with the one scale and zero point.
-        let row = *xt.shape.last().expect("rank >= 1");
-        let rows = xt.numel() / row.max(1);
-        let zeros = match zeros {
-            Zeros::Blocks(z) => Zeros::All(z[0]),
-            all => all,
-        };
-        let mut p = q(zeros).per_axis(0);
-        p.blocks.row = row;
-        p.blocks.block = row;
-        p.blocks.scales = vec![scales[0]; rows];
-        p
+    let q = Quantized { shape: &xt.shape, bits, codes, scales, scale_dtype, zeros };
+    let placed = if q.scales.len() == 1 && block == 0 {
+        q.per_tensor()
     } else if block == 0 {
         if st.shape != [xt.shape[a]] {
             return Err(err(format!("a per-axis scale must be [{}], got {:?}", xt.shape[a], st.shape)));
         }
         // A per-axis zero point list is one per block of the stored rows already.
-        q(zeros).per_axis(a)
+        q.per_axis(a)
     } else {
         let mut want = xt.shape.clone();
         want[a] = xt.shape[a].div_ceil(block);
         if st.shape != want {
             return Err(err(format!("a blocked scale must be {want:?}, got {:?}", st.shape)));
         }
-        q(zeros).blocked(a, block)
+        q.blocked(a, block)
     };
     let mut placed = placed;
     if let Zeros::Blocks(z) = &placed.blocks.zeros {
