@@ -2,7 +2,7 @@
 """Makes testdata/decoders: tiny decoder-only LLMs with a KV cache, exported with both ONNX exporters, with torch's
 greedy token ids and an onnxruntime reference of one cached step.
 
-    python3 scripts/make_decoders.py OUT_DIR        # the GPU machine has torch, onnx, onnxscript, onnxruntime
+    python3 scripts/make_decoders.py OUT_DIR [--mask positions]   # the GPU machine has torch, onnx, onnxruntime
 
 Two models, written in plain torch the way HF's Qwen2 and Llama modelling code computes them (random weights, two
 layers, fp32):
@@ -12,6 +12,9 @@ layers, fp32):
   exporter writes as GatherND), an untied LM head.
 The attention mask is built as HF's legacy `_prepare_4d_causal_attention_mask` does: causal from the shapes (the
 past length is the cache input's dim 2), combined with the 2-D `attention_mask`, masked scores at finfo.min.
+With `--mask positions` (testdata/masks, cases `<model>_posmask_<exporter>`) it compares each key's index in the
+concatenated cache with the query's position instead:
+`allowed = (arange(total)[None, :] <= position_ids[0][:, None]) & (attention_mask[0] > 0)`.
 
 Each model is exported twice, as OUT_DIR/<model>_<exporter>/model.onnx:
 - `torchscript17`: torch.onnx.export(dynamo=False, opset 17) with HF/optimum's named dynamic axes (batch_size,
@@ -98,9 +101,10 @@ class Layer(torch.nn.Module):
 
 
 class Decoder(torch.nn.Module):
-    def __init__(self, style, c=CFG, layers=LAYERS):
+    def __init__(self, style, c=CFG, layers=LAYERS, mask="shapes"):
         super().__init__()
         self.style = style
+        self.mask = mask
         self.embed = torch.nn.Embedding(c["vocab"], c["hidden"])
         self.layers = torch.nn.ModuleList([Layer(c, qkv_bias=style == "qwen2") for _ in range(layers)])
 
@@ -129,9 +133,13 @@ class Decoder(torch.nn.Module):
         t = p + s
         x = self.embed(input_ids)
         cos, sin = self.rotary(position_ids)
-        rows = torch.arange(s, device=input_ids.device)[:, None] + p
         cols = torch.arange(t, device=input_ids.device)[None, :]
-        allowed = (cols <= rows)[None, None] & attention_mask[:, None, None, :].bool()
+        if self.mask == "positions":
+            # Each key's index in the concatenated cache against the query's position.
+            allowed = (cols <= position_ids[0][:, None])[None, None] & (attention_mask[0] > 0)[None, None, None, :]
+        else:
+            rows = torch.arange(s, device=input_ids.device)[:, None] + p
+            allowed = (cols <= rows)[None, None] & attention_mask[:, None, None, :].bool()
         bias = torch.where(allowed, 0.0, torch.finfo(torch.float32).min)
         present = []
         for i, layer in enumerate(self.layers):
@@ -212,10 +220,13 @@ def greedy(step, prompt, new):
 
 def main():
     out = sys.argv[1]
+    # `--mask positions`: the position-compared masks of testdata/masks instead of the shape-built ones.
+    mask = sys.argv[sys.argv.index("--mask") + 1] if "--mask" in sys.argv else "shapes"
+    suffix = "" if mask == "shapes" else "_posmask"
     rows = []
     for style in ("qwen2", "llama"):
         torch.manual_seed({"qwen2": 1, "llama": 2}[style])
-        m = Decoder(style).eval()
+        m = Decoder(style, mask=mask).eval()
 
         def torch_step(x, mask, pos, past):
             with torch.no_grad():
@@ -226,7 +237,7 @@ def main():
         prompts = [np.array([[17]], np.int64), np.array([[3, 141, 59, 26, 53]], np.int64)]
         refs = [greedy(torch_step, p, NEW) for p in prompts]
         for exporter, dynamo in [("torchscript17", False), ("dynamo20", True)]:
-            d = os.path.join(out, f"{style}_{exporter}")
+            d = os.path.join(out, f"{style}{suffix}_{exporter}")
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(os.path.join(d, "step"))
             with torch.no_grad():
@@ -251,7 +262,7 @@ def main():
                 np.save(os.path.join(d, "step", f"input_{i}.npy"), a)
             for i, y in enumerate(sess.run(None, dict(zip(ins, args)))):
                 np.save(os.path.join(d, "step", f"output_{i}.npy"), y)
-            meta = dict(CFG, layers=LAYERS, style=style, exporter=exporter, new_tokens=NEW,
+            meta = dict(CFG, layers=LAYERS, style=style, mask=mask, exporter=exporter, new_tokens=NEW,
                         min_top2_gap=min(gaps), torch=torch.__version__, onnx_inputs=ins,
                         onnx_dims={i.name: i.shape for i in sess.get_inputs()})
             with open(os.path.join(d, "meta.json"), "w") as f:

@@ -197,6 +197,58 @@ fn cached_steps_match_onnxruntime() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Decoders whose causal mask compares each key's index in the concatenated cache with the query's position,
+/// `(arange(total) <= position_ids[0][:, None]) & (attention_mask[0] > 0)` (testdata/masks, made by
+/// scripts/make_decoders.py --mask positions, both exporters): the compiled window puts a prefill step's own keys at
+/// rows that are not their positions, where this mask hides them (generation was silently wrong: the 1-token prompt
+/// of the Llama-style model gave other tokens than torch's). The cache-layout proof refuses each by the node that
+/// applies its mask, before anything is written. The same graphs at the cached step's fixed shapes (3 past rows,
+/// 2 new tokens) match onnxruntime: the kernels are right, the layout is not.
+#[test]
+fn position_compared_masks_are_refused_by_their_mask_node() {
+    let root = common::testdata().join("masks");
+    let mut names: Vec<String> =
+        std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names.len(), 4, "{names:?}");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let mut failures = Vec::new();
+    for name in &names {
+        let dir = root.join(name);
+        let tmp = tempfile::tempdir().unwrap();
+        let art = tmp.path().join("art");
+        let model = dir.join("model.onnx");
+        let r = wgslc(&["compile", &s(&model), "-o", &s(&art), "--kv-cache", "46", "--prefill-chunk", "4"]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        let node = err.split("the attention mask applied at node '").nth(1).and_then(|t| t.split('\'').next());
+        if r.status.success()
+            || !node.is_some_and(|n| n.to_lowercase().contains("add"))
+            || !err.contains("prefill step")
+        {
+            failures.push(format!("{name}: not refused by its mask's Add: {err}"));
+        }
+        assert!(!art.exists(), "{name}: a refused compile wrote {}", art.display());
+
+        let step = dir.join("step");
+        let input = |i: usize| npy(&step.join(format!("input_{i}.npy")));
+        let names = ["input_ids", "attention_mask", "position_ids"]
+            .into_iter()
+            .map(String::from)
+            .chain((0..2).flat_map(|l| ["key", "value"].map(|kv| format!("past_key_values.{l}.{kv}"))));
+        let shapes = names.enumerate().map(|(i, n)| (n, input(i).shape)).collect();
+        let opts = wgslc::CompileOptions { shapes, ..Default::default() };
+        wgslc::compile(&model, &art, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let session = Session::load_with(&art, common::gpu()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let feeds: Vec<HostTensor> = (0..7).map(input).collect();
+        let got = session.run(&feeds).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want: Vec<HostTensor> = (0..5).map(|i| npy(&step.join(format!("output_{i}.npy")))).collect();
+        if let Err(e) = common::compare(&got, &want, 1e-3, 1e-4) {
+            failures.push(format!("{name} at fixed shapes against onnxruntime: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Sampled generation: top-k 1 and a temperature far below the logits' gaps (meta.json `min_top2_gap` ≥ 32) give
 /// torch's greedy tokens; a seed gives the same tokens at any steps per submit, another seed others.
 #[test]

@@ -12,6 +12,7 @@ mod infer;
 mod lower;
 mod memory;
 mod narrow;
+mod probe;
 mod ranged;
 pub mod view;
 pub use memory::ALIGN;
@@ -30,6 +31,7 @@ pub use memory::{
     MemoryStats, PlannedBuffer, Slot,
 };
 pub use narrow::{legalize_narrow_weights, narrow_of, narrow_weights, Narrow, WeightChange, WeightFormat};
+pub use probe::{probe, ProbeError, Probed, SoftmaxBias};
 pub use ranged::{
     apply_ranges, find_ranged_axes, mask_ranges, probe_value, DimRange, Ranged, RangedAxes, RangedAxis, DIMS_INPUT,
 };

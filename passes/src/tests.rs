@@ -788,3 +788,54 @@ fn weights_are_quantized_along_the_axis_their_readers_reduce() {
         assert!(c.bytes_after * 6 < c.bytes_before && c.rel_rms_error > 0.0 && c.rel_rms_error < 0.1, "{c:?}");
     }
 }
+
+#[test]
+fn probes_evaluate_attention_biases_and_the_positions_the_network_reads() {
+    // scores = q·k (data) → + bias(mask) → Softmax; the position is also read by a product of data (rotary).
+    let mut g = Graph::new();
+    let v = |g: &mut Graph, name: &str, dt: DType, shape: &[usize]| {
+        g.add_value(name, Some(TensorType::new(dt, shape.to_vec())))
+    };
+    let mask = v(&mut g, "mask", DType::I64, &[4]);
+    let pos = v(&mut g, "pos", DType::I64, &[1]);
+    let q = f32_input(&mut g, "q", &[1, 2]);
+    let k = f32_input(&mut g, "k", &[2, 4]);
+    g.inputs.extend([mask, pos]);
+    let mf = v(&mut g, "mf", DType::F32, &[4]);
+    g.add_node("cast", Op::Cast { to: DType::F32, saturate: true }, vec![Some(mask)], vec![mf]).unwrap();
+    let one = g.add_const("one", Tensor::f32(vec![], vec![1.0]));
+    let big = g.add_const("big", Tensor::f32(vec![], vec![-1e9]));
+    let inv = v(&mut g, "inv", DType::F32, &[4]);
+    g.add_node("sub", Op::Binary(BinaryOp::Sub), vec![Some(one), Some(mf)], vec![inv]).unwrap();
+    let bias = v(&mut g, "bias", DType::F32, &[4]);
+    g.add_node("scale", Op::Binary(BinaryOp::Mul), vec![Some(inv), Some(big)], vec![bias]).unwrap();
+    let s = v(&mut g, "s", DType::F32, &[1, 4]);
+    g.add_node("qk", Op::MatMul, vec![Some(q), Some(k)], vec![s]).unwrap();
+    let sb = v(&mut g, "sb", DType::F32, &[1, 4]);
+    g.add_node("add_mask", Op::Binary(BinaryOp::Add), vec![Some(s), Some(bias)], vec![sb]).unwrap();
+    let p = v(&mut g, "p", DType::F32, &[1, 4]);
+    g.add_node("softmax", Op::Softmax { axis: -1, legacy: false, log: false }, vec![Some(sb)], vec![p]).unwrap();
+    let pf = v(&mut g, "pf", DType::F32, &[1]);
+    g.add_node("pos_f", Op::Cast { to: DType::F32, saturate: true }, vec![Some(pos)], vec![pf]).unwrap();
+    let r = v(&mut g, "r", DType::F32, &[1, 4]);
+    g.add_node("rot", Op::Binary(BinaryOp::Mul), vec![Some(p), Some(pf)], vec![r]).unwrap();
+    g.outputs.push(r);
+    run_passes(&mut g, None, Some("infer"), true).unwrap();
+    let given = [(mask, Tensor::i64(vec![4], vec![1, 1, 0, 1])), (pos, Tensor::i64(vec![1], vec![7]))];
+    let probed = probe(&g, &given, |_| true).unwrap();
+    let [sm] = &probed.softmaxes[..] else { panic!("{:?}", probed.softmaxes) };
+    assert_eq!((sm.softmax.as_str(), sm.mask_node.as_deref(), sm.axis), ("softmax", Some("add_mask"), 1));
+    assert_eq!(sm.bias.to_f64(), vec![0.0, 0.0, -1e9, 0.0]);
+    // The position, cast, is read by the product of data; the mask only by the Softmax's chain.
+    let frontier: Vec<(&str, Vec<f64>)> = probed.frontier.iter().map(|(n, t)| (n.as_str(), t.to_f64())).collect();
+    assert_eq!(frontier, [("pf", vec![7.0])]);
+    // Scores computed from data other than a product can't be probed.
+    let mut h = Graph::new();
+    let x = f32_input(&mut h, "x", &[1, 4]);
+    let e = v(&mut h, "e", DType::F32, &[1, 4]);
+    h.add_node("softmax", Op::Softmax { axis: -1, legacy: false, log: false }, vec![Some(x)], vec![e]).unwrap();
+    h.outputs.push(e);
+    run_passes(&mut h, None, Some("infer"), true).unwrap();
+    let err = probe(&h, &[], |_| true).unwrap_err().to_string();
+    assert!(err.contains("'softmax'") && err.contains("data other than a product"), "{err}");
+}

@@ -10,6 +10,7 @@
 
 mod decoder;
 mod dump;
+mod layout;
 mod out_dir;
 mod ranged;
 
@@ -253,6 +254,10 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     let opts = ranged_opts.as_ref().unwrap_or(opts);
     opts.progress.stage("import");
     let (mut g, decoder) = import_model(model, opts)?;
+    if let (Some(layout), false) = (&decoder, stop_after == Some("import")) {
+        opts.progress.stage("cache layout");
+        layout::prove(model, opts, &g, layout)?;
+    }
     let mut c = Compiled {
         graph: Graph::new(),
         decoder,
