@@ -15,6 +15,8 @@
 - testdata/decoders/<case>: the bundled tiny decoders converted and quantized the same ways, with onnxruntime's
   greedy tokens on the converted graph (a growing cache, as scripts/make_decoders.py runs torch) from the same
   prompts; meta.json says so (`"reference": "onnxruntime"`).
+- testdata/masks/<case>_fp16 (`make_narrow.py masks`, not by default): a position-masked decoder of testdata/masks
+  converted to float16 with `keep_io_types`, whose caches behind Casts no cache layout of wgslc fits (refused).
 """
 
 import json
@@ -275,18 +277,22 @@ def greedy(model, prompt, new):
     return np.array([tokens], np.int64), gap
 
 
-def decoder_cases():
-    conversions = [
-        ("qwen2_dynamo20", "fp16", lambda m: fp16(m, True)),
-        ("llama_torchscript17", "fp16_all", lambda m: fp16(m, False)),
-        ("qwen2_dynamo20", "q4", lambda m: nbits(m, 4, 32, True)),
-        ("llama_dynamo20", "q4_gather_zp", lambda m: nbits(m, 4, 16, False, gather=True)),
-        ("qwen2_torchscript17", "q8_zp", lambda m: nbits(m, 8, 32, False)),
-    ]
+def decoder_cases(suite="decoders"):
+    conversions = {
+        "decoders": [
+            ("qwen2_dynamo20", "fp16", lambda m: fp16(m, True)),
+            ("llama_torchscript17", "fp16_all", lambda m: fp16(m, False)),
+            ("qwen2_dynamo20", "q4", lambda m: nbits(m, 4, 32, True)),
+            ("llama_dynamo20", "q4_gather_zp", lambda m: nbits(m, 4, 16, False, gather=True)),
+            ("qwen2_torchscript17", "q8_zp", lambda m: nbits(m, 8, 32, False)),
+        ],
+        # A position-compared mask whose caches keep_io_types leaves behind Casts: neither cache layout fits it.
+        "masks": [("llama_posmask_dynamo20", "fp16", lambda m: fp16(m, True))],
+    }[suite]
     for src, tag, convert in conversions:
-        s = os.path.join(ROOT, "decoders", src)
+        s = os.path.join(ROOT, suite, src)
         m = convert(onnx.load(os.path.join(s, "model.onnx")))
-        d = os.path.join(ROOT, "decoders", f"{src}_{tag}")
+        d = os.path.join(ROOT, suite, f"{src}_{tag}")
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         onnx.save(m, os.path.join(d, "model.onnx"))
@@ -297,12 +303,12 @@ def decoder_cases():
             np.save(os.path.join(d, f"prompt_{k}.npy"), prompt)
             np.save(os.path.join(d, f"tokens_{k}.npy"), tokens)
             gaps.append(gap)
-        meta = {"source": f"decoders/{src}", "conversion": tag, "reference": "onnxruntime", "new_tokens": NEW,
+        meta = {"source": f"{suite}/{src}", "conversion": tag, "reference": "onnxruntime", "new_tokens": NEW,
                 "min_top2_gap": min(gaps), "onnxruntime": ort.__version__}
         with open(os.path.join(d, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1, sort_keys=True)
             f.write("\n")
-        print(f"decoders/{src}_{tag}: min top-2 gap {min(gaps):.3f}")
+        print(f"{suite}/{src}_{tag}: min top-2 gap {min(gaps):.3f}")
 
 
 def main():
@@ -313,6 +319,8 @@ def main():
         op_cases()
     if "decoders" in parts:
         decoder_cases()
+    if "masks" in parts:
+        decoder_cases("masks")
 
 
 if __name__ == "__main__":

@@ -213,13 +213,23 @@ impl Session {
                 prefill.input_ids,
                 words(input(prefill.input_ids).0, (0..n).map(|i| chunk.get(i).copied().unwrap_or(pad))),
             );
-            let mask = (0..d.rows + n).map(|j| i64::from(j < pos || (j >= d.rows && j < d.rows + real)));
+            // A prefill step that writes in place sees every key at its position; otherwise its own keys come
+            // after the window's rows.
+            let at_positions = prefill.cache_row.is_some();
+            let keys = if at_positions { d.capacity } else { d.rows + n };
+            let mask = (0..keys).map(|j| {
+                i64::from(if at_positions { j < pos + real } else { j < pos || (j >= d.rows && j < d.rows + real) })
+            });
             write(prefill.attention_mask, words(input(prefill.attention_mask).0, mask));
             if let Some(p) = prefill.position_ids {
                 write(p, words(input(p).0, (0..n).map(|i| (pos + i.min(real - 1)) as i64)));
             }
             if let Some(p) = prefill.cache_position {
-                write(p, words(input(p).0, (0..n).map(|i| (d.rows + i) as i64)));
+                let first = if at_positions { pos } else { d.rows };
+                write(p, words(input(p).0, (0..n).map(|i| (first + i) as i64)));
+            }
+            if let Some(r) = prefill.cache_row {
+                write(r, words(input(r).0, [pos as i64]));
             }
             if let Some(p) = prefill.last_index {
                 write(p, words(input(p).0, [real as i64 - 1]));

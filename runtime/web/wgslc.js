@@ -444,9 +444,14 @@ export class Session {
         const real = chunk.length;
         const pad = chunk[real - 1];
         write(prefill.input_ids, range(n, (i) => (i < real ? chunk[i] : pad)));
-        write(prefill.attention_mask, range(d.rows + n, (j) => (j < pos || (j >= d.rows && j < d.rows + real) ? 1 : 0)));
+        // A prefill step that writes in place sees every key at its position; otherwise its own keys come after
+        // the window's rows.
+        const atPositions = prefill.cache_row != null;
+        const keys = atPositions ? d.capacity : d.rows + n;
+        write(prefill.attention_mask, range(keys, (j) => (atPositions ? j < pos + real : j < pos || (j >= d.rows && j < d.rows + real)) ? 1 : 0));
         if (prefill.position_ids != null) write(prefill.position_ids, range(n, (i) => pos + Math.min(i, real - 1)));
-        if (prefill.cache_position != null) write(prefill.cache_position, range(n, (i) => d.rows + i));
+        if (prefill.cache_position != null) write(prefill.cache_position, range(n, (i) => (atPositions ? pos : d.rows) + i));
+        if (atPositions) write(prefill.cache_row, [pos]);
         if (prefill.last_index != null) write(prefill.last_index, [real - 1]);
         await scoped(device, "prefill", () => {
           const enc = device.createCommandEncoder({ label: "wgslc prefill" });
@@ -560,8 +565,9 @@ export class Session {
   #copyRows(enc, step, pos, count) {
     const { plan, buffers } = this.#s;
     const d = plan.decoder;
-    for (const [i, s] of d.state.entries()) {
-      const p = step.present[i];
+    // A step that writes in place has no present outputs: nothing to copy.
+    for (const [i, p] of step.present.entries()) {
+      const s = d.state[i];
       const past = plan.inputs[s.input];
       const out = plan.outputs[p.output];
       const outer = past.shape.slice(0, s.axis).reduce((a, x) => a * x, 1);
@@ -748,7 +754,9 @@ function checkDecoder(plan, known) {
       bad(`step '${st.name}' has ${n} tokens or a dispatch out of range`);
     }
     const okIn = (i, want) => i === null || i === undefined || (plan.inputs[i] && len(plan.inputs[i]) === want);
-    if (!okIn(st.input_ids, n) || !okIn(st.attention_mask, d.rows + n) || !okIn(st.position_ids, n) ||
+    // A step that writes in place attends over the whole cache.
+    const keys = st.cache_row != null ? d.capacity : d.rows + n;
+    if (!okIn(st.input_ids, n) || !okIn(st.attention_mask, keys) || !okIn(st.position_ids, n) ||
         !okIn(st.cache_position, n) || !okIn(st.last_index, 1) || plan.inputs[st.input_ids]?.storage === "f32") {
       bad(`step '${st.name}': a loop input is missing or not of the step's length`);
     }
@@ -769,8 +777,9 @@ function checkDecoder(plan, known) {
     }
     if (st.cache_row != null) {
       const r = plan.inputs[st.cache_row];
-      if (n !== 1 || st.present.length !== 0 || !(r && len(r) === 1 && r.storage !== "f32")) {
-        bad(`step '${st.name}' writes the cache in place: it needs one token, no present outputs and a one-integer row input`);
+      const fits = Math.floor((d.rows - 1) / n) * n + n <= d.capacity;
+      if (!fits || st.present.length !== 0 || !(r && len(r) === 1 && r.storage !== "f32")) {
+        bad(`step '${st.name}' writes the cache in place: it needs chunks that end within the capacity, no present outputs and a one-integer row input`);
       }
       continue;
     }

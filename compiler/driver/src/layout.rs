@@ -21,7 +21,7 @@ use crate::{CompileError, CompileOptions};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use wgslc_ir::{Graph, Tensor, ValueId};
-use wgslc_onnx::decoder::{DecoderLayout, StepLayout, PREFILL};
+use wgslc_onnx::decoder::{CacheLayout, DecoderLayout, StepLayout, PREFILL};
 
 /// Weights of this many elements or more that only products and lookups read are not imported by the probes.
 const OPAQUE_ELEMENTS: u64 = 1 << 12;
@@ -134,8 +134,8 @@ pub(crate) fn prove(
             // The compiled step, with what the runtimes write into its inputs (runtime/src/generate.rs).
             let n = step.tokens;
             let (mask, map, window): (Vec<bool>, Vec<usize>, usize) = if step.cache_row.is_some() {
-                // In place: every key at its position, the rows after the token masked.
-                ((0..cache_rows).map(|j| j <= p.past).collect(), (0..total).collect(), cache_rows)
+                // In place: every key at its position, the rows after the step's real tokens masked.
+                ((0..cache_rows).map(|j| j < total).collect(), (0..total).collect(), cache_rows)
             } else {
                 let rows = layout.rows;
                 let mask = (0..rows + n).map(|j| j < p.past || (j >= rows && j < rows + p.real)).collect();
@@ -149,10 +149,12 @@ pub(crate) fn prove(
                 give(&lg, &mut given, name, pos);
             }
             if let Some(name) = &step.cache_position {
-                let cp: Vec<f64> = if step.cache_row.is_some() {
-                    vec![(cache_rows - 1) as f64; n]
-                } else {
-                    (0..n).map(|i| (layout.rows + i) as f64).collect()
+                let cp: Vec<f64> = match (step.name, step.cache_row.is_some()) {
+                    // The decode step in place: the last row (every key up to it, the mask hiding the rest).
+                    ("decode", true) => vec![(cache_rows - 1) as f64; n],
+                    // A prefill step in place: its tokens' positions.
+                    (_, true) => (0..n).map(|i| (p.past + i) as f64).collect(),
+                    _ => (0..n).map(|i| (layout.rows + i) as f64).collect(),
                 };
                 give(&lg, &mut given, name, cp);
             }
@@ -160,7 +162,8 @@ pub(crate) fn prove(
             let compiled = wgslc_passes::probe(&lg, &given, within)
                 .map_err(|e| err(format!("the cache layout can't be proved for this model: {e}")))?;
             let at = format!("{} step, {} cached and {} new token(s)", step.name, p.past, p.real);
-            compare(&reference, &compiled, &map, window, p, prefix).map_err(|m| err(format!("{m} ({at})")))?;
+            compare(&reference, &compiled, &map, window, p, prefix, layout.cache)
+                .map_err(|m| err(format!("{m} ({at})")))?;
         }
     }
     Ok(())
@@ -173,15 +176,20 @@ fn compare(
     window: usize,
     p: Probe,
     prefix: &str,
+    cache: CacheLayout,
 ) -> Result<(), String> {
     let model_name = |n: &str| n.strip_prefix(prefix).unwrap_or(n).to_string();
     let refuse = |softmax: &wgslc_passes::SoftmaxBias, what: String| {
         let node = model_name(softmax.mask_node.as_deref().unwrap_or(&softmax.softmax));
         format!(
-            "the attention mask applied at node '{node}' (Softmax '{}') {what}: the compiled cache layout places a \
-             step's keys at window rows that are not their positions, and this mask does not move with them; wgslc \
-             has no cache layout for this model",
-            model_name(&softmax.softmax)
+            "the attention mask applied at node '{node}' (Softmax '{}') {what}: {}",
+            model_name(&softmax.softmax),
+            match cache {
+                CacheLayout::Window =>
+                    "the compiled window puts a step's own keys at rows that are not their \
+                                        positions, and this mask does not move with them",
+                CacheLayout::Positions => "this mask does not match the cache with every key at its position",
+            }
         )
     };
     if reference.softmaxes.len() != compiled.softmaxes.len() {

@@ -23,6 +23,7 @@ use wgslc_passes::{MemoryPlan, Schedule};
 pub use dump::{print_memory, print_schedule};
 pub use ranged::RangedCompile;
 use ranged::{check_ranges, grid_scales, probe_dims, ranges_section};
+use wgslc_onnx::decoder::CacheLayout;
 pub use wgslc_onnx::decoder::KvCache;
 pub use wgslc_passes::{DimRange, WeightChange, WeightFormat};
 
@@ -196,13 +197,14 @@ pub struct Compiled {
 
 /// Imports a model file into the IR.
 pub fn import(model: &Path, opts: &CompileOptions) -> Result<Graph, CompileError> {
-    Ok(import_model(model, opts)?.0)
+    Ok(import_model(model, opts, CacheLayout::Window)?.0)
 }
 
 /// Imports a model file, rewritten into a decoder's steps with `--kv-cache`.
 fn import_model(
     model: &Path,
     opts: &CompileOptions,
+    cache: CacheLayout,
 ) -> Result<(Graph, Option<wgslc_onnx::decoder::DecoderLayout>), CompileError> {
     let mut io = wgslc_ir::ImportOptions {
         dims: opts.dims.clone(),
@@ -220,7 +222,7 @@ fn import_model(
                 let mut kv = kv.clone();
                 kv.fixed.extend(opts.constants.keys().cloned());
                 let wgslc_onnx::decoder::DecoderModel { model: proto, shapes, layout } =
-                    wgslc_onnx::decoder::decoder_model(proto, &kv)?;
+                    wgslc_onnx::decoder::decoder_model(proto, &kv, cache)?;
                 for (k, v) in shapes {
                     if io.shapes.get(&k).is_some_and(|s| *s != v) {
                         return Err(CompileError::Decoder(format!(
@@ -253,10 +255,28 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     let ranged_opts = check_ranges(opts)?;
     let opts = ranged_opts.as_ref().unwrap_or(opts);
     opts.progress.stage("import");
-    let (mut g, decoder) = import_model(model, opts)?;
-    if let (Some(layout), false) = (&decoder, stop_after == Some("import")) {
+    let (mut g, mut decoder) = import_model(model, opts, CacheLayout::Window)?;
+    if let (Some(window), false) = (&decoder, stop_after == Some("import")) {
         opts.progress.stage("cache layout");
-        layout::prove(model, opts, &g, layout)?;
+        match layout::prove(model, opts, &g, window) {
+            Ok(()) => {}
+            // A mask that does not move with the window's keys: every key at its position instead, where the
+            // model's caches allow it.
+            Err(CompileError::Decoder(why)) => {
+                let neither = |e: CompileError| {
+                    let e = match e {
+                        CompileError::Decoder(m) => m,
+                        e => e.to_string(),
+                    };
+                    CompileError::Decoder(format!("{why}; and with every key at its position: {e}"))
+                };
+                let (pg, positions) = import_model(model, opts, CacheLayout::Positions).map_err(neither)?;
+                let positions = positions.expect("a decoder import has a layout");
+                layout::prove(model, opts, &pg, &positions).map_err(neither)?;
+                (g, decoder) = (pg, Some(positions));
+            }
+            Err(e) => return Err(e),
+        }
     }
     let mut c = Compiled {
         graph: Graph::new(),

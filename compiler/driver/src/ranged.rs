@@ -30,7 +30,7 @@ pub(crate) fn probe_dims(
         for n in names {
             p.dims.insert(n.to_string(), b);
         }
-        let (mut pg, _) = import_model(model, &p).map_err(|e| e.to_string())?;
+        let (mut pg, _) = import_model(model, &p, crate::CacheLayout::Window).map_err(|e| e.to_string())?;
         wgslc_passes::run_passes(&mut pg, None, Some(at), !opts.no_fuse).map_err(|e| e.to_string())?;
         Ok(pg)
     };

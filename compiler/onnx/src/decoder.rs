@@ -17,6 +17,11 @@
 //! the prefill step included, reads the window of the first `rows` rows (a Slice, a view). No kernel copies a
 //! cache and the runtime copies no decode rows.
 //!
+//! With [`CacheLayout::Positions`] (chosen by the driver when the model's mask does not move with the window's
+//! keys: one that compares a key's index with `position_ids`) the prefill step writes in place too, at its
+//! chunk's first position, and attends over the whole cache, so every key sits at its position; the capacity is
+//! rounded up to a multiple of the chunk.
+//!
 //! [`decoder_model`] rewrites the model into one graph with both steps (the prefill step's values prefixed
 //! `prefill/`, the cache inputs and the weights shared), each step ending in an `ArgMax` over its last real
 //! token's logits (`next_token`) and in a `Sample` over them (`wgslc.sampled_token`, wgslc's own op: top-k and
@@ -51,9 +56,24 @@ pub struct KvCache {
     pub fixed: HashSet<String>,
 }
 
+/// Where a step's own keys sit in the cache it attends over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheLayout {
+    /// The prefill step reads the cache's first `rows` rows as a window and its own keys come after them (rows
+    /// `rows..rows+tokens`, not their positions); its new rows are copied into the cache after it. Exact for masks
+    /// that move with the keys (built from the shapes, or from `cache_position`).
+    Window,
+    /// Every step writes its new rows into the cache in place at their positions and attends over the whole
+    /// cache, so a key's index is its position (masks that compare a key's index with `position_ids`). Needs
+    /// every cache written as `Concat(past, new)` and read by nothing else; the capacity is rounded up to a
+    /// multiple of the prefill chunk, so that a chunk starting below the capacity ends within it.
+    Positions,
+}
+
 /// Where the loop's tensors are in the rewritten graph, by name.
 #[derive(Clone, Debug)]
 pub struct DecoderLayout {
+    pub cache: CacheLayout,
     /// Cache inputs (shared by both steps) and the axis their rows run along.
     pub state: Vec<(String, usize)>,
     /// The sampling inputs shared by both steps: the temperature (float `[1]`) and the top-k and seed (int64 `[2]`).
@@ -150,7 +170,7 @@ pub struct DecoderModel {
 
 /// Rewrites a decoder into the two-step graph described in the module doc, with the input shapes to compile it
 /// at and where the loop's tensors are.
-pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel, ImportError> {
+pub fn decoder_model(mut model: ModelProto, kv: &KvCache, cache: CacheLayout) -> Result<DecoderModel, ImportError> {
     let mut g = model.graph.take().ok_or(ImportError::NoGraph)?;
     if kv.capacity < 2 {
         return Err(bad(
@@ -158,8 +178,12 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
             format!("--kv-cache {} holds no generated token: use 2 or more", kv.capacity),
         ));
     }
-    let rows = kv.capacity - 1;
-    let chunk = kv.chunk.clamp(1, rows);
+    let chunk = kv.chunk.clamp(1, kv.capacity - 1);
+    let capacity = match cache {
+        CacheLayout::Window => kv.capacity,
+        CacheLayout::Positions => kv.capacity.next_multiple_of(chunk),
+    };
+    let rows = capacity - 1;
     if g.node.iter().any(|n| n.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty())) {
         return Err(bad("past_key_values", "--kv-cache does not support models with subgraphs (If, Loop, Scan)"));
     }
@@ -283,6 +307,14 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
         && pairs.iter().all(|(_, past)| {
             g.node.iter().enumerate().all(|(i, n)| !n.input.contains(past) || concats.contains(&i) || shape_only(n))
         });
+    let positions = cache == CacheLayout::Positions;
+    if positions && !in_place {
+        return Err(bad(
+            &pairs[0].1,
+            "the model's attention mask needs every key at its position in the cache, which wgslc gives only to \
+             caches written as Concat(past, new) and read by nothing else",
+        ));
+    }
     if in_place {
         let mut windows = Vec::new();
         for ((_, past), (_, axis)) in pairs.iter().zip(&state) {
@@ -323,15 +355,38 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
         .collect();
     let mut prefill_nodes: Vec<NodeProto> = g.node.iter().map(|n| prefixed(n, &shared)).collect();
     if in_place {
-        // The prefill step's Concats read its window; the decode step's become in-place writes.
-        for ((&c, (_, past)), (_, axis)) in concats.iter().zip(&pairs).zip(&state) {
-            prefill_nodes[c].input[0] = format!("{PREFILL}{past}/window");
-            let n = &mut g.node[c];
+        // The prefill step's Concats read its window (Window) or write in place too (Positions); the decode
+        // step's become in-place writes.
+        let in_place_write = |n: &mut NodeProto, row: String, axis: usize| {
             n.op_type = "CacheWrite".into();
             n.domain = crate::WGSLC_DOMAIN.into();
-            n.input.push(CACHE_ROW.into());
+            n.input.push(row);
             // The Concat's axis, which matched the cache's (as given or counted from the end).
-            n.attribute = vec![int_attr("axis", *axis as i64)];
+            n.attribute = vec![int_attr("axis", axis as i64)];
+        };
+        for ((&c, (_, past)), (_, axis)) in concats.iter().zip(&pairs).zip(&state) {
+            if positions {
+                in_place_write(&mut prefill_nodes[c], format!("{PREFILL}{CACHE_ROW}"), *axis);
+            } else {
+                prefill_nodes[c].input[0] = format!("{PREFILL}{past}/window");
+            }
+            in_place_write(&mut g.node[c], CACHE_ROW.into(), *axis);
+        }
+        if positions {
+            // The prefill step's window (what its Shape nodes size masks from) ends `chunk` rows before the cache,
+            // so that its concatenation is the whole cache.
+            for (_, past) in &pairs {
+                let window = format!("{PREFILL}{past}/window");
+                let ends = format!("{window}/ends");
+                g.initializer.push(int64_tensor(&ends, (capacity - chunk) as i64));
+                inits.insert(ends.clone());
+                for n in prefill_nodes.iter_mut().filter(|n| n.op_type == "Slice" && n.output[0] == window) {
+                    n.input[2] = ends.clone();
+                    for a in n.attribute.iter_mut().filter(|a| a.name == "ends") {
+                        a.ints = vec![(capacity - chunk) as i64];
+                    }
+                }
+            }
         }
     }
     let mut shapes = past_shapes.clone();
@@ -343,7 +398,13 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
         for r in ROLES {
             if let Some(i) = find(r) {
                 let rank = dims(i).len();
-                let len = if r == "attention_mask" { rows + tokens } else { tokens };
+                // A step that writes in place attends over the whole cache.
+                let in_place_step = in_place && (prefix.is_empty() || positions);
+                let len = match (r, in_place_step) {
+                    ("attention_mask", true) => capacity,
+                    ("attention_mask", false) => rows + tokens,
+                    _ => tokens,
+                };
                 let shape = match (r, rank) {
                     ("cache_position", 1) | (_, 1) => vec![len],
                     (_, 2) => vec![1, len],
@@ -385,8 +446,8 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
             prefill_nodes.extend([argmax, sample]);
         }
         // A step that writes the cache in place has no present outputs (nothing reads them).
-        let writes_in_place = in_place && prefix.is_empty();
-        let cache_row = writes_in_place.then(|| CACHE_ROW.to_string());
+        let writes_in_place = in_place && (prefix.is_empty() || positions);
+        let cache_row = writes_in_place.then(|| p(CACHE_ROW));
         if let Some(r) = &cache_row {
             shapes.insert(r.clone(), vec![1]);
             inputs.push(int64_input(r, 1));
@@ -433,7 +494,8 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache) -> Result<DecoderModel
     g.output = outputs;
     g.value_info.clear();
     model.graph = Some(g);
-    let layout = DecoderLayout { state, temperature: TEMPERATURE.into(), sampling: SAMPLING.into(), steps, rows };
+    let layout =
+        DecoderLayout { cache, state, temperature: TEMPERATURE.into(), sampling: SAMPLING.into(), steps, rows };
     Ok(DecoderModel { model, shapes, layout })
 }
 

@@ -86,11 +86,13 @@ pub struct RangedAxis {
 /// start of a generation and never copied through the host. A step without `cache_row` reads the cache's first
 /// `rows` rows as a window whose rows `pos..rows` the loop masks out through `attention_mask` (the model sees its
 /// own new tokens at rows `rows..rows+tokens`, positions come from `position_ids`); after it the runtime copies
-/// the step's new rows of each `present` output into the cache at `pos`. A step with `cache_row` (one token)
-/// writes its token's rows into the cache itself, at the row the runtime puts in that input (the token's
-/// position `pos`), and attends over the whole cache: the loop sets the mask's entries `0..=pos` to 1 before it
-/// runs. The cache inputs hold `capacity` rows when a step writes in place, `rows` otherwise. Prompt plus
-/// generated tokens may not exceed `capacity` (`rows + 1`).
+/// the step's new rows of each `present` output into the cache at `pos`. A step with `cache_row` writes its
+/// tokens' rows into the cache itself, at the row the runtime puts in that input (its first token's position
+/// `pos`), and attends over the whole cache, every key at its position: its `attention_mask` covers the
+/// `capacity` rows, 1 for the rows of the tokens so far and the step's real ones, and a prefill step that writes
+/// in place gets its tokens' positions as `cache_position` (the decode step gets `rows`). The cache inputs hold
+/// `capacity` rows when a step writes in place, `rows` otherwise; a prefill chunk that starts below `rows` ends
+/// within the capacity. Prompt plus generated tokens may not exceed `capacity` (`rows + 1`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
@@ -498,8 +500,10 @@ impl Plan {
             let ok_in = |i: Option<usize>, want: usize| {
                 i.is_none_or(|i| input(i).is_some_and(|t| len(t) == want && (word(t) || t.dtype != "int64")))
             };
+            // A step that writes in place attends over the whole cache.
+            let keys = if st.cache_row.is_some() { d.capacity } else { d.rows + n };
             if !ok_in(Some(st.input_ids), n)
-                || !ok_in(Some(st.attention_mask), d.rows + n)
+                || !ok_in(Some(st.attention_mask), keys)
                 || !ok_in(st.position_ids, n)
                 || !ok_in(st.cache_position, n)
                 || !ok_in(st.last_index, 1)
@@ -520,10 +524,11 @@ impl Plan {
                 }
             }
             if let Some(r) = st.cache_row {
-                if n != 1 || !st.present.is_empty() || !input(r).is_some_and(|t| len(t) == 1 && word(t)) {
+                let fits = (d.rows - 1) / n * n + n <= d.capacity;
+                if !fits || !st.present.is_empty() || !input(r).is_some_and(|t| len(t) == 1 && word(t)) {
                     return bad(format!(
-                        "step '{}' writes the cache in place: it needs one token, no present outputs and a \
-                         one-integer row input",
+                        "step '{}' writes the cache in place: it needs chunks that end within the capacity, no \
+                         present outputs and a one-integer row input",
                         st.name
                     ));
                 }
