@@ -2,7 +2,7 @@
 """Makes testdata/decoders: tiny decoder-only LLMs with a KV cache, exported with both ONNX exporters, with torch's
 greedy token ids and an onnxruntime reference of one cached step.
 
-    python3 scripts/make_decoders.py OUT_DIR [--mask positions]   # the GPU machine has torch, onnx, onnxruntime
+    python3 scripts/make_decoders.py OUT_DIR [--mask positions|sliding]   # the GPU machine has torch, onnx, onnxruntime
 
 Two models, written in plain torch the way HF's Qwen2 and Llama modelling code computes them (random weights, two
 layers, fp32):
@@ -14,7 +14,9 @@ The attention mask is built as HF's legacy `_prepare_4d_causal_attention_mask` d
 past length is the cache input's dim 2), combined with the 2-D `attention_mask`, masked scores at finfo.min.
 With `--mask positions` (testdata/masks, cases `<model>_posmask_<exporter>`) it compares each key's index in the
 concatenated cache with the query's position instead:
-`allowed = (arange(total)[None, :] <= position_ids[0][:, None]) & (attention_mask[0] > 0)`.
+`allowed = (arange(total)[None, :] <= position_ids[0][:, None]) & (attention_mask[0] > 0)`; with `--mask sliding`
+(`<model>_sliding_<exporter>`) also only the last 6 positions, as Mistral's sliding window does:
+`& (arange(total)[None, :] > position_ids[0][:, None] - 6)`.
 
 Each model is exported twice, as OUT_DIR/<model>_<exporter>/model.onnx:
 - `torchscript17`: torch.onnx.export(dynamo=False, opset 17) with HF/optimum's named dynamic axes (batch_size,
@@ -43,6 +45,7 @@ import torch
 
 NEW = 40
 LAYERS = 2
+WINDOW = 6  # the sliding window of `--mask sliding`
 CFG = dict(vocab=256, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, max_pos=128, theta=10000.0, eps=1e-6)
 
 
@@ -134,9 +137,14 @@ class Decoder(torch.nn.Module):
         x = self.embed(input_ids)
         cos, sin = self.rotary(position_ids)
         cols = torch.arange(t, device=input_ids.device)[None, :]
-        if self.mask == "positions":
+        if self.mask in ("positions", "sliding"):
             # Each key's index in the concatenated cache against the query's position.
-            allowed = (cols <= position_ids[0][:, None])[None, None] & (attention_mask[0] > 0)[None, None, None, :]
+            pos = position_ids[0][:, None]
+            allowed = cols <= pos
+            if self.mask == "sliding":
+                # Mistral-style: only the last WINDOW positions.
+                allowed = allowed & (cols > pos - WINDOW)
+            allowed = allowed[None, None] & (attention_mask[0] > 0)[None, None, None, :]
         else:
             rows = torch.arange(s, device=input_ids.device)[:, None] + p
             allowed = (cols <= rows)[None, None] & attention_mask[:, None, None, :].bool()
@@ -222,7 +230,7 @@ def main():
     out = sys.argv[1]
     # `--mask positions`: the position-compared masks of testdata/masks instead of the shape-built ones.
     mask = sys.argv[sys.argv.index("--mask") + 1] if "--mask" in sys.argv else "shapes"
-    suffix = "" if mask == "shapes" else "_posmask"
+    suffix = {"shapes": "", "positions": "_posmask", "sliding": "_sliding"}[mask]
     rows = []
     for style in ("qwen2", "llama"):
         torch.manual_seed({"qwen2": 1, "llama": 2}[style])

@@ -15,8 +15,10 @@
 - testdata/decoders/<case>: the bundled tiny decoders converted and quantized the same ways, with onnxruntime's
   greedy tokens on the converted graph (a growing cache, as scripts/make_decoders.py runs torch) from the same
   prompts; meta.json says so (`"reference": "onnxruntime"`).
-- testdata/masks/<case>_fp16 (`make_narrow.py masks`, not by default): a position-masked decoder of testdata/masks
-  converted to float16 with `keep_io_types`, whose caches behind Casts no cache layout of wgslc fits (refused).
+- testdata/masks/<case>_fp16, <case>_cache_read (`make_narrow.py masks`, not by default): a position-masked decoder
+  of testdata/masks converted to float16 with `keep_io_types` (its caches float32 behind Casts), and the same
+  decoder with its first cache also returned as an output of its own, which no cache layout of wgslc fits (meta.json
+  `"kv_cache": "refused"`).
 """
 
 import json
@@ -266,8 +268,9 @@ def greedy(model, prompt, new):
         feed = {"input_ids": x, "attention_mask": np.ones((1, p + s), np.int64),
                 "position_ids": np.arange(p, p + s, dtype=np.int64)[None]}
         feed.update(zip(past_names, past))
+        names = [o.name for o in sess.get_outputs()]
         r = sess.run(None, {k: v for k, v in feed.items() if k in ins})
-        past = r[1:]
+        past = [t for n, t in zip(names, r) if n.startswith("present")]
         last = r[0][0, -1].astype(np.float64)
         top = np.sort(last)[-2:]
         gap = min(gap, float(top[1] - top[0]))
@@ -275,6 +278,14 @@ def greedy(model, prompt, new):
         tokens.append(nxt)
         x = np.array([[nxt]], np.int64)
     return np.array([tokens], np.int64), gap
+
+
+def cache_read(m):
+    """The decoder with its first cache input also returned as an output of its own (`past_copy`)."""
+    past = m.graph.input[3]
+    m.graph.node.append(helper.make_node("Identity", [past.name], ["past_copy"], name="past_copy"))
+    m.graph.output.append(helper.make_tensor_value_info("past_copy", past.type.tensor_type.elem_type, None))
+    return m
 
 
 def decoder_cases(suite="decoders"):
@@ -286,8 +297,10 @@ def decoder_cases(suite="decoders"):
             ("llama_dynamo20", "q4_gather_zp", lambda m: nbits(m, 4, 16, False, gather=True)),
             ("qwen2_torchscript17", "q8_zp", lambda m: nbits(m, 8, 32, False)),
         ],
-        # A position-compared mask whose caches keep_io_types leaves behind Casts: neither cache layout fits it.
-        "masks": [("llama_posmask_dynamo20", "fp16", lambda m: fp16(m, True))],
+        # A position-compared mask whose caches keep_io_types leaves float32 behind Casts; and one whose first
+        # cache is also an output of its own (nothing may write it in place, and the window does not fit its mask).
+        "masks": [("llama_posmask_dynamo20", "fp16", lambda m: fp16(m, True)),
+                  ("llama_posmask_dynamo20", "cache_read", cache_read)],
     }[suite]
     for src, tag, convert in conversions:
         s = os.path.join(ROOT, suite, src)
@@ -305,6 +318,8 @@ def decoder_cases(suite="decoders"):
             gaps.append(gap)
         meta = {"source": f"{suite}/{src}", "conversion": tag, "reference": "onnxruntime", "new_tokens": NEW,
                 "min_top2_gap": min(gaps), "onnxruntime": ort.__version__}
+        if tag == "cache_read":
+            meta["kv_cache"] = "refused"
         with open(os.path.join(d, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1, sort_keys=True)
             f.write("\n")

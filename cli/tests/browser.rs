@@ -103,14 +103,14 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
     // sampling with a seed the Rust runtime's.
     let mut generations = Vec::new();
     // With them the decoders whose masks compare a key's index with its position (testdata/masks; every key at
-    // its position in the cache), but for the converted one no cache layout fits (refused at compile time).
+    // its position in the cache), but for the one no cache layout fits (refused at compile time).
     let mut names: Vec<String> = Vec::new();
     for suite in ["decoders", "masks"] {
         let root = common::testdata().join(suite);
         for e in std::fs::read_dir(&root).unwrap() {
             let n = e.unwrap().file_name().to_string_lossy().into_owned();
             let meta = std::fs::read_to_string(root.join(&n).join("meta.json")).unwrap_or_default();
-            if root.join(&n).join("model.onnx").exists() && !(suite == "masks" && meta.contains("\"conversion\"")) {
+            if root.join(&n).join("model.onnx").exists() && !meta.contains("\"kv_cache\": \"refused\"") {
                 names.push(format!("{suite}/{n}"));
             }
         }

@@ -255,6 +255,15 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache, cache: CacheLayout) ->
         .map(|o| o.name.clone())
         .ok_or_else(|| bad("logits", "--kv-cache needs a logits output"))?;
 
+    // Float16 caches kept float32 at the boundary become float16 inputs (their present outputs have no declared
+    // type then: a step's new rows are float16).
+    let mut uncast: HashSet<String> = HashSet::new();
+    for ((present, past), (_, axis)) in pairs.iter().zip(&state) {
+        if uncast_cache(&mut g, present, past, *axis, past_shapes[past].len()) {
+            uncast.insert(present.clone());
+        }
+    }
+
     // present = Concat(past, new) along the cache axis: the step's output becomes `new` alone.
     let mut producer: HashMap<String, usize> = HashMap::new();
     for (i, n) in g.node.iter().enumerate() {
@@ -268,7 +277,10 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache, cache: CacheLayout) ->
     let mut concats = Vec::new();
     for ((present, past), (_, axis)) in pairs.iter().zip(&state) {
         let rank = past_shapes[past].len() as i64;
-        let direct = producer.get(present).map(|&i| &g.node[i]).filter(|n| {
+        // The Concat writing `present`, or (an uncast float16 cache) the Concat under its Cast.
+        let at =
+            producer.get(present).map(|&i| if uncast.contains(present) { producer[&g.node[i].input[0]] } else { i });
+        let direct = at.map(|i| &g.node[i]).filter(|n| {
             let a = n.attribute.iter().find(|a| a.name == "axis").map(|a| a.i).unwrap_or(0);
             n.op_type == "Concat"
                 && n.domain.is_empty()
@@ -278,7 +290,7 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache, cache: CacheLayout) ->
         });
         match direct {
             Some(n) => {
-                concats.push(producer[present]);
+                concats.push(at.expect("matched"));
                 let new = n.input[1].clone();
                 let whole = format!("{present}/with_past");
                 renames.insert(present.clone(), whole);
@@ -456,7 +468,8 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache, cache: CacheLayout) ->
             if writes_in_place && pairs.iter().any(|(present, _)| *present == o.name) {
                 continue;
             }
-            outputs.push(ValueInfoProto { name: p(&o.name), r#type: o.r#type.clone() });
+            let r#type = if uncast.contains(&o.name) { None } else { o.r#type.clone() };
+            outputs.push(ValueInfoProto { name: p(&o.name), r#type });
         }
         outputs.push(ValueInfoProto { name: next.clone(), r#type: None });
         outputs.push(ValueInfoProto { name: sampled.clone(), r#type: None });
@@ -480,7 +493,8 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache, cache: CacheLayout) ->
         });
     }
     for (past, _) in &state {
-        let i = find(past).expect("checked");
+        // As the graph now types it (an uncast float16 cache).
+        let i = g.input.iter().find(|i| i.name == *past).expect("checked");
         inputs.push(i.clone());
     }
     inputs.push(tensor_input(TEMPERATURE, 1, 1));
@@ -497,6 +511,50 @@ pub fn decoder_model(mut model: ModelProto, kv: &KvCache, cache: CacheLayout) ->
     let layout =
         DecoderLayout { cache, state, temperature: TEMPERATURE.into(), sampling: SAMPLING.into(), steps, rows };
     Ok(DecoderModel { model, shapes, layout })
+}
+
+/// A cache that a float16 model keeps as float32 at its inputs and outputs (the fp16 converter's `keep_io_types`):
+/// `present = Cast<f32>(Concat(Cast<f16>(past), new))`, attention reading the float16 concatenation. The cache
+/// input becomes float16 (stored as 32-bit floats, as every activation is) and the Concat reads it directly, so
+/// that the cache is written as `Concat(past, new)` (in place) and attention reads it with no cast in between;
+/// `present` stays `Cast<f32>` of it. Exact for the caches generation holds, whose rows come from the model's
+/// float16 values. Shape nodes of the cast read the past itself. Returns whether it did; anything else leaves the
+/// graph as it is.
+fn uncast_cache(g: &mut GraphProto, present: &str, past: &str, axis: usize, rank: usize) -> bool {
+    let cast_to = |n: &NodeProto, to: i64| {
+        n.op_type == "Cast" && n.domain.is_empty() && n.attribute.iter().any(|a| a.name == "to" && a.i == to)
+    };
+    let (f32_, f16) = (1, 10);
+    let producer = |g: &GraphProto, v: &str| g.node.iter().position(|n| n.output.iter().any(|o| o == v));
+    let Some(out_cast) = producer(g, present).filter(|&i| cast_to(&g.node[i], f32_)) else { return false };
+    let Some(concat) = producer(g, &g.node[out_cast].input[0]) else { return false };
+    let c = &g.node[concat];
+    let a = c.attribute.iter().find(|a| a.name == "axis").map(|a| a.i).unwrap_or(0);
+    if c.op_type != "Concat" || c.input.len() != 2 || (a != axis as i64 && a + rank as i64 != axis as i64) {
+        return false;
+    }
+    let cast_past = c.input[0].clone();
+    let Some(in_cast) = producer(g, &cast_past).filter(|&i| cast_to(&g.node[i], f16) && g.node[i].input[0] == past)
+    else {
+        return false;
+    };
+    let readers: Vec<usize> = (0..g.node.len()).filter(|&i| g.node[i].input.contains(&cast_past)).collect();
+    let shape_only = |n: &NodeProto| n.op_type == "Shape" && n.domain.is_empty();
+    if readers.iter().any(|&i| i != concat && !shape_only(&g.node[i])) {
+        return false;
+    }
+    let Some(tt) = g.input.iter_mut().find(|i| i.name == past).and_then(|i| i.r#type.as_mut()?.tensor_type.as_mut())
+    else {
+        return false;
+    };
+    tt.elem_type = f16 as i32;
+    for &i in &readers {
+        for s in g.node[i].input.iter_mut().filter(|s| **s == cast_past) {
+            *s = past.to_string();
+        }
+    }
+    g.node.remove(in_cast);
+    true
 }
 
 fn prefixed(n: &NodeProto, shared: &HashSet<String>) -> NodeProto {
