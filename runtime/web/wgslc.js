@@ -753,7 +753,9 @@ function checkDecoder(plan, known) {
     if (!(n > 0 && n <= d.rows) || !st.dispatches.every((k) => k >= 0 && k < plan.kernels.length)) {
       bad(`step '${st.name}' has ${n} tokens or a dispatch out of range`);
     }
-    const okIn = (i, want) => i === null || i === undefined || (plan.inputs[i] && len(plan.inputs[i]) === want);
+    // The loop writes its inputs as integers: an int64 one stored as 32-bit floats is refused, as in Rust.
+    const okIn = (i, want) => i === null || i === undefined ||
+      (plan.inputs[i] && len(plan.inputs[i]) === want && (plan.inputs[i].storage !== "f32" || plan.inputs[i].dtype !== "int64"));
     // A step that writes in place attends over the whole cache.
     const keys = st.cache_row != null ? d.capacity : d.rows + n;
     if (!okIn(st.input_ids, n) || !okIn(st.attention_mask, keys) || !okIn(st.position_ids, n) ||

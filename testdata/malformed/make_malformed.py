@@ -334,6 +334,21 @@ def main():
     artifact("artifact_range_bad_scale", lambda p: ranged(p, extent=32, scale={"axis": 3, "dim": 0}),
              "scales its workgroups by a dim or axis the plan lacks")
 
+    # A decoder whose int64 attention_mask is stored as 32-bit floats: the loop writes its inputs as integers.
+    def decoder(p):
+        spec = lambda name, dtype, shape, storage, buf: {"name": name, "dtype": dtype, "shape": shape,
+                                                         "storage": storage, "buffer": buf}
+        p["buffers"] += [{"name": n, "size": s, "kind": "input"} for n, s in [("ids", 4), ("mask", 8), ("row", 4),
+                                                                               ("cache", 8)]]
+        p["buffers"] += [{"name": n, "size": 4, "kind": "output"} for n in ("logits", "next")]
+        p["inputs"] = [spec("input_ids", "int64", [1, 1], "i32", 1), spec("attention_mask", "int64", [1, 2], "f32", 2),
+                       spec("wgslc.cache_row", "int64", [1], "i32", 3), spec("past", "float32", [1, 2], "f32", 4)]
+        p["outputs"] = [spec("logits", "float32", [1], "f32", 5), spec("next_token", "int64", [1], "i32", 6)]
+        p["decoder"] = {"capacity": 2, "rows": 1, "state": [{"input": 3, "axis": 1}],
+                        "steps": [{"name": "decode", "tokens": 1, "dispatches": [0], "input_ids": 0,
+                                   "attention_mask": 1, "logits": 0, "next_token": 1, "present": [], "cache_row": 2}]}
+    artifact("artifact_decoder_mask_stored_as_float", decoder, "a loop input is missing or not of the step's length")
+
     def conv_transpose(name, w_shape, expect, **attrs):
         node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
