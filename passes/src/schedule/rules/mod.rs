@@ -35,6 +35,8 @@ pub(super) struct Fuse<'a> {
 
 /// A rule that merges groups once they are formed.
 pub(super) struct Rule {
+    /// Its module's name (docs/architecture.md lists them in this order).
+    pub name: &'static str,
     /// Whether the options let it run (every rule needs `fuse`).
     pub enabled: fn(&FuseOptions) -> bool,
     pub run: fn(&mut Fuse),
@@ -46,15 +48,27 @@ pub(super) struct Rule {
 /// could be written in place), the Concats written in place (their producers final), and last the
 /// cache writes paired (their row operands taken when their groups were made).
 pub(super) const RULES: &[Rule] = &[
-    Rule { enabled: |o| o.attention == super::AttentionMode::Fused, run: attention::fuse },
-    Rule { enabled: |_| true, run: conv_sum::fuse },
-    Rule { enabled: |o| o.inverted_residual == super::InvertedResidualMode::Fused, run: expand::fuse },
-    Rule { enabled: |_| true, run: depthwise::fuse },
-    Rule { enabled: |_| true, run: store_copy::fuse },
-    Rule { enabled: |_| true, run: blocks::fuse },
-    Rule { enabled: |_| true, run: concat::fuse },
-    Rule { enabled: |_| true, run: cache_pair::fuse },
+    Rule { name: "attention", enabled: |o| o.attention == super::AttentionMode::Fused, run: attention::fuse },
+    Rule { name: "conv_sum", enabled: |_| true, run: conv_sum::fuse },
+    Rule { name: "expand", enabled: |o| o.inverted_residual == super::InvertedResidualMode::Fused, run: expand::fuse },
+    Rule { name: "depthwise", enabled: |_| true, run: depthwise::fuse },
+    Rule { name: "store_copy", enabled: |_| true, run: store_copy::fuse },
+    Rule { name: "blocks", enabled: |_| true, run: blocks::fuse },
+    Rule { name: "concat", enabled: |_| true, run: concat::fuse },
+    Rule { name: "cache_pair", enabled: |_| true, run: cache_pair::fuse },
 ];
+
+#[cfg(test)]
+mod tests {
+    /// docs/architecture.md names the registered rules, in order ("The rules").
+    #[test]
+    fn rules_doc_lists_every_registered_rule() {
+        let doc = include_str!("../../../../docs/architecture.md").replace('\n', " ");
+        let names: Vec<String> = super::RULES.iter().map(|r| format!("`{}`", r.name)).collect();
+        let listed = format!("in `rules::RULES`: {}", names.join(", "));
+        assert!(doc.contains(&listed), "docs/architecture.md should say: {listed}");
+    }
+}
 
 impl Fuse<'_> {
     pub fn bindings(&self, k: &KernelGroup) -> usize {
