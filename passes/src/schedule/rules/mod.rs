@@ -36,6 +36,7 @@ pub(super) struct Fuse<'a> {
 /// A rule that merges groups once they are formed.
 pub(super) struct Rule {
     /// Its module's name (docs/architecture.md lists them in this order).
+    #[cfg_attr(not(test), expect(dead_code, reason = "read by the test that checks the docs"))]
     pub name: &'static str,
     /// Whether the options let it run (every rule needs `fuse`).
     pub enabled: fn(&FuseOptions) -> bool,
@@ -57,18 +58,6 @@ pub(super) const RULES: &[Rule] = &[
     Rule { name: "concat", enabled: |_| true, run: concat::fuse },
     Rule { name: "cache_pair", enabled: |_| true, run: cache_pair::fuse },
 ];
-
-#[cfg(test)]
-mod tests {
-    /// docs/architecture.md names the registered rules, in order ("The rules").
-    #[test]
-    fn rules_doc_lists_every_registered_rule() {
-        let doc = include_str!("../../../../docs/architecture.md").replace('\n', " ");
-        let names: Vec<String> = super::RULES.iter().map(|r| format!("`{}`", r.name)).collect();
-        let listed = format!("in `rules::RULES`: {}", names.join(", "));
-        assert!(doc.contains(&listed), "docs/architecture.md should say: {listed}");
-    }
-}
 
 impl Fuse<'_> {
     pub fn bindings(&self, k: &KernelGroup) -> usize {
@@ -172,4 +161,16 @@ pub(super) fn lone_conv_chain(f: &Fuse, x: ValueId, reader: NodeId) -> Option<(u
     }
     let only = f.readers.get(&x).is_some_and(|rs| rs.as_slice() == [(reader, 0)]);
     (cur == x && only && !f.is_output(x)).then_some((di, conv))
+}
+
+#[cfg(test)]
+mod tests {
+    /// docs/architecture.md names the registered rules, in order ("The rules").
+    #[test]
+    fn rules_doc_lists_every_registered_rule() {
+        let doc = include_str!("../../../../docs/architecture.md").replace('\n', " ");
+        let names: Vec<String> = super::RULES.iter().map(|r| format!("`{}`", r.name)).collect();
+        let listed = format!("in `rules::RULES`: {}", names.join(", "));
+        assert!(doc.contains(&listed), "docs/architecture.md should say: {listed}");
+    }
 }
