@@ -139,6 +139,8 @@ def main():
     ap.add_argument("--sample", default="0.8,50", help="TEMPERATURE,TOP_K of the sampled runs ('' for none)")
     ap.add_argument("--weights", default="", help="narrow-weight variants to compile and time: f16, q8, q4")
     ap.add_argument("--baseline", action="store_true", help="run scripts/torch_decode_baseline.py (fp32, bf16)")
+    ap.add_argument("--export-only", action="store_true",
+                    help="write OUT/model.onnx and OUT/prompt.npy and stop (for scripts/decode_ab.py)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows, notes = [], []
@@ -162,6 +164,9 @@ def main():
     with torch.no_grad():
         export(m, a.layers, onnx_path)
     notes.append(f"export (dynamo, opset 20): {time.perf_counter() - t0:.1f} s")
+    if a.export_only:
+        print(notes[-1])
+        return
     art = os.path.join(a.out, "art")
     subprocess.run(["rm", "-rf", art], check=True)
     t0 = time.perf_counter()

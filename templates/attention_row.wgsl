@@ -5,6 +5,48 @@
 {%- include "fused.wgsl" %}
 {%- endif %}
 {%- include "fused.wgsl" %}
+{%- if let Some(c) = cache %}
+{%- if let Some(fu) = c.operand %}
+// The new keys are computed here (their elementwise kernel folded in).
+{%- include "fused.wgsl" %}
+{%- endif %}
+// This step's cache writes, done here: workgroup 0 writes the new row of `b` (K) and of `v` (V) at row
+// `new_row` = `{{ c.row_var }}[0]` clamped to 0..={{ c.last_row }}; every workgroup computes its own head's new key and value into
+// workgroup memory and takes key `new_row` from there, reading another row in its place, so no workgroup reads a
+// row that one writes. Only keys 0..=new_row are scored: the rows after the new one hold no token and the model's
+// mask masks them out (a CacheWrite's contract, which `--kv-cache`'s layout proof establishes), so they would
+// add exact zeros.
+var<private> new_row: u32;
+var<private> key_end: u32;
+var<private> alt_row: u32;
+var<workgroup> k_new: array<vec4<f32>, {{ dk4 }}>;
+var<workgroup> v_new: array<vec4<f32>, {{ dv4 }}>;
+{%- for p in c.parts %}
+{%- let name = p.name %}
+
+// New {{ name }} element i, where it goes at first row r, and which new element cache offset o of the new row holds.
+fn new_{{ name }}(i: u32) -> f32 {
+{%- for x in p.coords %}
+    let {{ x.name }} = (i / {{ x.stride }}u) % {{ x.extent }}u;
+{%- endfor %}
+    return {{ p.src }};
+}
+fn new_{{ name }}_at(i: u32, r: u32) -> u32 {
+{%- for x in p.coords %}
+    let {{ x.name }} = (i / {{ x.stride }}u) % {{ x.extent }}u;
+{%- endfor %}
+    return {{ p.dst }};
+}
+fn new_{{ name }}_of(o: u32) -> u32 {
+    return {{ p.of }};
+}
+{%- endfor %}
+
+// The key or value row read for key j.
+fn row_read(j: u32) -> u32 {
+    return select(j, alt_row, j == new_row);
+}
+{%- endif %}
 // Attention for one query row (a decode step): a workgroup of 256 threads per row, {{ blocks }} rows, {{ n }} keys.
 // The query goes to workgroup memory; each thread scores keys tid, tid + 256, … (Q·K as {{ dk4 }} four-wide loads of
 // each of two keys, all in flight, then the score epilogue: scale, mask) into workgroup memory, which holds every score;
@@ -70,14 +112,46 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         q_row[tid] = q;
     }
+{%- if let Some(c) = cache %}
+    new_row = u32(clamp({{ c.row_var }}[0], 0, {{ c.last_row }}));
+    alt_row = select(0u, 1u, new_row == 0u);
+    key_end = new_row + 1u;
+    if (tid < {{ dk4 }}u) {
+        var kn = vec4<f32>(0.0);
+        for (var e = 0u; e < 4u; e = e + 1u) {
+            kn[e] = new_key(new_key_of(b_base + new_row * {{ b_sn }}u + (tid * 4u + e) * {{ b_sk }}u));
+        }
+        k_new[tid] = kn;
+    }
+    if (tid < {{ dv4 }}u) {
+        var vn = vec4<f32>(0.0);
+        for (var e = 0u; e < 4u; e = e + 1u) {
+            vn[e] = new_value(new_value_of(v_base + new_row * {{ v_sk }}u + (tid * 4u + e) * {{ v_sn }}u));
+        }
+        v_new[tid] = vn;
+    }
+    if (batch == 0u) {
+{%- for p in c.parts %}
+        for (var i = tid; i < {{ p.numel }}u; i = i + 256u) {
+            let d = new_{{ p.name }}_at(i, new_row);
+            {{ p.store }} = new_{{ p.name }}(i);
+        }
+{%- endfor %}
+    }
+{%- endif %}
     workgroupBarrier();
     var tmax = neg_inf;
     // Two keys per thread at a time (tid + 512·t and 256 more; past the end, the last key again, not stored), so
     // {{ 2 * k_unroll }} four-wide loads are in flight.
-    for (var j0 = tid; j0 < {{ n }}u; j0 = j0 + 512u) {
+    for (var j0 = tid; j0 < {{ keys }}; j0 = j0 + 512u) {
         let j1 = j0 + 256u;
+{%- if cache.is_some() %}
+        let base0 = b_base + row_read(j0) * {{ b_sn }}u;
+        let base1 = b_base + row_read(min(j1, {{ n - 1 }}u)) * {{ b_sn }}u;
+{%- else %}
         let base0 = b_base + j0 * {{ b_sn }}u;
         let base1 = b_base + min(j1, {{ n - 1 }}u) * {{ b_sn }}u;
+{%- endif %}
         var dot0 = vec4<f32>(0.0);
         var dot1 = vec4<f32>(0.0);
         for (var d0 = 0u; d0 < {{ dk4 }}u; d0 = d0 + {{ k_unroll }}u) {
@@ -90,8 +164,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             dot1 = fma(q_row[d0 + {{ u }}u], m{{ u }}, dot1);
 {%- endfor %}
         }
+{%- if cache.is_some() %}
+        // The new key, from workgroup memory.
+        if (j0 == new_row || j1 == new_row) {
+            var dn = vec4<f32>(0.0);
+            for (var d = 0u; d < {{ dk4 }}u; d = d + 1u) {
+                dn = fma(q_row[d], k_new[d], dn);
+            }
+            if (j0 == new_row) {
+                dot0 = dn;
+            } else {
+                dot1 = dn;
+            }
+        }
+{%- endif %}
 {%- for kk in 0..2 %}
-        if (j{{ kk }} < {{ n }}u) {
+        if (j{{ kk }} < {{ keys }}) {
             let dot_s = {{ alpha }} * (dot{{ kk }}.x + dot{{ kk }}.y + dot{{ kk }}.z + dot{{ kk }}.w);
 {%- if fu.defined %}
             let s = fused(dot_s, batch * {{ n }}u + j{{ kk }});
@@ -107,7 +195,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // While every score is -inf, shift by 0 so exp gives 0 rather than NaN.
     let shift = select(mx, 0.0, mx == neg_inf);
     var l = 0.0;
-    for (var j = tid; j < {{ n }}u; j = j + 256u) {
+    for (var j = tid; j < {{ keys }}; j = j + 256u) {
         let p = exp(scores[j] - shift);
         scores[j] = p;
         l = l + p;
@@ -121,17 +209,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
     if (c4 < {{ dv4 }}u) {
         var j = slice;
-        for (; j + {{ (unroll - 1) * slices }}u < {{ n }}u; j = j + {{ unroll * slices }}u) {
+        for (; j + {{ (unroll - 1) * slices }}u < {{ keys }}; j = j + {{ unroll * slices }}u) {
+{%- if cache.is_some() %}
+{%- for u in 0..unroll %}
+            let v{{ u }} = value4(v_base + row_read(j + {{ u * slices }}u) * {{ v_sk }}u, c4);
+{%- endfor %}
+{%- for u in 0..unroll %}
+            acc{{ u }} = fma(vec4<f32>(select(scores[j + {{ u * slices }}u], 0.0, j + {{ u * slices }}u == new_row)), v{{ u }}, acc{{ u }});
+{%- endfor %}
+{%- else %}
 {%- for u in 0..unroll %}
             let v{{ u }} = value4(v_base + (j + {{ u * slices }}u) * {{ v_sk }}u, c4);
 {%- endfor %}
 {%- for u in 0..unroll %}
             acc{{ u }} = fma(vec4<f32>(scores[j + {{ u * slices }}u]), v{{ u }}, acc{{ u }});
 {%- endfor %}
+{%- endif %}
         }
-        for (; j < {{ n }}u; j = j + {{ slices }}u) {
+        for (; j < {{ keys }}; j = j + {{ slices }}u) {
+{%- if cache.is_some() %}
+            let p = select(scores[j], 0.0, j == new_row);
+            acc0 = fma(vec4<f32>(p), value4(v_base + row_read(j) * {{ v_sk }}u, c4), acc0);
+{%- else %}
             acc0 = fma(vec4<f32>(scores[j]), value4(v_base + j * {{ v_sk }}u, c4), acc0);
+{%- endif %}
         }
+{%- if cache.is_some() %}
+        // The new value, from workgroup memory.
+        if (slice == 0u) {
+            acc0 = fma(vec4<f32>(scores[new_row]), v_new[c4], acc0);
+        }
+{%- endif %}
     }
     pv_red[tid] = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};
     workgroupBarrier();

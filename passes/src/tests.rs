@@ -611,6 +611,56 @@ fn cache_writes_at_one_row_share_a_dispatch_when_independent() {
     assert_eq!(sched.kernels.iter().filter(|k| k.anchor.is_some()).count(), 2);
 }
 
+/// A decode step's attention over both caches right after their writes: q `[1, 2, 1, 16]` scores the 8 keys of
+/// `keys` (K's cache as written), softmax, times `values`. With `other_reader`, K's written cache is also summed
+/// by a node of its own.
+fn decode_attention(other_reader: bool) -> Graph {
+    let mut g = Graph::new();
+    let (kc, vc) = (f32_input(&mut g, "kc", &[1, 2, 8, 16]), f32_input(&mut g, "vc", &[1, 2, 8, 16]));
+    let (k, v) = (f32_input(&mut g, "k", &[1, 2, 1, 16]), f32_input(&mut g, "v", &[1, 2, 1, 16]));
+    let q = f32_input(&mut g, "q", &[1, 2, 1, 16]);
+    let row = g.add_value("row", Some(TensorType::new(DType::I64, vec![1])));
+    g.inputs.push(row);
+    let (keys, values) = (g.add_value("keys", None), g.add_value("values", None));
+    g.add_node("kw", Op::CacheWrite { axis: 2 }, vec![Some(kc), Some(k), Some(row)], vec![keys]).unwrap();
+    g.add_node("vw", Op::CacheWrite { axis: 2 }, vec![Some(vc), Some(v), Some(row)], vec![values]).unwrap();
+    let val = |g: &mut Graph, n: &str| g.add_value(n, None);
+    let (kt, s, p, o) = (val(&mut g, "kt"), val(&mut g, "s"), val(&mut g, "p"), val(&mut g, "o"));
+    g.add_node("kt", Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, vec![Some(keys)], vec![kt]).unwrap();
+    g.add_node("qk", Op::MatMul, vec![Some(q), Some(kt)], vec![s]).unwrap();
+    g.add_node("softmax", Op::Softmax { axis: -1, legacy: false, log: false }, vec![Some(s)], vec![p]).unwrap();
+    g.add_node("pv", Op::MatMul, vec![Some(p), Some(values)], vec![o]).unwrap();
+    g.outputs.push(o);
+    if other_reader {
+        let r = val(&mut g, "r");
+        let sum = Op::Reduce {
+            op: wgslc_ir::ReduceOp::Sum,
+            axes: Some(vec![2]),
+            keepdims: true,
+            noop_with_empty_axes: false,
+        };
+        g.add_node("sum", sum, vec![Some(keys)], vec![r]).unwrap();
+        g.outputs.push(r);
+    }
+    run_pipeline(&mut g, None).unwrap();
+    g
+}
+
+#[test]
+fn a_decode_steps_cache_writes_join_the_attention_that_reads_them() {
+    let g = decode_attention(false);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert_eq!(sched.kernels.len(), 1, "{:?}", sched.kernels);
+    let (_, writes) = sched.kernels[0].cache_rows().expect("the writes folded into the attention");
+    let names: Vec<&str> = writes.iter().map(|&w| g.node(w).name.as_str()).collect();
+    assert_eq!(names, ["kw", "vw"]);
+    // K's cache as written also read elsewhere: the writes keep their kernel, before both readers.
+    let g = decode_attention(true);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert!(sched.kernels.iter().all(|k| k.cache_rows().is_none()), "{:?}", sched.kernels);
+    assert!(sched.kernels[0].second_cache_write().is_some(), "{:?}", sched.kernels);
+}
+
 #[test]
 fn functions_of_a_bounded_position_become_one_table_lookup() {
     // pos → Cast → × inverse frequencies → Concat(f, f) → cos, sin: rotary tables of a decode step.

@@ -289,39 +289,59 @@ fn one_row_products_over_narrow_weights() {
     insta::assert_snapshot!(k);
 }
 
-/// A decode step's attention: the new key and value rows written into their caches in place (`CacheWrite`, one
-/// thread per new element at the row the loop gives; K's computed there by the elementwise kernel folded in), then the one query row's scores, softmax and product with
-/// V over the caches (three kernels: one query row spread over the GPU).
-#[test]
-fn a_decode_step_writes_its_cache_in_place() {
+/// A decode step's attention over `[1, 2, 8, 16]` caches: the new key and value rows written into them in place
+/// (`CacheWrite` at the row the loop gives; K's computed by an elementwise kernel, rotary's place), then the one
+/// query row's (computed the same way) scores, [mask,] softmax and product with V over the caches.
+fn decode_step(masked: bool) -> Graph {
     let mut g = Graph::new();
     let (kc, vc) = (input(&mut g, "k_cache", &[1, 2, 8, 16]), input(&mut g, "v_cache", &[1, 2, 8, 16]));
     let (k, v, q) =
         (input(&mut g, "k", &[1, 2, 1, 16]), input(&mut g, "v", &[1, 2, 1, 16]), input(&mut g, "q", &[1, 2, 1, 16]));
     let row = g.add_value("row", Some(TensorType::new(DType::I64, vec![1])));
     g.inputs.push(row);
-    let mask = input(&mut g, "mask", &[1, 1, 1, 8]);
-    // K's new rows computed by an elementwise kernel (rotary's place): computed inside the cache write.
+    let mask = masked.then(|| input(&mut g, "mask", &[1, 1, 1, 8]));
     let cos = input(&mut g, "cos", &[1, 1, 1, 16]);
     let k = node(&mut g, Op::Binary(BinaryOp::Mul), &[k, cos]);
     let keys = node(&mut g, Op::CacheWrite { axis: 2 }, &[kc, k, row]);
-    // And Q's, one row per head: computed as the score product loads it.
     let q = node(&mut g, Op::Binary(BinaryOp::Mul), &[q, cos]);
     let values = node(&mut g, Op::CacheWrite { axis: 2 }, &[vc, v, row]);
     let kt = node(&mut g, Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[keys]);
-    let scores = node(&mut g, Op::MatMul, &[q, kt]);
-    let scale = g.add_const("scale", Tensor::f32(vec![], vec![0.25]));
-    let scaled = node(&mut g, Op::Binary(BinaryOp::Mul), &[scores, scale]);
-    let masked = node(&mut g, Op::Binary(BinaryOp::Add), &[scaled, mask]);
-    let p = node(&mut g, Op::Softmax { axis: -1, legacy: false, log: false }, &[masked]);
+    let mut scores = node(&mut g, Op::MatMul, &[q, kt]);
+    if let Some(mask) = mask {
+        let scale = g.add_const("scale", Tensor::f32(vec![], vec![0.25]));
+        let scaled = node(&mut g, Op::Binary(BinaryOp::Mul), &[scores, scale]);
+        scores = node(&mut g, Op::Binary(BinaryOp::Add), &[scaled, mask]);
+    }
+    let p = node(&mut g, Op::Softmax { axis: -1, legacy: false, log: false }, &[scores]);
     let out = node(&mut g, Op::MatMul, &[p, values]);
     g.outputs.push(out);
-    let k = kernels(g);
+    g
+}
+
+/// With the mask the writes keep a kernel of their own (K's and V's in one, K's rows computed there): the attention
+/// kernel would bind nine buffers with them (the limit is eight).
+#[test]
+fn a_decode_step_writes_its_cache_in_place() {
+    let k = kernels(decode_step(true));
     assert_eq!(k.matches("templates/cache_write.wgsl").count(), 1, "K's and V's cache writes in one kernel:\n{k}");
     assert!(k.contains("var<storage, read_write> cache1"), "{k}");
     assert_eq!(k.matches("fn operand_a(").count(), 2, "K's rows in its cache write, Q's in the scores:\n{k}");
     assert_eq!(k.matches("// ---- ").count(), 2, "the cache writes, then attention as one kernel:\n{k}");
     assert!(k.contains("templates/attention_row.wgsl"), "{k}");
     assert!(k.contains("var<storage, read_write> cache"), "written in place:\n{k}");
+    insta::assert_snapshot!(k);
+}
+
+/// Without the mask the attention kernel does the cache writes (`Fold::CacheRows`): both caches bound read-write
+/// once, workgroup 0 writing the new rows, every workgroup taking its head's new key and value from workgroup
+/// memory and scoring keys up to the new row only (a `CacheWrite`'s contract: the rows after it are masked out,
+/// which `--kv-cache` proves; this graph, built by hand, has no mask to prove it by).
+#[test]
+fn a_decode_steps_attention_writes_its_cache() {
+    let k = kernels(decode_step(false));
+    assert_eq!(k.matches("// ---- ").count(), 1, "the cache writes inside the attention kernel:\n{k}");
+    assert!(k.contains("templates/attention_row.wgsl"), "{k}");
+    assert!(k.contains("var<storage, read_write> b") && k.contains("var<storage, read_write> v"), "{k}");
+    assert!(k.contains("fn operand_k(") && k.contains("fn operand_a("), "K's rows and Q's computed:\n{k}");
     insta::assert_snapshot!(k);
 }

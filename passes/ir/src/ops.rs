@@ -546,7 +546,9 @@ pub enum Op {
     /// clamped to `0..=len - n`). The output is the cache with rows `row..row + n` along `axis` replaced, and it
     /// is the cache: it takes the cache's storage ([`CacheWrite`](Op::CacheWrite) is followed by storage roots),
     /// and its kernel writes only the new rows. So nothing may read the cache input after it; `--kv-cache` makes
-    /// it the cache's only reader in its step.
+    /// it the cache's only reader in its step. The rows after the new ones hold no token of the step, and every
+    /// attention over the cache masks them out (`--kv-cache` proves it for each model before any pass runs), so a
+    /// kernel may leave them out of its softmax: their weights are exact zeros.
     CacheWrite {
         axis: usize,
     },

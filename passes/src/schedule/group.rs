@@ -27,6 +27,12 @@ pub struct KernelGroup {
 /// A node (or chain of nodes) computed inside another node's kernel instead of a kernel of its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fold {
+    /// The cache writes of a decode step (a `CacheWrite` group: the elementwise nodes that compute its first
+    /// write's new rows, `operand`, and a second write at the same row, all of `writes`) done by the one-row
+    /// attention kernel that reads both caches: one workgroup writes the new rows, every workgroup computes its own
+    /// head's new key and value rows into workgroup memory and reads them there instead of from the cache (so no
+    /// workgroup reads a row another writes), and the write's kernel is gone.
+    CacheRows { operand: Vec<NodeId>, writes: Vec<NodeId> },
     /// A pointwise node with only scalar-constant operands applied to MatMul operand `slot` as it is loaded.
     Operand { slot: usize, node: NodeId },
     /// The elementwise nodes (a whole elementwise kernel, in data order) that compute the A operand of a
@@ -97,6 +103,7 @@ pub struct AttentionTail {
 /// The kinds of [`Fold`], for the combination rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FoldKind {
+    CacheRows,
     Operand,
     RowOperand,
     Expand,
@@ -131,6 +138,7 @@ pub enum AnchorKind {
 impl Fold {
     pub fn kind(&self) -> FoldKind {
         match self {
+            Fold::CacheRows { .. } => FoldKind::CacheRows,
             Fold::Operand { .. } => FoldKind::Operand,
             Fold::RowOperand(_) => FoldKind::RowOperand,
             Fold::Expand(_) => FoldKind::Expand,
@@ -159,6 +167,7 @@ impl Fold {
                 vec![*node]
             }
             Fold::RowOperand(nodes) => nodes.clone(),
+            Fold::CacheRows { operand, writes } => operand.iter().chain(writes).copied().collect(),
             Fold::Blocks { concat, products } => products.iter().copied().chain([*concat]).collect(),
             Fold::Expand(f) | Fold::Depthwise(f) => folded(f),
             Fold::ConvSum { conv, .. } => vec![*conv],
@@ -187,7 +196,7 @@ impl Fold {
         match self.kind() {
             FoldKind::RowOperand => matches!(anchor, A::MatMul | A::CacheWrite),
             FoldKind::CacheWrite => anchor == A::CacheWrite,
-            FoldKind::Blocks => anchor == A::MatMul,
+            FoldKind::Blocks | FoldKind::CacheRows => anchor == A::MatMul,
             FoldKind::Operand | FoldKind::RmsNorm | FoldKind::Attention => anchor == A::MatMul,
             FoldKind::Expand => matches!(anchor, A::DepthwiseConv | A::PointwiseConv),
             FoldKind::Depthwise => anchor == A::PointwiseConv,
@@ -204,6 +213,9 @@ impl Fold {
         use FoldKind as K;
         let (a, b) = if a <= b { (a, b) } else { (b, a) };
         match (a, b) {
+            // A decode step's cache writes in its one-row attention kernel, with its query computed there too.
+            (K::CacheRows, K::RowOperand | K::Attention | K::StoreCopy) => true,
+            (K::CacheRows, _) => false,
             // One per slot is checked separately.
             (K::Operand, K::Operand) => true,
             // B's prologue next to A computed in the kernel (one per slot is checked separately).
@@ -347,6 +359,14 @@ impl KernelGroup {
     pub fn second_cache_write(&self) -> Option<NodeId> {
         self.folds.iter().find_map(|f| match f {
             Fold::CacheWrite(n) => Some(*n),
+            _ => None,
+        })
+    }
+
+    /// The cache writes done in the kernel: `(operand, writes)` ([`Fold::CacheRows`]).
+    pub fn cache_rows(&self) -> Option<(&[NodeId], &[NodeId])> {
+        self.folds.iter().find_map(|f| match f {
+            Fold::CacheRows { operand, writes } => Some((operand.as_slice(), writes.as_slice())),
             _ => None,
         })
     }

@@ -88,6 +88,36 @@ pub(super) struct AttentionRowTpl {
     pub(super) alpha: String,
     pub(super) nan_to_zero: bool,
     pub(super) batch: Vec<AttnBatchDim>,
+    /// The step's cache writes, done here ([`wgslc_passes::Fold::CacheRows`]).
+    pub(super) cache: Option<CacheRows>,
+    /// The keys scored: all `n`, or with the cache writes here, those up to the new row (`key_end`).
+    pub(super) keys: String,
+}
+
+/// A decode step's cache writes in its one-row attention kernel: workgroup 0 writes the new rows of both
+/// caches (bound as `b` and `v`, read and written), every workgroup computes its head's new key and value rows
+/// into workgroup memory, and key `new_row` is scored and summed from there, its cache row never read.
+pub(super) struct CacheRows {
+    /// The new keys computed as they are loaded (their elementwise kernel folded in).
+    pub(super) operand: Option<Fused>,
+    pub(super) row_var: String,
+    /// The largest first row (the cache's length less the one new row).
+    pub(super) last_row: usize,
+    /// The key's, then the value's.
+    pub(super) parts: Vec<RowPart>,
+}
+
+/// One cache's new row: `coords` and `src` give new element `i`, `dst` its place (first row `r`), `of` the new
+/// element a cache offset `o` of the new row holds, `store` the left side that stores at cache offset `d`.
+pub(super) struct RowPart {
+    /// `key` or `value`: the functions' names.
+    pub(super) name: &'static str,
+    pub(super) numel: usize,
+    pub(super) coords: Vec<NamedCoord>,
+    pub(super) src: String,
+    pub(super) dst: String,
+    pub(super) of: String,
+    pub(super) store: String,
 }
 
 pub(super) struct AttnBatchDim {
@@ -230,16 +260,33 @@ impl Emitter<'_> {
                 None
             }
         };
-        let b_var = bind_once(&mut reads, qk.vb.root, "b");
-        let v_var = bind_once(&mut reads, pv.vb.root, "v");
+        // With the step's cache writes here, both caches are bound once, read and written.
+        let writes = match group.cache_rows() {
+            Some((k_operand, writes)) => Some(self.cache_rows_io(group, &qk, &pv, k_operand, writes, &mut reads)?),
+            None => None,
+        };
+        let mut outs: Vec<(ValueId, &str)> = vec![(out, "out")];
+        let (b_var, v_var) = match &writes {
+            Some(w) => {
+                outs.extend([(w.k_cache, "b"), (w.v_cache, "v")]);
+                ("b".to_string(), "v".to_string())
+            }
+            None => (bind_once(&mut reads, qk.vb.root, "b"), bind_once(&mut reads, pv.vb.root, "v")),
+        };
+        let k_operand = match group.cache_rows() {
+            Some((nodes, _)) if !nodes.is_empty() => {
+                Some(Fused { name: "operand_k", ..self.row_operand(nodes, &mut reads, &mut helpers)? })
+            }
+            _ => None,
+        };
         let mut fu = self.fused_body(qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
         self.place_stores(group, &mut fu);
-        let bindings = bindings(&reads, &[(out, "out")]);
+        let bindings = bindings(&reads, &outs);
         // K and V as vec4s: rows contiguous and every row start a multiple of 4, the binding used for nothing else.
         let others_read = |var: &str| {
             (operand.is_none() && var == "a")
                 || b_var == v_var
-                || fu.loads.iter().chain(operand.iter().flat_map(|o| &o.loads)).any(|l| l.var == var)
+                || fu.loads.iter().chain(operand.iter().chain(&k_operand).flat_map(|o| &o.loads)).any(|l| l.var == var)
         };
         let k_vec4 = qk.b_sk == 1
             && qk.pro[1].is_empty()
@@ -261,6 +308,16 @@ impl Emitter<'_> {
         }
         let (dk4, dv4) = (dk / 4, dv / 4);
         let lanes = dv4.next_power_of_two();
+        let cache = writes.map(|mut w| {
+            // Cache offset `d` as a left side, through the vec4 binding where K or V is read so.
+            let store = |var: &str, vec4: bool| match vec4 {
+                true => format!("{var}[d / 4u][d % 4u]"),
+                false => format!("{var}[d]"),
+            };
+            w.k.store = store("b", k_vec4);
+            w.v.store = store("v", v_vec4);
+            CacheRows { operand: k_operand, row_var: w.row_var, last_row: w.last_row, parts: vec![w.k, w.v] }
+        });
         let tpl = AttentionRowTpl {
             h,
             helpers,
@@ -293,8 +350,63 @@ impl Emitter<'_> {
             alpha: f32_lit(qk.alpha),
             nan_to_zero: tail.nan_to_zero.is_some(),
             batch: attn_batch(&qk, &pv),
+            keys: if cache.is_some() { "key_end".into() } else { format!("{n}u") },
+            cache,
         };
         let name = self.group_name(group);
         self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg)
     }
+
+    /// The cache writes of a one-row attention group ([`wgslc_passes::Fold::CacheRows`]): which write fills the
+    /// cache K is read from and which V's, the row they share (bound into `reads`), and each new row's elements
+    /// (reads of the new rows bound into `reads`; the first write's computed by `operand_k` when it has an
+    /// operand). Checks what the scheduler proved: keys read at their rows, one new row.
+    fn cache_rows_io(
+        &self,
+        group: &KernelGroup,
+        qk: &super::matmul::MmGeom,
+        pv: &super::matmul::MmGeom,
+        k_operand: &[NodeId],
+        writes: &[NodeId],
+        reads: &mut Vec<(ValueId, String)>,
+    ) -> Result<RowWrites, EmitError> {
+        let g = self.g;
+        let tail = group.attention().expect("attention group");
+        let bug = |what: &str| self.err(tail.pv, format!("{what} (a scheduler bug)"));
+        let find = |root: ValueId| writes.iter().copied().find(|&w| g.node(w).outputs[0] == root);
+        let (Some(kw), Some(vw)) = (find(qk.vb.root), find(pv.vb.root)) else {
+            return Err(bug("cache writes that are not the caches the attention reads"));
+        };
+        let row = g.node(kw).inputs[2].ok_or_else(|| bug("a cache write without its row"))?;
+        if g.node(vw).inputs[2] != Some(row) || kw == vw {
+            return Err(bug("the key and value writes at different rows"));
+        }
+        let row_var = bind_once(reads, row, "row");
+        let mut part = |w: NodeId, name: &'static str, key_stride: i64| -> Result<RowPart, EmitError> {
+            let Op::CacheWrite { axis } = g.node(w).op else { return Err(bug("not a cache write")) };
+            let operand = (w == writes[0] && !k_operand.is_empty()).then_some("operand_k");
+            let p = self.cache_part(w, axis, 0, operand, reads)?;
+            let cs = &g.ty(g.node(w).outputs[0]).shape;
+            let inner = wgslc_ir::contiguous_strides(cs)[axis];
+            if p.last_row + 1 != cs[axis] || cs[axis] != qk.nn || key_stride != inner as i64 {
+                return Err(bug("a cache the attention does not read a key a row"));
+            }
+            let of = format!("(o / {}u) * {inner}u + o % {inner}u", inner * cs[axis]);
+            Ok(RowPart { name, numel: p.numel, coords: p.coords, src: p.src, dst: p.dst, of, store: String::new() })
+        };
+        let (k, v) = (part(kw, "key", qk.b_sn)?, part(vw, "value", pv.b_sk)?);
+        // One new row at a clamped first row below the length both products walk.
+        let last_row = qk.nn - 1;
+        Ok(RowWrites { k_cache: g.node(kw).outputs[0], v_cache: g.node(vw).outputs[0], row_var, last_row, k, v })
+    }
+}
+
+/// [`CacheRows`] before the bindings' element types are chosen.
+struct RowWrites {
+    k_cache: ValueId,
+    v_cache: ValueId,
+    row_var: String,
+    last_row: usize,
+    k: RowPart,
+    v: RowPart,
 }

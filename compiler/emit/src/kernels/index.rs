@@ -218,14 +218,14 @@ impl Emitter<'_> {
         };
         let row = g.node(n).inputs[2].unwrap();
         let row_var = bind_once(&mut reads, row, "row");
-        let mut parts = vec![self.cache_part(n, axis, 0, operand.is_some(), &mut reads)?];
+        let mut parts = vec![self.cache_part(n, axis, 0, operand.as_ref().map(|o| o.name), &mut reads)?];
         let mut outs = vec![(g.node(n).outputs[0], "cache".to_string())];
         if let Some(m) = group.second_cache_write() {
             let Op::CacheWrite { axis } = g.node(m).op else { unreachable!("a cache write fold") };
             if g.node(m).inputs[2] != Some(row) {
                 return Err(self.err(m, "a second cache write at another row (a scheduler bug)"));
             }
-            let mut part = self.cache_part(m, axis, 1, false, &mut reads)?;
+            let mut part = self.cache_part(m, axis, 1, None, &mut reads)?;
             part.first = parts[0].numel;
             parts.push(part);
             outs.push((g.node(m).outputs[0], "cache1".to_string()));
@@ -243,12 +243,12 @@ impl Emitter<'_> {
 
     /// One cache write's share of a cache-write kernel: its new elements after `first` (the earlier parts'),
     /// read through the view of its new rows or computed (`operand`), stored into `cache{index}` (no suffix for 0).
-    fn cache_part(
+    pub(super) fn cache_part(
         &self,
         n: NodeId,
         axis: usize,
         index: usize,
-        operand: bool,
+        operand: Option<&str>,
         reads: &mut Vec<(ValueId, String)>,
     ) -> Result<CachePart, EmitError> {
         let g = self.g;
@@ -263,8 +263,8 @@ impl Emitter<'_> {
         let coords =
             dims.iter().map(|&d| NamedCoord { name: format!("c{d}"), stride: ncs[d], extent: ns[d] }).collect();
         let dst = dims.iter().fold(format!("r * {}u", ocs[axis]), |e, &d| e + &format!(" + c{d} * {}u", ocs[d]));
-        let src = if operand {
-            "operand_a(0.0, i)".into()
+        let src = if let Some(f) = operand {
+            format!("{f}(0.0, i)")
         } else {
             let view = input_view(g, &self.sched.folded, n, 1);
             let x = bind_once(reads, view.root, "x");

@@ -9,6 +9,7 @@
 pub(super) mod attention;
 pub(super) mod blocks;
 pub(super) mod cache_pair;
+pub(super) mod cache_rows;
 pub(super) mod concat;
 pub(super) mod conv_sum;
 pub(super) mod depthwise;
@@ -46,8 +47,9 @@ pub(super) struct Rule {
 /// The group-merging rules, in the order they run: attention first (it needs the score product's group as
 /// formed), then the convolution folds (a summed shortcut before the MobileNet folds, which exclude it), then the
 /// store copies (any kernel kind may take one), the blocks of a split weight in one kernel (before their Concat
-/// could be written in place), the Concats written in place (their producers final), and last the
-/// cache writes paired (their row operands taken when their groups were made).
+/// could be written in place), the Concats written in place (their producers final), the cache writes paired
+/// (their row operands taken when their groups were made), and last the paired writes taken into the one-row
+/// attention that reads them.
 pub(super) const RULES: &[Rule] = &[
     Rule { name: "attention", enabled: |o| o.attention == super::AttentionMode::Fused, run: attention::fuse },
     Rule { name: "conv_sum", enabled: |_| true, run: conv_sum::fuse },
@@ -57,6 +59,7 @@ pub(super) const RULES: &[Rule] = &[
     Rule { name: "blocks", enabled: |_| true, run: blocks::fuse },
     Rule { name: "concat", enabled: |_| true, run: concat::fuse },
     Rule { name: "cache_pair", enabled: |_| true, run: cache_pair::fuse },
+    Rule { name: "cache_rows", enabled: |o| o.attention == super::AttentionMode::Fused, run: cache_rows::fuse },
 ];
 
 impl Fuse<'_> {

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Two wgslc builds on one decoder export: each compiles it (`--kv-cache`, each `--weights` variant), then their
+`wgslc generate` runs alternate for a few rounds; prints per build and variant the decode-step dispatches, the
+median tok/s and whether the two builds' tokens are equal. For measuring a decode-speed change in one device run.
+
+    python3 scripts/decode_ab.py OUT_DIR MODEL.onnx PROMPT.npy BIN_A BIN_B [--variants fp32,f16,q4] [--rounds 3]
+        [--capacity 512] [--chunk 32] [--new 128]
+
+MODEL.onnx and PROMPT.npy as scripts/decode_bench.py writes them (its --out directory).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("model")
+    ap.add_argument("prompt")
+    ap.add_argument("bin_a")
+    ap.add_argument("bin_b")
+    ap.add_argument("--variants", default="fp32,f16,q4")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--capacity", type=int, default=512)
+    ap.add_argument("--chunk", type=int, default=32)
+    ap.add_argument("--new", type=int, default=128)
+    a = ap.parse_args()
+    builds = {"A": a.bin_a, "B": a.bin_b}
+    variants = [v for v in a.variants.split(",") if v]
+    arts, dispatches = {}, {}
+    for b, exe in builds.items():
+        for v in variants:
+            art = os.path.join(a.out, f"{b}_{v}")
+            subprocess.run(["rm", "-rf", art], check=True)
+            cmd = [exe, "--quiet", "compile", a.model, "-o", art, "--kv-cache", str(a.capacity),
+                   "--prefill-chunk", str(a.chunk)] + ([] if v == "fp32" else ["--weights", v])
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                sys.exit(f"build {b} compile {v} failed: {r.stderr[-2000:]}")
+            plan = json.load(open(os.path.join(art, "plan.json")))
+            dec = next(s for s in plan["decoder"]["steps"] if s["name"] == "decode")
+            arts[b, v], dispatches[b, v] = art, len(dec["dispatches"])
+    speeds = {k: [] for k in arts}
+    tokens = {}
+    for _ in range(a.rounds):
+        for v in variants:
+            for b, exe in builds.items():
+                outd = os.path.join(a.out, f"gen_{b}_{v}")
+                r = subprocess.run([exe, "--quiet", "generate", arts[b, v], "--input-ids", a.prompt,
+                                    "--max-new-tokens", str(a.new), "--steps-per-submit", "1", "-o", outd],
+                                   capture_output=True, text=True)
+                if r.returncode:
+                    sys.exit(f"build {b} generate {v} failed: {r.stderr[-2000:]}")
+                speeds[b, v].append(json.loads(r.stdout.strip().splitlines()[-1])["tokens_per_s"])
+                tokens[b, v] = np.load(os.path.join(outd, "tokens.npy"))[0].tolist()
+    for v in variants:
+        for b in builds:
+            s = speeds[b, v]
+            print(f"{v:5} build {b}: {dispatches[b, v]:4} decode dispatches, median {statistics.median(s):7.1f} tok/s "
+                  f"(runs {', '.join(f'{x:.1f}' for x in s)})")
+        same = tokens["A", v] == tokens["B", v]
+        print(f"{v:5} tokens of A and B {'equal' if same else 'DIFFER'}")
+
+
+if __name__ == "__main__":
+    main()
