@@ -5,7 +5,8 @@ the packed matrix-vector kernel (the emitter's WGSLC_PACKED_TILING knob: LANES,C
     python3 scripts/gemv_micro.py --wgslc .bin/wgslc [--weights q4,f16] [--tilings default,32x1,32x2,16x4]
 
 Each shape is a MatMul of a [1, K] input by a constant [K, N] (random, std 0.02), compiled with --weights W; the
-down projection's input is SiLU(gate)·up, computed in the product's staging as in the decoder.
+down projection's input is SiLU(gate)·up, computed in the product's staging as in the decoder, and `head_norm`'s
+is the final RMSNorm (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul), folded into the product as in the decoder.
 """
 import argparse, json, os, subprocess, sys
 import numpy as np
@@ -13,21 +14,32 @@ import onnx
 from onnx import TensorProto as T, helper, numpy_helper
 
 SHAPES = {"gateup": (896, 9728, False), "down": (4864, 896, True), "qkv": (896, 1152, False),
-          "oproj": (896, 896, False), "head": (896, 151936, False)}
+          "oproj": (896, 896, False), "head": (896, 151936, False), "head_norm": (896, 151936, "rms")}
 
 
 def model(path, k, n, glu):
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((k, n)) * 0.02).astype(np.float32)
-    if glu:
+    if glu == "rms":
+        c = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.float32), name)
+        nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
+                 helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+                 helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
+                 helper.make_node("Reciprocal", ["rms"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["xn"]),
+                 helper.make_node("Mul", ["xn", "gamma"], ["xg"]), helper.make_node("MatMul", ["xg", "w"], ["y"])]
+        ins = [helper.make_tensor_value_info("x", T.FLOAT, [1, k])]
+        consts = [c("two", 2.0), c("eps", 1e-6), c("gamma", 1.0 + 0.1 * rng.standard_normal(k))]
+    elif glu:
         nodes = [helper.make_node("Sigmoid", ["g"], ["sg"]), helper.make_node("Mul", ["g", "sg"], ["silu"]),
                  helper.make_node("Mul", ["silu", "u"], ["x"]), helper.make_node("MatMul", ["x", "w"], ["y"])]
         ins = [helper.make_tensor_value_info("g", T.FLOAT, [1, k]), helper.make_tensor_value_info("u", T.FLOAT, [1, k])]
     else:
         nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
         ins = [helper.make_tensor_value_info("x", T.FLOAT, [1, k])]
+    if glu != "rms":
+        consts = []
     g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", T.FLOAT, [1, n])],
-                          initializer=[numpy_helper.from_array(w, "w")])
+                          initializer=[numpy_helper.from_array(w, "w")] + consts)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, path, save_as_external_data=True, location=os.path.basename(path) + ".data")
