@@ -26,16 +26,16 @@ var<workgroup> v_new: array<vec4<f32>, {{ dv4 }}>;
 
 // New {{ name }} element i, where it goes at first row r, and which new element cache offset o of the new row holds.
 fn new_{{ name }}(i: u32) -> f32 {
-{%- for x in p.coords %}
+{%- for x in p.part.coords %}
     let {{ x.name }} = (i / {{ x.stride }}u) % {{ x.extent }}u;
 {%- endfor %}
-    return {{ p.src }};
+    return {{ p.part.src }};
 }
 fn new_{{ name }}_at(i: u32, r: u32) -> u32 {
-{%- for x in p.coords %}
+{%- for x in p.part.coords %}
     let {{ x.name }} = (i / {{ x.stride }}u) % {{ x.extent }}u;
 {%- endfor %}
-    return {{ p.dst }};
+    return {{ p.part.dst }};
 }
 fn new_{{ name }}_of(o: u32) -> u32 {
     return {{ p.of }};
@@ -132,7 +132,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     if (batch == 0u) {
 {%- for p in c.parts %}
-        for (var i = tid; i < {{ p.numel }}u; i = i + 256u) {
+        for (var i = tid; i < {{ p.part.numel }}u; i = i + 256u) {
             let d = new_{{ p.name }}_at(i, new_row);
             {{ p.store }} = new_{{ p.name }}(i);
         }

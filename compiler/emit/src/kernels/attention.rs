@@ -107,15 +107,13 @@ pub(super) struct CacheRows {
     pub(super) parts: Vec<RowPart>,
 }
 
-/// One cache's new row: `coords` and `src` give new element `i`, `dst` its place (first row `r`), `of` the new
-/// element a cache offset `o` of the new row holds, `store` the left side that stores at cache offset `d`.
+/// One cache's new row: the cache write's part (`coords` and `src` give new element `i`, `dst` its place at first
+/// row `r`), `of` the new element a cache offset `o` of the new row holds, `store` the left side that stores at
+/// cache offset `d`.
 pub(super) struct RowPart {
     /// `key` or `value`: the functions' names.
     pub(super) name: &'static str,
-    pub(super) numel: usize,
-    pub(super) coords: Vec<NamedCoord>,
-    pub(super) src: String,
-    pub(super) dst: String,
+    pub(super) part: super::index::CachePart,
     pub(super) of: String,
     pub(super) store: String,
 }
@@ -267,8 +265,8 @@ impl Emitter<'_> {
         };
         let mut outs: Vec<(ValueId, &str)> = vec![(out, "out")];
         let (b_var, v_var) = match &writes {
-            Some(w) => {
-                outs.extend([(w.k_cache, "b"), (w.v_cache, "v")]);
+            Some((caches, _)) => {
+                outs.extend([(caches[0], "b"), (caches[1], "v")]);
                 ("b".to_string(), "v".to_string())
             }
             None => (bind_once(&mut reads, qk.vb.root, "b"), bind_once(&mut reads, pv.vb.root, "v")),
@@ -308,15 +306,12 @@ impl Emitter<'_> {
         }
         let (dk4, dv4) = (dk / 4, dv / 4);
         let lanes = dv4.next_power_of_two();
-        let cache = writes.map(|mut w| {
+        let cache = writes.map(|(_, mut c)| {
             // Cache offset `d` as a left side, through the vec4 binding where K or V is read so.
-            let store = |var: &str, vec4: bool| match vec4 {
-                true => format!("{var}[d / 4u][d % 4u]"),
-                false => format!("{var}[d]"),
-            };
-            w.k.store = store("b", k_vec4);
-            w.v.store = store("v", v_vec4);
-            CacheRows { operand: k_operand, row_var: w.row_var, last_row: w.last_row, parts: vec![w.k, w.v] }
+            for (p, (var, vec4)) in c.parts.iter_mut().zip([("b", k_vec4), ("v", v_vec4)]) {
+                p.store = if vec4 { format!("{var}[d / 4u][d % 4u]") } else { format!("{var}[d]") };
+            }
+            CacheRows { operand: k_operand, ..c }
         });
         let tpl = AttentionRowTpl {
             h,
@@ -360,7 +355,8 @@ impl Emitter<'_> {
     /// The cache writes of a one-row attention group ([`wgslc_passes::Fold::CacheRows`]): which write fills the
     /// cache K is read from and which V's, the row they share (bound into `reads`), and each new row's elements
     /// (reads of the new rows bound into `reads`; the first write's computed by `operand_k` when it has an
-    /// operand). Checks what the scheduler proved: keys read at their rows, one new row.
+    /// operand); and the two caches' values (K's, V's). Checks what the scheduler proved: keys read at their rows,
+    /// one new row.
     fn cache_rows_io(
         &self,
         group: &KernelGroup,
@@ -369,7 +365,7 @@ impl Emitter<'_> {
         k_operand: &[NodeId],
         writes: &[NodeId],
         reads: &mut Vec<(ValueId, String)>,
-    ) -> Result<RowWrites, EmitError> {
+    ) -> Result<([ValueId; 2], CacheRows), EmitError> {
         let g = self.g;
         let tail = group.attention().expect("attention group");
         let bug = |what: &str| self.err(tail.pv, format!("{what} (a scheduler bug)"));
@@ -392,21 +388,13 @@ impl Emitter<'_> {
                 return Err(bug("a cache the attention does not read a key a row"));
             }
             let of = format!("(o / {}u) * {inner}u + o % {inner}u", inner * cs[axis]);
-            Ok(RowPart { name, numel: p.numel, coords: p.coords, src: p.src, dst: p.dst, of, store: String::new() })
+            Ok(RowPart { name, part: p, of, store: String::new() })
         };
         let (k, v) = (part(kw, "key", qk.b_sn)?, part(vw, "value", pv.b_sk)?);
         // One new row at a clamped first row below the length both products walk.
         let last_row = qk.nn - 1;
-        Ok(RowWrites { k_cache: g.node(kw).outputs[0], v_cache: g.node(vw).outputs[0], row_var, last_row, k, v })
+        // The stores and the computed keys' function are filled in once the bindings are typed.
+        let caches = [g.node(kw).outputs[0], g.node(vw).outputs[0]];
+        Ok((caches, CacheRows { operand: None, row_var, last_row, parts: vec![k, v] }))
     }
-}
-
-/// [`CacheRows`] before the bindings' element types are chosen.
-struct RowWrites {
-    k_cache: ValueId,
-    v_cache: ValueId,
-    row_var: String,
-    last_row: usize,
-    k: RowPart,
-    v: RowPart,
 }

@@ -2,10 +2,10 @@
 
 use super::Fuse;
 use crate::lower::storage_root;
-use crate::schedule::reads::{group_io, input_view, mm_batch_refinement, refined_strides};
+use crate::schedule::reads::{final_readers, group_io, input_view, mm_batch_refinement, refined_strides};
 use crate::schedule::{Fold, FoldKind, KernelGroup};
 use crate::view::{compose, View};
-use wgslc_ir::{contiguous_strides, Graph, NodeId, Op, ValueId};
+use wgslc_ir::{contiguous_strides, Graph, NodeId, Op};
 
 /// Merges each cache-write group (a `CacheWrite` of one new row, its new rows computed in it or read, with a
 /// second write at the same row) into the one-row attention group that reads both caches
@@ -52,7 +52,11 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
         }
         // The caches as written are read by this kernel alone (directly or through views it reads them by).
         let members = att.nodes();
-        if ![wk, wv].iter().all(|&x| read_only_by(f, g.node(x).outputs[0], &members)) {
+        let only_here = |x: NodeId| {
+            final_readers(g, g.node(x).outputs[0], &f.sched.folded, f.readers)
+                .is_some_and(|rs| rs.iter().all(|(r, _)| members.contains(r)))
+        };
+        if !only_here(wk) || !only_here(wv) {
             return None;
         }
         // Nothing between the two reads either cache (the writes move to the later kernel).
@@ -67,22 +71,6 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
         let merged = att.with(Fold::CacheRows { operand, writes: vec![anchor, second] });
         f.fits(&merged).then_some((wi, merged))
     });
-}
-
-/// Whether every node that reads `v`, through Alias nodes and folded copies, is one of `members`.
-fn read_only_by(f: &Fuse, v: ValueId, members: &[NodeId]) -> bool {
-    let g = f.g;
-    let mut stack = vec![v];
-    while let Some(u) = stack.pop() {
-        for &(r, _) in f.readers.get(&u).map(Vec::as_slice).unwrap_or(&[]) {
-            if g.node(r).op == Op::Alias || f.sched.folded.contains(&r) {
-                stack.push(g.node(r).outputs[0]);
-            } else if !members.contains(&r) {
-                return false;
-            }
-        }
-    }
-    true
 }
 
 /// The view through which MatMul `n` reads its B operand, over the batch coordinates it is computed with, and
