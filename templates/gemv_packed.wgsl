@@ -66,6 +66,65 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
     for (var k0 = 0u; k0 < {{ k }}u; k0 = k0 + {{ kc }}u) {
         let words = min({{ kc }}u, {{ k }}u - k0) / {{ p.per_word }}u;
+        // Units (of {{ p.unit_words }} word(s)) of this chunk, and the first one's index along a row.
+        let units = words / {{ p.unit_words }}u;
+        let u0 = k0 / {{ p.unit_elems }}u;
+        // This lane's units of B in the chunk (units lane, lane + {{ t.lanes }}, …; past the chunk's end the last one
+        // again, not summed){% if p.half.is_none() %} and their blocks' scales and zero points{% endif %}, loaded before A is staged so that both
+        // reads are in flight together: the workgroup barriers below would otherwise hold B's loads back.
+{%- for it in iters %}
+        let ui{{ it.i }} = min(lane + {{ it.off }}u, units - 1u);
+{%- for c in cs %}
+        var wv{{ it.i }}_{{ c.c }}: {{ p.unit_ty }};
+{%- if p.half.is_none() %}
+{%- for gr in p.groups %}
+        var sc{{ it.i }}_{{ c.c }}_{{ gr.g }}: f32;
+        var zp{{ it.i }}_{{ c.c }}_{{ gr.g }}: f32;
+{%- endfor %}
+{%- endif %}
+{%- endfor %}
+{%- endfor %}
+{%- if !blocks.is_empty() %}
+        // B in {{ blocks.len() }} blocks of {{ per }} columns, this group's all in one.
+        switch (col0 / {{ per }}u) {
+{%- endif %}
+{%- for arm in arms %}
+{%- if !blocks.is_empty() %}
+{%- if loop.last %}
+        default: {
+{%- else %}
+        case {{ loop.index0 }}u: {
+{%- endif %}
+{%- endif %}
+{%- for it in iters %}
+{%- for c in cs %}
+        wv{{ it.i }}_{{ c.c }} = {{ arm.var }}[(cl{{ c.c }} - {{ arm.offset }}u) * {{ p.row_units }}u + u0 + ui{{ it.i }}];
+{%- if p.half.is_none() %}
+{%- for gr in p.groups %}
+        {
+            let blk = (cl{{ c.c }} - {{ arm.offset }}u) * {{ p.blocks_per_row }}u + ((u0 + ui{{ it.i }}) * {{ p.unit_words }}u + {{ gr.first_word }}u) / {{ p.words_per_block }}u;
+{%- if p.scale_f16 %}
+            sc{{ it.i }}_{{ c.c }}_{{ gr.g }} = unpack2x16float(word_{{ arm.var }}({{ p.scales_at }}u + (blk >> 1u)))[blk & 1u];
+{%- else %}
+            sc{{ it.i }}_{{ c.c }}_{{ gr.g }} = bitcast<f32>(word_{{ arm.var }}({{ p.scales_at }}u + blk));
+{%- endif %}
+{%- if let Some(z) = p.zeros_at %}
+            zp{{ it.i }}_{{ c.c }}_{{ gr.g }} = f32((word_{{ arm.var }}({{ z }}u + (blk >> {{ p.word_shift }}u)) >> ((blk & {{ p.lane_mask }}u) * {{ p.bits }}u)) & {{ p.code_mask }}u);
+{%- else %}
+            zp{{ it.i }}_{{ c.c }}_{{ gr.g }} = {{ p.zero }};
+{%- endif %}
+        }
+{%- endfor %}
+{%- endif %}
+{%- endfor %}
+{%- endfor %}
+{%- if !blocks.is_empty() %}
+        }
+{%- endif %}
+{%- endfor %}
+{%- if !blocks.is_empty() %}
+        }
+{%- endif %}
         workgroupBarrier();
         for (var w = tid; w < words; w = w + 256u) {
             var s = 0.0;
@@ -86,30 +145,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
         }
         workgroupBarrier();
-        // Units (of {{ p.unit_words }} word(s)) of this chunk, and the first one's index along a row.
-        let units = words / {{ p.unit_words }}u;
-        let u0 = k0 / {{ p.unit_elems }}u;
-{%- if !blocks.is_empty() %}
-        // B in {{ blocks.len() }} blocks of {{ per }} columns, this group's all in one: the loop written once per block.
-        switch (col0 / {{ per }}u) {
-{%- endif %}
-{%- for arm in arms %}
-{%- if !blocks.is_empty() %}
-{%- if loop.last %}
-        default: {
-{%- else %}
-        case {{ loop.index0 }}u: {
-{%- endif %}
-{%- endif %}
-        for (var u = lane; u < units; u = u + {{ t.lanes }}u) {
-            // A's elements under this unit, from workgroup memory.
-            let at = u * {{ p.unit_vecs }}u;
+{%- for it in iters %}
+        if (lane + {{ it.off }}u < units) {
+            // A's elements under unit ui{{ it.i }}, from workgroup memory.
+            let at = ui{{ it.i }} * {{ p.unit_vecs }}u;
 {%- for q in p.a_vecs %}
             let av{{ q }} = a_tile[at + {{ q }}u];
 {%- endfor %}
 {%- for c in cs %}
             {
-                let wv = {{ arm.var }}[(cl{{ c.c }} - {{ arm.offset }}u) * {{ p.row_units }}u + u0 + u];
+                let wv = wv{{ it.i }}_{{ c.c }};
 {%- for d in p.decode %}
                 {{ d }}
 {%- endfor %}
@@ -125,32 +170,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- for gr in p.groups %}
                 {
                     // Block of words {{ gr.first_word }} .. of the unit: (codes · A − zero point · ΣA) · scale.
-                    let blk = (cl{{ c.c }} - {{ arm.offset }}u) * {{ p.blocks_per_row }}u + ((u0 + u) * {{ p.unit_words }}u + {{ gr.first_word }}u) / {{ p.words_per_block }}u;
-{%- if p.scale_f16 %}
-                    let scale = unpack2x16float(word_{{ arm.var }}({{ p.scales_at }}u + (blk >> 1u)))[blk & 1u];
-{%- else %}
-                    let scale = bitcast<f32>(word_{{ arm.var }}({{ p.scales_at }}u + blk));
-{%- endif %}
-{%- if let Some(z) = p.zeros_at %}
-                    let zero = f32((word_{{ arm.var }}({{ z }}u + (blk >> {{ p.word_shift }}u)) >> ((blk & {{ p.lane_mask }}u) * {{ p.bits }}u)) & {{ p.code_mask }}u);
-{%- else %}
-                    let zero = {{ p.zero }};
-{%- endif %}
-                    let asum = {% for w in gr.words %}{% if !loop.first %} + {% endif %}a_sum[u * {{ p.unit_words }}u + {{ w }}u]{% endfor %};
-                    acc{{ c.c }} = fma(dot{{ gr.g }} - zero * asum, scale, acc{{ c.c }});
+                    let asum = {% for w in gr.words %}{% if !loop.first %} + {% endif %}a_sum[ui{{ it.i }} * {{ p.unit_words }}u + {{ w }}u]{% endfor %};
+                    acc{{ c.c }} = fma(dot{{ gr.g }} - zp{{ it.i }}_{{ c.c }}_{{ gr.g }} * asum, sc{{ it.i }}_{{ c.c }}_{{ gr.g }}, acc{{ c.c }});
                 }
 {%- endfor %}
 {%- endif %}
             }
 {%- endfor %}
         }
-{%- if !blocks.is_empty() %}
-        }
-{%- endif %}
 {%- endfor %}
-{%- if !blocks.is_empty() %}
-        }
-{%- endif %}
     }
 {%- if let Some(r) = rms %}
     sums[tid] = ssq;

@@ -244,7 +244,13 @@ impl PackedGemv {
                 let (j, l) = (e / per_word, e % per_word);
                 let b = match half {
                     Some(_) => format!("h{j}.{}", ['x', 'y'][l]),
-                    None => format!("f32((w{j} >> {}u) & {}u)", l as u32 * bits, (1u32 << bits) - 1),
+                    // The code c as a float without an integer conversion (a quarter-rate or slower instruction
+                    // on GPUs, one per weight): 2^23 + c has c as its mantissa bits, so the subtraction is exact.
+                    None => format!(
+                        "(bitcast<f32>(((w{j} >> {}u) & {}u) | 0x4b000000u) - 8388608.0)",
+                        l as u32 * bits,
+                        (1u32 << bits) - 1
+                    ),
                 };
                 PackedElem { g: j / group_words, q: e / 4, comp: ['x', 'y', 'z', 'w'][e % 4], b }
             })
@@ -319,6 +325,8 @@ pub(super) struct GemvPackedTpl {
     pub(super) sums_len: usize,
     /// The group's columns, each with its partial sums' place in workgroup memory.
     pub(super) cs: Vec<PackedCol>,
+    /// A lane's units of a chunk: unit `lane + off` of each.
+    pub(super) iters: Vec<PackedIter>,
     pub(super) arms: Vec<GemvArm>,
     pub(super) blocks: Vec<String>,
     pub(super) per: usize,
@@ -335,6 +343,11 @@ pub(super) struct GemvPackedTpl {
 pub(super) struct PackedCol {
     pub(super) c: usize,
     pub(super) base: usize,
+}
+
+pub(super) struct PackedIter {
+    pub(super) i: usize,
+    pub(super) off: usize,
 }
 
 /// A's elements a packed matrix-vector kernel stages in workgroup memory at a time (8 KiB).
@@ -660,6 +673,9 @@ impl Emitter<'_> {
                     kc_words: kc / p.per_word,
                     sums_len: 256 * t.per_group,
                     cs: (0..t.per_group).map(|c| PackedCol { c, base: c * 256 }).collect(),
+                    iters: (0..(kc / p.unit_elems).div_ceil(t.lanes))
+                        .map(|i| PackedIter { i, off: i * t.lanes })
+                        .collect(),
                     p,
                     t,
                     arms,
