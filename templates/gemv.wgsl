@@ -57,26 +57,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let batch = wid.z;
     let a_base = {{ a_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
     let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
-{%- if let Some(r) = rms %}
-    // The folded RMSNormalization: the row's sum of squares over all of K, then its inverse RMS.
-    var ssq = 0.0;
-    for (var kb = tid; kb < {{ k }}u; kb = kb + 256u) {
-        let x = {{ a_ld.open }}a_base + kb * {{ a_sk }}u{{ a_ld.close }};
-        ssq = fma(x, x, ssq);
-    }
-    sums[tid] = {{ acc_ty }}(ssq);
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (tid < s) {
-            sums[tid] = sums[tid] + sums[tid + s];
-        }
-        workgroupBarrier();
-    }
-    if (tid == 0u) {
-        rinv = 1.0 / sqrt(sums[0]{% if t.vec == 4 %}.x{% endif %} / {{ r.k }}.0 + {{ r.eps }});
-    }
-    workgroupBarrier();
-{%- endif %}
     let lane = tid % {{ t.lanes }}u;
     let group = tid / {{ t.lanes }}u;
 {%- if t.kmajor %}
@@ -123,6 +103,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
 {%- if !blocks.is_empty() %}
     }
+{%- endif %}
+{%- if let Some(r) = rms %}
+    // The folded RMSNormalization: the row's sum of squares over all of K, then its inverse RMS, which only scales
+    // the sums below: taken after the product's loop, whose reads of A it then finds cached, so no load of B
+    // waits behind its barriers.
+    var ssq = 0.0;
+    for (var kb = tid; kb < {{ k }}u; kb = kb + 256u) {
+        let x = {{ a_ld.open }}a_base + kb * {{ a_sk }}u{{ a_ld.close }};
+        ssq = fma(x, x, ssq);
+    }
+    sums[tid] = {{ acc_ty }}(ssq);
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if (tid < s) {
+            sums[tid] = sums[tid] + sums[tid + s];
+        }
+        workgroupBarrier();
+    }
+    if (tid == 0u) {
+        rinv = 1.0 / sqrt(sums[0]{% if t.vec == 4 %}.x{% endif %} / {{ r.k }}.0 + {{ r.eps }});
+    }
+    workgroupBarrier();
 {%- endif %}
     sums[tid] = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};
     workgroupBarrier();
