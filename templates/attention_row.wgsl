@@ -191,6 +191,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
 {%- endfor %}
     }
+    // p·V: lane c4 owns value columns 4·c4 .. 4·c4 + 3; slice s takes keys s, s + {{ slices }}, …; the first {{ unroll }} of
+    // this thread's value rows are loaded now (past the last key, the last again, not summed), so that they arrive
+    // while the softmax's reductions run instead of after them.
+    let c4 = tid % {{ lanes }}u;
+    let slice = tid / {{ lanes }}u;
+{%- for u in 0..unroll %}
+    var pv{{ u }} = vec4<f32>(0.0);
+{%- endfor %}
+    if (c4 < {{ dv4 }}u) {
+{%- for u in 0..unroll %}
+{%- if cache.is_some() %}
+        pv{{ u }} = value4(v_base + row_read(min(slice + {{ u * slices }}u, {{ keys }} - 1u)) * {{ v_sk }}u, c4);
+{%- else %}
+        pv{{ u }} = value4(v_base + min(slice + {{ u * slices }}u, {{ keys }} - 1u) * {{ v_sk }}u, c4);
+{%- endif %}
+{%- endfor %}
+    }
     let mx = reduce_max(tid, tmax);
     // While every score is -inf, shift by 0 so exp gives 0 rather than NaN.
     let shift = select(mx, 0.0, mx == neg_inf);
@@ -201,14 +218,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         l = l + p;
     }
     let denom = reduce_sum(tid, l);
-    // p·V: lane c4 owns value columns 4·c4 .. 4·c4 + 3; slice s takes keys s, s + {{ slices }}, …
-    let c4 = tid % {{ lanes }}u;
-    let slice = tid / {{ lanes }}u;
 {%- for u in 0..unroll %}
     var acc{{ u }} = vec4<f32>(0.0);
 {%- endfor %}
     if (c4 < {{ dv4 }}u) {
-        var j = slice;
+        // The first keys, from the rows loaded above.
+{%- for u in 0..unroll %}
+        if (slice + {{ u * slices }}u < {{ keys }}) {
+{%- if cache.is_some() %}
+            acc{{ u }} = vec4<f32>(select(scores[slice + {{ u * slices }}u], 0.0, slice + {{ u * slices }}u == new_row)) * pv{{ u }};
+{%- else %}
+            acc{{ u }} = vec4<f32>(scores[slice + {{ u * slices }}u]) * pv{{ u }};
+{%- endif %}
+        }
+{%- endfor %}
+        var j = slice + {{ unroll * slices }}u;
         for (; j + {{ (unroll - 1) * slices }}u < {{ keys }}; j = j + {{ unroll * slices }}u) {
 {%- if cache.is_some() %}
 {%- for u in 0..unroll %}
