@@ -139,6 +139,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
     }
 {%- endif %}
+    // This thread's first key's row (key tid; past the last key, the last again, not scored), loaded before the
+    // barrier so that it arrives while the query is staged.
+{%- if cache.is_some() %}
+    let first_base = b_base + row_read(min(tid, {{ keys }} - 1u)) * {{ b_sn }}u;
+{%- else %}
+    let first_base = b_base + min(tid, {{ keys }} - 1u) * {{ b_sn }}u;
+{%- endif %}
+{%- for d in 0..dk4 %}
+    let kf{{ d }} = key4(first_base, {{ d }}u);
+{%- endfor %}
     workgroupBarrier();
     var tmax = neg_inf;
     // Two keys per thread at a time (tid + 512·t and 256 more; past the end, the last key again, not stored), so
@@ -154,15 +164,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
         var dot0 = vec4<f32>(0.0);
         var dot1 = vec4<f32>(0.0);
-        for (var d0 = 0u; d0 < {{ dk4 }}u; d0 = d0 + {{ k_unroll }}u) {
+        if (j0 == tid) {
+            // The first key from the registers loaded above; the second read only where it is a key.
+{%- for d in 0..dk4 %}
+            dot0 = fma(q_row[{{ d }}u], kf{{ d }}, dot0);
+{%- endfor %}
+            if (j1 < {{ keys }}) {
+                for (var d = 0u; d < {{ dk4 }}u; d = d + 1u) {
+                    dot1 = fma(q_row[d], key4(base1, d), dot1);
+                }
+            }
+        } else {
+            for (var d0 = 0u; d0 < {{ dk4 }}u; d0 = d0 + {{ k_unroll }}u) {
 {%- for u in 0..k_unroll %}
-            let k{{ u }} = key4(base0, d0 + {{ u }}u);
-            let m{{ u }} = key4(base1, d0 + {{ u }}u);
+                let k{{ u }} = key4(base0, d0 + {{ u }}u);
+                let m{{ u }} = key4(base1, d0 + {{ u }}u);
 {%- endfor %}
 {%- for u in 0..k_unroll %}
-            dot0 = fma(q_row[d0 + {{ u }}u], k{{ u }}, dot0);
-            dot1 = fma(q_row[d0 + {{ u }}u], m{{ u }}, dot1);
+                dot0 = fma(q_row[d0 + {{ u }}u], k{{ u }}, dot0);
+                dot1 = fma(q_row[d0 + {{ u }}u], m{{ u }}, dot1);
 {%- endfor %}
+            }
         }
 {%- if cache.is_some() %}
         // The new key, from workgroup memory.
