@@ -61,28 +61,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var acc{{ c.c }} = 0.0;
 {%- endfor %}
 {%- if rms.is_some() %}
-    // The folded RMSNormalization's sum of squares of A's row, this thread's share, taken as A is staged.
+    // The folded RMSNormalization's sum of squares of A's row, this thread's share, taken as A is loaded.
     var ssq = 0.0;
 {%- endif %}
-    for (var k0 = 0u; k0 < {{ k }}u; k0 = k0 + {{ kc }}u) {
-        let words = min({{ kc }}u, {{ k }}u - k0) / {{ p.per_word }}u;
-        // Units (of {{ p.unit_words }} word(s)) of this chunk, and the first one's index along a row.
-        let units = words / {{ p.unit_words }}u;
-        let u0 = k0 / {{ p.unit_elems }}u;
-        // This lane's units of B in the chunk (units lane, lane + {{ t.lanes }}, …; past the chunk's end the last one
-        // again, not summed){% if p.half.is_none() %} and their blocks' scales and zero points{% endif %}, loaded before A is staged so that both
-        // reads are in flight together: the workgroup barriers below would otherwise hold B's loads back.
+    // A chunk's loads into registers: this lane's units of B (units lane, lane + {{ t.lanes }}, …; past the chunk's end
+    // the last one again, not summed){% if p.half.is_none() %} with their blocks' scales and zero points{% endif %}, and this thread's elements of
+    // A (words tid, tid + 256, …). Chunk 0's are loaded before the loop and each next chunk's while the current one
+    // is summed, so that no load waits behind a workgroup barrier.
 {%- for it in iters %}
-        let ui{{ it.i }} = min(lane + {{ it.off }}u, units - 1u);
 {%- for c in cs %}
-        var wv{{ it.i }}_{{ c.c }}: {{ p.unit_ty }};
+    var wv{{ it.i }}_{{ c.c }}: {{ p.unit_ty }};
 {%- if p.half.is_none() %}
 {%- for gr in p.groups %}
-        var sc{{ it.i }}_{{ c.c }}_{{ gr.g }}: f32;
-        var zp{{ it.i }}_{{ c.c }}_{{ gr.g }}: f32;
+    var sc{{ it.i }}_{{ c.c }}_{{ gr.g }}: f32;
+    var zp{{ it.i }}_{{ c.c }}_{{ gr.g }}: f32;
 {%- endfor %}
 {%- endif %}
 {%- endfor %}
+{%- endfor %}
+{%- for sl in slots %}
+    var as{{ sl.i }} = 0.0;
+{%- endfor %}
+{%- for ld in loads %}
+    {{ ld.open }}
+    {
+        let k0 = {{ ld.k0 }};
+        let words = min({{ kc }}u, {{ k }}u - k0) / {{ p.per_word }}u;
+        let units = words / {{ p.unit_words }}u;
+        let u0 = k0 / {{ p.unit_elems }}u;
+{%- for it in iters %}
+        let ui{{ it.i }} = min(lane + {{ it.off }}u, units - 1u);
 {%- endfor %}
 {%- if !blocks.is_empty() %}
         // B in {{ blocks.len() }} blocks of {{ per }} columns, this group's all in one.
@@ -125,26 +133,55 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if !blocks.is_empty() %}
         }
 {%- endif %}
-        workgroupBarrier();
-        for (var w = tid; w < words; w = w + 256u) {
-            var s = 0.0;
-            for (var j = 0u; j < {{ p.per_word }}u; j = j + 1u) {
-                let kb = w * {{ p.per_word }}u + j;
-                var av = a_at(k0 + kb);
+{%- for sl in slots %}
+        if (tid + {{ sl.word_off }}u < words) {
+            var av = a_at(k0 + (tid + {{ sl.word_off }}u) * {{ p.per_word }}u + {{ sl.j }}u);
 {%- if rms.is_some() %}
-                ssq = fma(av, av, ssq);
+            ssq = fma(av, av, ssq);
 {%- endif %}
 {%- if !rms_scale.is_empty() %}
-                av = av * {{ rms_scale }}[k0 + kb];
+            av = av * {{ rms_scale }}[k0 + (tid + {{ sl.word_off }}u) * {{ p.per_word }}u + {{ sl.j }}u];
 {%- endif %}
-                a_tile[kb >> 2u][kb & 3u] = av;
-                s = s + av;
-            }
+            as{{ sl.i }} = av;
+        }
+{%- endfor %}
+    }
+    {{ ld.close }}
+{%- if loop.first %}
+    for (var k0 = 0u; k0 < {{ k }}u; k0 = k0 + {{ kc }}u) {
+        let words = min({{ kc }}u, {{ k }}u - k0) / {{ p.per_word }}u;
+        let units = words / {{ p.unit_words }}u;
+{%- for it in iters %}
+        let ui{{ it.i }} = min(lane + {{ it.off }}u, units - 1u);
+{%- endfor %}
+        workgroupBarrier();
+        // This chunk's elements of A, from registers into workgroup memory, and each word's sum.
+{%- for sw in stage_words %}
+        if (tid + {{ sw.word_off }}u < words) {
+            let w = tid + {{ sw.word_off }}u;
+{%- for sl in sw.slots %}
+            a_tile[(w * {{ p.per_word }}u + {{ sl.j }}u) >> 2u][(w * {{ p.per_word }}u + {{ sl.j }}u) & 3u] = as{{ sl.i }};
+{%- endfor %}
 {%- if p.half.is_none() %}
-            a_sum[w] = s;
+            a_sum[w] = {% for sl in sw.slots %}{% if !loop.first %} + {% endif %}as{{ sl.i }}{% endfor %};
 {%- endif %}
         }
+{%- endfor %}
         workgroupBarrier();
+        // This chunk's B, before the next chunk's loads overwrite the registers.
+{%- for it in iters %}
+{%- for c in cs %}
+        let cwv{{ it.i }}_{{ c.c }} = wv{{ it.i }}_{{ c.c }};
+{%- if p.half.is_none() %}
+{%- for gr in p.groups %}
+        let csc{{ it.i }}_{{ c.c }}_{{ gr.g }} = sc{{ it.i }}_{{ c.c }}_{{ gr.g }};
+        let czp{{ it.i }}_{{ c.c }}_{{ gr.g }} = zp{{ it.i }}_{{ c.c }}_{{ gr.g }};
+{%- endfor %}
+{%- endif %}
+{%- endfor %}
+{%- endfor %}
+{%- endif %}
+{%- endfor %}
 {%- for it in iters %}
         if (lane + {{ it.off }}u < units) {
             // A's elements under unit ui{{ it.i }}, from workgroup memory.
@@ -154,7 +191,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
 {%- for c in cs %}
             {
-                let wv = wv{{ it.i }}_{{ c.c }};
+                let wv = cwv{{ it.i }}_{{ c.c }};
 {%- for d in p.decode %}
                 {{ d }}
 {%- endfor %}
@@ -171,7 +208,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 {
                     // Block of words {{ gr.first_word }} .. of the unit: (codes · A − zero point · ΣA) · scale.
                     let asum = {% for w in gr.words %}{% if !loop.first %} + {% endif %}a_sum[ui{{ it.i }} * {{ p.unit_words }}u + {{ w }}u]{% endfor %};
-                    acc{{ c.c }} = fma(dot{{ gr.g }} - zp{{ it.i }}_{{ c.c }}_{{ gr.g }} * asum, sc{{ it.i }}_{{ c.c }}_{{ gr.g }}, acc{{ c.c }});
+                    acc{{ c.c }} = fma(dot{{ gr.g }} - czp{{ it.i }}_{{ c.c }}_{{ gr.g }} * asum, csc{{ it.i }}_{{ c.c }}_{{ gr.g }}, acc{{ c.c }});
                 }
 {%- endfor %}
 {%- endif %}

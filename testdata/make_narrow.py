@@ -237,6 +237,9 @@ def op_cases():
         name = f"matmul_nbits_{bits}bit_b{block}" + (f"_zp_{zp}" if zp else "") + ("_bias" if bias else "")
         save("ops", name, *matmul_nbits_case(80, 40, bits, block, zp, bias), QUANT)
     save("ops", "matmul_nbits_one_row_k256", *matmul_nbits_case(256, 72, 4, 32, "packed", False, rank=2), QUANT)
+    # One row over K longer than the packed kernel's chunk of A (2048): three chunks, the last one short.
+    save("ops", "matmul_nbits_one_row_k4864", *matmul_nbits_case(4864, 40, 4, 32, "packed", False, rank=2), QUANT)
+    save("ops", "matmul_nbits_one_row_8bit_k2112", *matmul_nbits_case(2112, 24, 8, 64, None, True, rank=2), QUANT)
     save("ops", "matmul_nbits_fp16", *matmul_nbits_case(64, 24, 4, 32, None, True, fp16_io=True), FP16)
     for dtype, bits, block, zp in [("uint8", 4, 16, True), ("uint8", 8, 32, False), ("int4", 4, 32, False),
                                    ("uint4", 4, 16, True)]:

@@ -327,6 +327,13 @@ pub(super) struct GemvPackedTpl {
     pub(super) cs: Vec<PackedCol>,
     /// A lane's units of a chunk: unit `lane + off` of each.
     pub(super) iters: Vec<PackedIter>,
+    /// A thread's elements of a chunk of A, held in registers between their load and their staging, all of them
+    /// and by word.
+    pub(super) slots: Vec<PackedSlot>,
+    pub(super) stage_words: Vec<PackedStageWord>,
+    /// Where a chunk's loads are written: before the chunk loop (chunk 0), and in it (the next chunk, while this
+    /// one is summed) where there is more than one chunk.
+    pub(super) loads: Vec<PackedLoads>,
     pub(super) arms: Vec<GemvArm>,
     pub(super) blocks: Vec<String>,
     pub(super) per: usize,
@@ -343,6 +350,26 @@ pub(super) struct GemvPackedTpl {
 pub(super) struct PackedCol {
     pub(super) c: usize,
     pub(super) base: usize,
+}
+
+/// Element `j` of word `tid + word_off` of a chunk, held in register `as{i}`.
+#[derive(Clone)]
+pub(super) struct PackedSlot {
+    pub(super) i: usize,
+    pub(super) word_off: usize,
+    pub(super) j: usize,
+}
+
+pub(super) struct PackedStageWord {
+    pub(super) word_off: usize,
+    pub(super) slots: Vec<PackedSlot>,
+}
+
+/// One place a chunk's loads are written: the chunk's first element `k0`, inside `open` … `close`.
+pub(super) struct PackedLoads {
+    pub(super) k0: String,
+    pub(super) open: String,
+    pub(super) close: String,
 }
 
 pub(super) struct PackedIter {
@@ -656,6 +683,23 @@ impl Emitter<'_> {
                 for d in h.bindings.iter_mut().filter(|d| b_vars.contains(&d.var.as_str())) {
                     d.ty = p.unit_ty;
                 }
+                // A thread's words of a chunk: tid, tid + 256, …, each of `per_word` elements.
+                let stage_words: Vec<PackedStageWord> = (0..(kc / p.per_word).div_ceil(256))
+                    .map(|s| PackedStageWord {
+                        word_off: s * 256,
+                        slots: (0..p.per_word)
+                            .map(|j| PackedSlot { i: s * p.per_word + j, word_off: s * 256, j })
+                            .collect(),
+                    })
+                    .collect();
+                let mut loads = vec![PackedLoads { k0: "0u".into(), open: String::new(), close: String::new() }];
+                if k > kc {
+                    loads.push(PackedLoads {
+                        k0: format!("k0 + {kc}u"),
+                        open: format!("if (k0 + {kc}u < {k}u) {{"),
+                        close: "}".into(),
+                    });
+                }
                 let tpl = GemvPackedTpl {
                     h,
                     helpers,
@@ -676,6 +720,9 @@ impl Emitter<'_> {
                     iters: (0..(kc / p.unit_elems).div_ceil(t.lanes))
                         .map(|i| PackedIter { i, off: i * t.lanes })
                         .collect(),
+                    slots: stage_words.iter().flat_map(|w| w.slots.clone()).collect(),
+                    stage_words,
+                    loads,
                     p,
                     t,
                     arms,
