@@ -523,6 +523,30 @@ fn gemv_tilings_fill_the_gpu_with_coalesced_reads() {
     }
 }
 
+/// The packed (narrow-weight) matrix-vector layouts of Qwen2.5-0.5B's decode step, as measured
+/// ([`packed_gemv_tiling`]): every workgroup is 256 threads, a group's columns never straddle two blocks of a split
+/// weight, and a K longer than the staged chunk gets 64 lanes a column.
+#[test]
+fn packed_gemv_tilings_follow_the_measured_shapes() {
+    let cases = [
+        // (outputs, block columns, K, staged) → (lanes, columns a group)
+        ((151_936, None, 896, 896), (16, 4)),        // 4-bit LM head
+        ((30_388, Some(30_388), 896, 896), (16, 4)), // a block of a split f16 head
+        ((30_387, Some(30_387), 896, 896), (32, 1)), // a block of an odd width: one column a group
+        ((896, None, 4864, 2048), (64, 2)),          // down projection: three chunks of A
+        ((9728, None, 896, 896), (16, 4)),           // gate and up, merged
+        ((1152, None, 896, 896), (32, 1)),           // Q, K and V, merged
+        ((896, None, 896, 896), (32, 1)),            // o-projection
+    ];
+    for ((nn, block_cols, k, staged), (lanes, per_group)) in cases {
+        let t = packed_gemv_tiling(nn, block_cols, k, staged);
+        assert_eq!((t.lanes, t.per_group), (lanes, per_group), "{nn} outputs over K = {k}: {t:?}");
+        assert_eq!(t.lanes * t.groups, 256);
+        assert_eq!(t.cols, t.groups * t.per_group);
+        assert!(block_cols.is_none_or(|b| b % t.per_group == 0), "{t:?}");
+    }
+}
+
 /// A decode step's narrow projection (896 outputs) reads its weight K-major through a transposing view, with the
 /// same values at every (k, n); the prefill step's product of the same weight reads the same view; a weight the
 /// one-row product fills the GPU with row-major, and one also read by a Gather, stay as they are.

@@ -179,23 +179,37 @@ pub struct PackedGemvTiling {
 }
 
 /// The layout of a one-row product over `nn` outputs of a narrow K-major B (each output's weights one stored row,
-/// read in loads of up to 16 bytes): a load of codes is a few bytes of B against up to 32 elements of A, so A, staged once per
-/// workgroup in workgroup memory, is what the kernel reads most, and a workgroup's latency (staging, a barrier, the
-/// loads of B, the reduction) is what it costs. Measured on the H100 over the Qwen2.5-0.5B shapes
-/// (scripts/gemv_micro.py, 4-bit and float16): 32 lanes a column throughout (more lanes, fewer columns a
-/// workgroup, was slower at every shape: a down projection over K = 4864 took 22.0 µs at 128 lanes, 17.0 at 32);
-/// 4 columns a group where that still gives [`GEMV_WORKGROUPS`], then 2, then 1; an LLM head's 151,936 outputs 8
-/// columns to a group of 16 lanes (68.7 µs against 87.9 at 32 × 4, its workgroups' staging shared by 128
-/// columns) when `staged` (A's elements in workgroup memory at a time) leaves room for their sums. `per_group`
-/// divides `block_cols` (the columns of a weight split into blocks, so that no group straddles two).
-pub fn packed_gemv_tiling(nn: usize, block_cols: Option<usize>, staged: usize) -> PackedGemvTiling {
+/// read in loads of up to 16 bytes) over K = `k`, of which `staged` elements of A sit in workgroup memory at a
+/// time: a load of codes is a few bytes of B against up to 32 elements of A, so A, staged once per workgroup in
+/// workgroup memory, is what the kernel reads most, and a workgroup's latency (staging, a barrier, the loads of B,
+/// the reduction) is what it costs. Measured over the Qwen2.5-0.5B shapes (scripts/gemv_micro.py alone, then
+/// scripts/decode_ab.py in the decoder; docs/performance.md):
+/// - a K longer than one staged chunk (a down projection's 4864): 64 lanes a column, 2 columns a group (H200, the
+///   4-bit decoder: 847 → 875 tok/s against 32 × 1; alone 16.6 → 14.6 µs), though that leaves fewer than
+///   [`GEMV_WORKGROUPS`] (112 for 896 outputs): the lanes' shorter runs over K pay more than the workgroups;
+/// - a short K (A staged whole, with room for the sums) and outputs enough for a workgroup per SM at 64 a
+///   workgroup: 16 lanes, 4 columns a group — gate/up's 9728 (with the down projection's: 844 → 883 tok/s; alone
+///   15.5 → 14.4 µs against 32 × 4) and an LLM head's 151,936 (in the decoder 71 µs against 94 at 32 × 4, and
+///   74 at 16 × 8, 72 at 8 × 4: the nineteenth session's in-situ layouts);
+/// - else 32 lanes a column, 4 columns a group where that still gives [`GEMV_WORKGROUPS`], then 2, then 1 (more
+///   lanes and fewer columns a workgroup were slower at K = 896).
+///
+/// `per_group` divides `block_cols` (the columns of a weight split into blocks, so that no group straddles two).
+pub fn packed_gemv_tiling(nn: usize, block_cols: Option<usize>, k: usize, staged: usize) -> PackedGemvTiling {
     let wgs = |cols: usize| nn.div_ceil(cols);
     let fits = |c: usize| block_cols.is_none_or(|b| b % c == 0);
-    if fits(8) && staged <= 1024 && wgs(128) >= 8 * GEMV_WORKGROUPS {
-        return PackedGemvTiling { lanes: 16, groups: 16, per_group: 8, cols: 128 };
+    let tiling = |lanes: usize, per_group: usize| {
+        let groups = 256 / lanes;
+        PackedGemvTiling { lanes, groups, per_group, cols: groups * per_group }
+    };
+    if k > staged && fits(2) {
+        return tiling(64, 2);
+    }
+    if fits(4) && staged <= 1024 && wgs(64) >= GEMV_WORKGROUPS / 2 {
+        return tiling(16, 4);
     }
     let per_group = [4usize, 2].into_iter().find(|&c| fits(c) && wgs(8 * c) >= GEMV_WORKGROUPS).unwrap_or(1);
-    PackedGemvTiling { lanes: 32, groups: 8, per_group, cols: 8 * per_group }
+    tiling(32, per_group)
 }
 
 /// How an attention kernel lays out its work ([`attention_tiling`]).

@@ -659,7 +659,7 @@ impl Emitter<'_> {
             if let Some(p) = packed {
                 let block_cols = (!blocks.is_empty()).then_some(per);
                 let kc = k.min(PACKED_A_CHUNK);
-                let mut t = wgslc_passes::packed_gemv_tiling(nn, block_cols, kc);
+                let mut t = wgslc_passes::packed_gemv_tiling(nn, block_cols, k, kc);
                 // A tuning knob for measuring layouts against each other (scripts/gemv_micro.py): LANES,COLUMNS.
                 if let Ok(knob) = std::env::var("WGSLC_PACKED_TILING") {
                     let v: Vec<usize> = knob.split(',').filter_map(|x| x.trim().parse().ok()).collect();
