@@ -49,7 +49,8 @@ fn term{{ arm.suffix }}(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_t
 
 var<workgroup> sums: array<{{ acc_ty }}, 256>;
 {%- if rms.is_some() %}
-var<workgroup> rinv: f32;
+{%- let reduce_threads = 256 %}
+{% include "workgroup_reduce.wgsl" %}
 {%- endif %}
 
 @compute @workgroup_size(256)
@@ -113,18 +114,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let x = {{ a_ld.open }}a_base + kb * {{ a_sk }}u{{ a_ld.close }};
         ssq = fma(x, x, ssq);
     }
-    sums[tid] = {{ acc_ty }}(ssq);
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (tid < s) {
-            sums[tid] = sums[tid] + sums[tid + s];
-        }
-        workgroupBarrier();
-    }
-    if (tid == 0u) {
-        rinv = 1.0 / sqrt(sums[0]{% if t.vec == 4 %}.x{% endif %} / {{ r.k }}.0 + {{ r.eps }});
-    }
-    workgroupBarrier();
+    let rinv = 1.0 / sqrt(reduce_sum(tid, ssq) / {{ r.k }}.0 + {{ r.eps }});
 {%- endif %}
     sums[tid] = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};
     workgroupBarrier();

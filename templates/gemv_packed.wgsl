@@ -20,7 +20,8 @@ var<workgroup> a_sum: array<f32, {{ kc_words }}>;
 {%- endif %}
 var<workgroup> sums: array<f32, {{ sums_len }}>;
 {%- if rms.is_some() %}
-var<workgroup> rinv: f32;
+{%- let reduce_threads = 256 %}
+{% include "workgroup_reduce.wgsl" %}
 {%- endif %}
 
 // A's element kb{% if !a_pro.is_empty() %}, through its prologue{% endif %}.
@@ -218,18 +219,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
     }
 {%- if let Some(r) = rms %}
-    sums[tid] = ssq;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (tid < s) {
-            sums[tid] = sums[tid] + sums[tid + s];
-        }
-        workgroupBarrier();
-    }
-    if (tid == 0u) {
-        rinv = 1.0 / sqrt(sums[0] / {{ r.k }}.0 + {{ r.eps }});
-    }
-    workgroupBarrier();
+    let rinv = 1.0 / sqrt(reduce_sum(tid, ssq) / {{ r.k }}.0 + {{ r.eps }});
 {%- endif %}
 {%- for c in cs %}
     sums[{{ c.base }}u + tid] = acc{{ c.c }};
