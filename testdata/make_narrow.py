@@ -135,6 +135,35 @@ def forward_cases():
             save("narrow", f"{src}_weights_{w}", m, ins, dict(meta, weights=w, rtol=0.0, atol=frac * scale))
 
 
+def wide_k_source():
+    """A one-row product over K = 4864 (a Qwen2.5-0.5B down projection's), with bias and ReLU, then one over K = 64:
+    the first is what the packed matrix-vector kernel sums in three staged chunks of A. The float32 graph is
+    written here; its narrow forms are the quantizer's (the producer under test)."""
+    rng = np.random.default_rng(7)
+    k, n, m = 4864, 64, 16
+    c = lambda name, a: numpy_helper.from_array(a.astype(np.float32), name)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="down"),
+             helper.make_node("Add", ["h", "b1"], ["hb"], name="bias"),
+             helper.make_node("Relu", ["hb"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="out")]
+    g = helper.make_graph(nodes, "wide_k", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m])],
+                          initializer=[c("w1", rng.standard_normal((k, n)) * 0.02),
+                                       c("b1", rng.standard_normal(n) * 0.1),
+                                       c("w2", rng.standard_normal((n, m)) * 0.1)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, [rng.standard_normal((1, k)).astype(np.float32)]
+
+
+def wide_k_cases():
+    for tag, convert in [("q4_b32_sym", lambda m: nbits(m, 4, 32, True)),
+                         ("q4_b128_zp", lambda m: nbits(m, 4, 128, False)),
+                         ("q8_b32_zp", lambda m: nbits(m, 8, 32, False))]:
+        m, ins = wide_k_source()
+        save("narrow", f"wide_k4864_{tag}", convert(m), ins, dict(QUANT))
+
+
 # ---- op cases -------------------------------------------------------------------------------------------------
 
 
@@ -333,6 +362,8 @@ def main():
     parts = set(sys.argv[1:]) or {"forward", "ops", "decoders"}
     if "forward" in parts:
         forward_cases()
+    if "forward" in parts or "wide" in parts:
+        wide_k_cases()
     if "ops" in parts:
         op_cases()
     if "decoders" in parts:
