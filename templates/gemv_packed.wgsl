@@ -80,11 +80,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
 {%- endfor %}
 {%- endfor %}
-{%- for sl in slots %}
+{%- for sw in stage_words %}
+{%- for sl in sw.slots %}
     var as{{ sl.i }} = 0.0;
 {%- endfor %}
+{%- endfor %}
 {%- for ld in loads %}
+{%- if !ld.open.is_empty() %}
     {{ ld.open }}
+{%- endif %}
     {
         let k0 = {{ ld.k0 }};
         let words = min({{ kc }}u, {{ k }}u - k0) / {{ p.per_word }}u;
@@ -134,20 +138,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if !blocks.is_empty() %}
         }
 {%- endif %}
-{%- for sl in slots %}
-        if (tid + {{ sl.word_off }}u < words) {
-            var av = a_at(k0 + (tid + {{ sl.word_off }}u) * {{ p.per_word }}u + {{ sl.j }}u);
+{%- for sw in stage_words %}
+        if (tid + {{ sw.word_off }}u < words) {
+            let e0 = k0 + (tid + {{ sw.word_off }}u) * {{ p.per_word }}u;
+{%- for sl in sw.slots %}
+            {
+                var av = a_at(e0 + {{ sl.j }}u);
 {%- if rms.is_some() %}
-            ssq = fma(av, av, ssq);
+                ssq = fma(av, av, ssq);
 {%- endif %}
 {%- if !rms_scale.is_empty() %}
-            av = av * {{ rms_scale }}[k0 + (tid + {{ sl.word_off }}u) * {{ p.per_word }}u + {{ sl.j }}u];
+                av = av * {{ rms_scale }}[e0 + {{ sl.j }}u];
 {%- endif %}
-            as{{ sl.i }} = av;
+                as{{ sl.i }} = av;
+            }
+{%- endfor %}
         }
 {%- endfor %}
     }
+{%- if !ld.close.is_empty() %}
     {{ ld.close }}
+{%- endif %}
 {%- if loop.first %}
     for (var k0 = 0u; k0 < {{ k }}u; k0 = k0 + {{ kc }}u) {
         let words = min({{ kc }}u, {{ k }}u - k0) / {{ p.per_word }}u;

@@ -327,9 +327,7 @@ pub(super) struct GemvPackedTpl {
     pub(super) cs: Vec<PackedCol>,
     /// A lane's units of a chunk: unit `lane + off` of each.
     pub(super) iters: Vec<PackedIter>,
-    /// A thread's elements of a chunk of A, held in registers between their load and their staging, all of them
-    /// and by word.
-    pub(super) slots: Vec<PackedSlot>,
+    /// A thread's elements of a chunk of A by word, held in registers between their load and their staging.
     pub(super) stage_words: Vec<PackedStageWord>,
     /// Where a chunk's loads are written: before the chunk loop (chunk 0), and in it (the next chunk, while this
     /// one is summed) where there is more than one chunk.
@@ -352,14 +350,13 @@ pub(super) struct PackedCol {
     pub(super) base: usize,
 }
 
-/// Element `j` of word `tid + word_off` of a chunk, held in register `as{i}`.
-#[derive(Clone)]
+/// Element `j` of its [`PackedStageWord`], held in register `as{i}`.
 pub(super) struct PackedSlot {
     pub(super) i: usize,
-    pub(super) word_off: usize,
     pub(super) j: usize,
 }
 
+/// Word `tid + word_off` of a chunk of A: the elements a thread loads and stages.
 pub(super) struct PackedStageWord {
     pub(super) word_off: usize,
     pub(super) slots: Vec<PackedSlot>,
@@ -687,9 +684,7 @@ impl Emitter<'_> {
                 let stage_words: Vec<PackedStageWord> = (0..(kc / p.per_word).div_ceil(256))
                     .map(|s| PackedStageWord {
                         word_off: s * 256,
-                        slots: (0..p.per_word)
-                            .map(|j| PackedSlot { i: s * p.per_word + j, word_off: s * 256, j })
-                            .collect(),
+                        slots: (0..p.per_word).map(|j| PackedSlot { i: s * p.per_word + j, j }).collect(),
                     })
                     .collect();
                 let mut loads = vec![PackedLoads { k0: "0u".into(), open: String::new(), close: String::new() }];
@@ -720,7 +715,6 @@ impl Emitter<'_> {
                     iters: (0..(kc / p.unit_elems).div_ceil(t.lanes))
                         .map(|i| PackedIter { i, off: i * t.lanes })
                         .collect(),
-                    slots: stage_words.iter().flat_map(|w| w.slots.clone()).collect(),
                     stage_words,
                     loads,
                     p,
