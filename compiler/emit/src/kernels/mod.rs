@@ -17,6 +17,7 @@ mod elementwise;
 mod expr;
 mod index;
 mod matmul;
+mod packed;
 mod recurrence;
 mod reduce;
 
