@@ -18,6 +18,7 @@
 //! by the frontend into inputs, so each op has one form here; shape inference requires such inputs to be
 //! constants and resolves them.
 
+mod attrs;
 mod builder;
 mod dtype;
 mod frontend;
@@ -26,6 +27,7 @@ mod ops;
 mod print;
 mod tensor;
 
+pub use attrs::*;
 pub use builder::Builder;
 pub use dtype::*;
 pub use frontend::*;
