@@ -4,6 +4,7 @@
 //! decodes tensors and normalises every attribute-vs-input variant (opsets 11–22) into the input form, so each
 //! IR op has one form. It infers no shapes beyond the graph inputs: that is `wgslc-passes`' job.
 
+mod composite;
 mod contrib;
 mod control;
 pub mod decoder;
