@@ -1,0 +1,176 @@
+//! Convolution folds (depthwise, MobileNet's inverted residuals) and Concats written in place.
+
+use super::*;
+
+/// A k×k window, unit strides, "same" padding.
+fn window(k: usize) -> wgslc_ir::Window {
+    wgslc_ir::Window {
+        kernel: vec![k, k],
+        strides: vec![1, 1],
+        pads: vec![k / 2; 4],
+        dilations: vec![1, 1],
+        auto_pad: wgslc_ir::AutoPad::NotSet,
+        ceil_mode: false,
+    }
+}
+
+/// x → depthwise Conv (k×k) → Relu → 1x1 Conv with `m` output channels.
+fn depthwise_then_pointwise(k: usize, m: usize) -> Graph {
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1, 8, 10, 10]);
+    let wd = g.add_const("wd", Tensor::f32(vec![8, 1, k, k], vec![0.5; 8 * k * k]));
+    let d = g.add_value("d", None);
+    g.add_node("dw", Op::Conv { window: window(k), group: 8 }, vec![Some(x), Some(wd)], vec![d]).unwrap();
+    let r = g.add_value("r", None);
+    g.add_node("relu", Op::Unary(wgslc_ir::UnaryOp::Relu), vec![Some(d)], vec![r]).unwrap();
+    let wp = g.add_const("wp", Tensor::f32(vec![m, 8, 1, 1], vec![0.25; m * 8]));
+    let y = g.add_value("y", None);
+    g.add_node("pw", Op::Conv { window: window(1), group: 1 }, vec![Some(r), Some(wp)], vec![y]).unwrap();
+    g.outputs.push(y);
+    run_pipeline(&mut g, None).unwrap();
+    g
+}
+
+#[test]
+fn depthwise_folds_into_the_pointwise_conv_while_recomputation_is_cheap() {
+    // Up to 32 output channels; a 5x5 window too (25 taps · (⌈m/16⌉ − 1) ≤ m); 33 channels not.
+    for (k, m, kernels) in [(3, 8, 1), (3, 32, 1), (3, 33, 2), (5, 32, 1)] {
+        let g = depthwise_then_pointwise(k, m);
+        let sched = schedule(&g, &FuseOptions::default()).unwrap();
+        assert_eq!(sched.kernels.len(), kernels, "{k}x{k} depthwise into {m} channels");
+        if kernels == 1 {
+            let d = sched.kernels[0].depthwise().expect("depthwise folded");
+            assert_eq!(g.node(d.conv).name, "dw");
+        } else {
+            let reasons: Vec<&str> = sched.boundaries.iter().map(|b| b.reason.as_str()).collect();
+            assert!(reasons.iter().any(|r| r.contains("9-tap window") && r.contains("33 output")), "{reasons:?}");
+        }
+    }
+    // A second reader of the depthwise output keeps it materialized.
+    let mut g = depthwise_then_pointwise(3, 8);
+    let r = g.node_ids().find(|&n| g.node(n).name == "relu").map(|n| g.node(n).outputs[0]).unwrap();
+    g.outputs.push(r);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert!(sched.kernels.iter().all(|k| k.depthwise().is_none()));
+}
+
+/// MobileNetV2's inverted-residual block: x [1, 16, 14, 14] → 1x1 expansion to `e` → ReLU6 → depthwise 3x3 →
+/// ReLU6 → 1x1 projection to `m` (+ x when `m` is 16).
+fn inverted_residual(e: usize, m: usize) -> Graph {
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1, 16, 14, 14]);
+    let relu6 = |g: &mut Graph, name: &str, v: ValueId| {
+        let r = g.add_value(name, None);
+        g.add_node(name, Op::Unary(wgslc_ir::UnaryOp::Clip(0.0, 6.0)), vec![Some(v)], vec![r]).unwrap();
+        r
+    };
+    let we = g.add_const("we", Tensor::f32(vec![e, 16, 1, 1], vec![0.1; e * 16]));
+    let ex = g.add_value("ex", None);
+    g.add_node("expand", Op::Conv { window: window(1), group: 1 }, vec![Some(x), Some(we)], vec![ex]).unwrap();
+    let ex = relu6(&mut g, "relu6_e", ex);
+    let wd = g.add_const("wd", Tensor::f32(vec![e, 1, 3, 3], vec![0.1; e * 9]));
+    let d = g.add_value("d", None);
+    g.add_node("dw", Op::Conv { window: window(3), group: e }, vec![Some(ex), Some(wd)], vec![d]).unwrap();
+    let d = relu6(&mut g, "relu6_d", d);
+    let wp = g.add_const("wp", Tensor::f32(vec![m, e, 1, 1], vec![0.1; m * e]));
+    let mut y = g.add_value("p", None);
+    g.add_node("project", Op::Conv { window: window(1), group: 1 }, vec![Some(d), Some(wp)], vec![y]).unwrap();
+    if m == 16 {
+        let s = g.add_value("y", None);
+        g.add_node("add", Op::Binary(BinaryOp::Add), vec![Some(y), Some(x)], vec![s]).unwrap();
+        y = s;
+    }
+    g.outputs.push(y);
+    run_pipeline(&mut g, None).unwrap();
+    g
+}
+
+#[test]
+fn inverted_residual_blocks_fuse_while_the_projection_is_narrow() {
+    let fused = FuseOptions::default();
+    let names = |g: &Graph, k: &KernelGroup| k.nodes().iter().map(|&n| g.node(n).name.clone()).collect::<Vec<_>>();
+    // Unfused, the expansion stays a product of its own; the depthwise Conv folds into the 16-channel projection.
+    let g = inverted_residual(96, 16);
+    let unfused = FuseOptions { inverted_residual: InvertedResidualMode::Unfused, ..Default::default() };
+    let sched = schedule(&g, &unfused).unwrap();
+    assert_eq!(sched.kernels.len(), 2);
+    assert!(sched.kernels.iter().all(|k| k.expand().is_none()));
+    // By default the whole block is one kernel: expansion, depthwise, projection and the residual Add.
+    let sched = schedule(&g, &fused).unwrap();
+    assert_eq!(sched.kernels.len(), 1);
+    let k = &sched.kernels[0];
+    assert_eq!(names(&g, k), ["expand", "relu6_e", "dw", "relu6_d", "project", "add"]);
+    assert_eq!(g.node(k.expand().unwrap().conv).name, "expand");
+    assert_eq!(g.node(k.depthwise().unwrap().conv).name, "dw");
+    // A projection wider than 64 channels keeps its own product; the expansion still folds into the depthwise Conv.
+    let g = inverted_residual(96, 80);
+    let sched = schedule(&g, &fused).unwrap();
+    assert_eq!(sched.kernels.len(), 2);
+    assert_eq!(names(&g, &sched.kernels[0]), ["expand", "relu6_e", "dw", "relu6_d"]);
+    let reasons: Vec<&str> = sched.boundaries.iter().map(|b| b.reason.as_str()).collect();
+    assert!(reasons.iter().any(|r| r.contains("80 output channels") && r.contains("at most 64")), "{reasons:?}");
+    // A second reader of the expansion keeps it materialized.
+    let mut g = inverted_residual(96, 16);
+    let e = g.node_ids().find(|&n| g.node(n).name == "relu6_e").map(|n| g.node(n).outputs[0]).unwrap();
+    g.outputs.push(e);
+    let sched = schedule(&g, &fused).unwrap();
+    assert!(sched.kernels.iter().all(|k| k.expand().is_none()));
+}
+
+#[test]
+fn expansion_tiles_fit_workgroup_memory_and_bound_recomputation() {
+    // 56x56 block of MobileNetV2 (24 → 144 → 24): 2x2 tiles hold all 144 expanded channels, one step.
+    let t = expand_tile(1, (56, 56), (3, 3), (1, 1), (1, 1), 24, 144, Some(24)).unwrap();
+    assert_eq!((t.ty, t.tx, t.ec, t.lanes, t.per_lane), (2, 2, 144, 64, 1));
+    assert!(t.x_chunk == 24 && (t.hy * t.hx + t.ty * t.tx) * t.ec + 24 * t.hy * t.hx <= WORKGROUP_FLOATS);
+    // Without a projection each workgroup takes a few channels of the largest tile, its window 16 channels at a
+    // time when all 96 do not fit.
+    let t = expand_tile(1, (14, 14), (3, 3), (1, 1), (1, 1), 96, 576, None).unwrap();
+    assert_eq!((t.ty, t.ec, t.x_chunk), (8, EXPAND_STEP_CHANNELS, 16));
+    // An 11x11 window's expansion would be recomputed more than EXPAND_MAX_RECOMPUTE times on every tile (5x on
+    // 8x8 tiles); a 7x7 one passes on 8x8 tiles (3.1x).
+    assert!(expand_tile(1, (14, 14), (11, 11), (1, 1), (1, 1), 64, 64, Some(16)).is_none());
+    assert_eq!(expand_tile(1, (14, 14), (7, 7), (1, 1), (1, 1), 64, 64, Some(16)).map(|t| t.ty), Some(8));
+    // Too many output channels for one thread's registers at any tile.
+    assert!(expand_tile(1, (56, 56), (3, 3), (1, 1), (1, 1), 24, 144, Some(4096)).is_none());
+}
+
+/// x → Relu and x → Conv(3x3) → Relu, joined along channels: SqueezeNet's fire module with `extra` also read
+/// (a graph output) when set.
+fn two_branches_joined(output_branch: bool) -> Graph {
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1, 8, 10, 10]);
+    let w = g.add_const("w", Tensor::f32(vec![6, 8, 3, 3], vec![0.1; 6 * 8 * 9]));
+    let c = g.add_value("c", None);
+    g.add_node("conv", Op::Conv { window: window(3), group: 1 }, vec![Some(x), Some(w)], vec![c]).unwrap();
+    let (r1, r2) = (g.add_value("r1", None), g.add_value("r2", None));
+    g.add_node("relu1", Op::Unary(wgslc_ir::UnaryOp::Relu), vec![Some(c)], vec![r1]).unwrap();
+    g.add_node("relu2", Op::Unary(wgslc_ir::UnaryOp::Relu), vec![Some(x)], vec![r2]).unwrap();
+    let y = g.add_value("y", None);
+    g.add_node("concat", Op::Concat { axis: 1 }, vec![Some(r2), Some(r1)], vec![y]).unwrap();
+    g.outputs.push(y);
+    if output_branch {
+        g.outputs.push(r1);
+    }
+    run_pipeline(&mut g, None).unwrap();
+    g
+}
+
+#[test]
+fn concat_is_written_in_place_by_its_producers() {
+    let g = two_branches_joined(false);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert_eq!(sched.kernels.len(), 2, "{:?}", sched.kernels);
+    assert_eq!(sched.concats.len(), 1);
+    let slots: Vec<usize> = sched.kernels.iter().filter_map(|k| k.write_into().map(|(_, s)| s)).collect();
+    assert_eq!(slots, [1, 0], "the Conv writes slot 1 at channel 8 onwards, the Relu slot 0");
+    let conv = &sched.kernels[0];
+    assert_eq!(conv.recipe.store.as_ref().map(|p| p.offset), Some(8 * 100));
+    // Both writers bind the Concat's output, which lives from the first write.
+    let mem = plan_memory(&g, &sched).unwrap();
+    verify_plan(&g, &sched, &mem).unwrap();
+    // A branch that is also a graph output keeps the Concat's copy kernels.
+    let g = two_branches_joined(true);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert!(sched.concats.is_empty() && sched.kernels.iter().all(|k| k.write_into().is_none()));
+}
