@@ -157,11 +157,12 @@ def wide_k_source():
 
 
 def wide_k_cases():
-    # Not here yet: 4-bit blocks of 128 with zero points ("q4_b128_zp", nbits(m, 4, 128, False)) match
-    # onnxruntime on lavapipe and with --no-fuse in Chromium, but fused in Chromium (SwiftShader, Tint) y[0] is
-    # -6.39 against -1.28 under every packed layout: an open bug (issue 31's closing note, twentieth session).
+    # q4_b128_zp: the second product's packed blob (512 bytes of codes, 64 of scales, 8 of zero points) is not a
+    # multiple of the 16-byte unit a packed kernel reads; WebGPU's runtime array length rounds down, so its zero
+    # points were out of bounds in Chromium (Tint clamps) and right on wgpu: the case that found it.
     for tag, convert in [("q4_b32_sym", lambda m: nbits(m, 4, 32, True)),
-                         ("q8_b32_zp", lambda m: nbits(m, 8, 32, False))]:
+                         ("q8_b32_zp", lambda m: nbits(m, 8, 32, False)),
+                         ("q4_b128_zp", lambda m: nbits(m, 4, 128, False))]:
         m, ins = wide_k_source()
         save("narrow", f"wide_k4864_{tag}", convert(m), ins, dict(QUANT))
 

@@ -8,6 +8,12 @@ use wgslc_ir::{Graph, ValueId};
 /// WebGPU's storage buffer offset alignment (minStorageBufferOffsetAlignment's default).
 pub const ALIGN: u64 = 256;
 
+/// The widest element a kernel binds a constant as (`vec4<u32>`, a packed weight's load unit): every constant's
+/// slot is a whole number of them. WebGPU sizes a runtime array by rounding the binding's bytes down to its
+/// element, so a packed blob of 584 bytes bound as `array<vec4<u32>>` would lose its last 8 (the zero points).
+/// The padding is zeros (buffers start zeroed) inside the [`ALIGN`]ed gap that follows every slot anyway.
+pub const UNIT: u64 = 16;
+
 /// What a buffer holds, which decides who writes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BufferKind {
@@ -130,7 +136,7 @@ fn align(n: u64) -> u64 {
 ///
 /// Requires: a legalized graph and its schedule. Establishes (checked by [`verify_plan`]): every value bound by a
 /// kernel has a slot inside its buffer; no two intermediates whose lifetimes overlap overlap in bytes; every
-/// slot's offset is a multiple of [`ALIGN`].
+/// slot's offset is a multiple of [`ALIGN`]; every constant's slot is a whole number of [`UNIT`]s.
 pub fn plan_memory(g: &Graph, sched: &Schedule) -> Result<MemoryPlan, PassError> {
     plan_memory_with(g, sched, &MemoryOptions::default())
 }
@@ -209,7 +215,7 @@ pub fn plan_memory_with(g: &Graph, sched: &Schedule, opts: &MemoryOptions) -> Re
     // Weights: packed in first-use order, a new buffer when the current one would pass the maximum.
     let mut fill = u64::MAX;
     for &v in &consts {
-        let size = size_of(v);
+        let size = size_of(v).next_multiple_of(UNIT);
         if size > opts.max_buffer_size {
             return Err(too_large(v, size));
         }
@@ -348,8 +354,8 @@ pub fn binding_access(plan: &MemoryPlan, bindings: &[(ValueId, bool)]) -> Vec<bo
     bindings.iter().map(|&(v, w)| w || written.contains(&plan.slots[&v].buffer)).collect()
 }
 
-/// Checks a plan's invariants: every value a kernel binds has a slot inside its buffer at an aligned offset, and
-/// no two intermediates whose bytes overlap are live at the same step.
+/// Checks a plan's invariants: every value a kernel binds has a slot inside its buffer at an aligned offset
+/// (a weight's a whole number of [`UNIT`]s), and no two intermediates whose bytes overlap are live at the same step.
 pub fn verify_plan(g: &Graph, sched: &Schedule, plan: &MemoryPlan) -> Result<(), PassError> {
     let bad = |v: ValueId, reason: String| PassError::Value { value: g.value(v).name.clone(), reason };
     for k in &sched.kernels {
@@ -361,6 +367,9 @@ pub fn verify_plan(g: &Graph, sched: &Schedule, plan: &MemoryPlan) -> Result<(),
                 .ok_or_else(|| bad(v, "bound by a kernel but never placed (a planner bug)".into()))?;
             if s.offset % ALIGN != 0 || s.offset + s.size > plan.buffers[s.buffer].size {
                 return Err(bad(v, "slot outside its buffer or misaligned (a planner bug)".into()));
+            }
+            if plan.buffers[s.buffer].kind == BufferKind::Weights && !s.size.is_multiple_of(UNIT) {
+                return Err(bad(v, format!("constant slot of {} bytes, not whole {UNIT}-byte units", s.size)));
             }
         }
     }

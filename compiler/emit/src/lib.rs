@@ -91,6 +91,10 @@ pub struct Validated {
     pub workgroup_size: [u32; 3],
     /// Bytes of workgroup memory.
     pub workgroup_memory: u32,
+    /// The element stride of each binding's array, by binding number (4 for `array<f32>`, 16 for
+    /// `array<vec4<u32>>`): WebGPU sizes a runtime array as the binding's bytes divided by it, rounded down, so a
+    /// binding whose size is not a multiple loses its tail (Tint clamps reads there; [`emit`] refuses such a plan).
+    pub strides: Vec<u32>,
 }
 
 /// What kernels may use beyond naga's baseline: core WebGPU's `pack2x16float`/`unpack2x16float` (float16 values
@@ -133,7 +137,19 @@ pub fn validate(kernel: EmittedKernel, limits: &Limits) -> Result<Validated, Emi
     if let Some(w) = kernel.workgroups.iter().find(|&&w| w > limits.max_workgroups_per_dimension) {
         return Err(limit(format!("{w} workgroups in one dimension")));
     }
-    Ok(Validated { kernel, workgroup_size, workgroup_memory })
+    let mut strides = vec![4; kernel.bindings.len()];
+    for (_, v) in module.global_variables.iter() {
+        if let (naga::AddressSpace::Storage { .. }, Some(b)) = (v.space, &v.binding) {
+            let stride = match module.types[v.ty].inner {
+                naga::TypeInner::Array { stride, .. } => stride,
+                ref t => t.size(module.to_ctx()),
+            };
+            if let Some(s) = strides.get_mut(b.binding as usize) {
+                *s = stride;
+            }
+        }
+    }
+    Ok(Validated { kernel, workgroup_size, workgroup_memory, strides })
 }
 
 /// Emits and validates every kernel of a scheduled, planned graph, in dispatch order.
@@ -166,7 +182,21 @@ pub fn emit(g: &Graph, sched: &Schedule, plan: &MemoryPlan, limits: &Limits) -> 
                     }
                 }
                 check_aliasing(g, plan, &k)?;
-                out.push(validate(k, limits)?);
+                let k = validate(k, limits)?;
+                for (&(v, _), &stride) in k.kernel.bindings.iter().zip(&k.strides) {
+                    let size = plan.slots[&v].size;
+                    if !size.is_multiple_of(stride as u64) {
+                        return Err(EmitError::Limit {
+                            kernel: k.kernel.name.clone(),
+                            reason: format!(
+                                "binds '{}' as {size} bytes, not a whole number of its {stride}-byte elements \
+                                 (a planner bug: the tail would be out of bounds)",
+                                g.value(v).name
+                            ),
+                        });
+                    }
+                }
+                out.push(k);
             }
         }
     }
