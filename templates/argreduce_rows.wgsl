@@ -29,20 +29,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // bounds it is how many bytes each thread keeps in flight (one scalar at a time took 0.235 ms for an LLM's
     // 151,936 logits on an H100, eight 48 µs).
     var q = lid + 256u;
-    for (; q + 1792u < {{ n / 4 }}u; q = q + 2048u) {
-{%- for u in 0..8 %}
-        let v{{ u }} = x[base4 + q + {{ u * 256 }}u];
+    for (; q + 1792u < {{ n4 }}u; q = q + 2048u) {
+{%- for u in loads %}
+        let v{{ u.i }} = x[base4 + q + {{ u.off }}u];
 {%- endfor %}
-{%- for u in 0..8 %}
+{%- for u in loads %}
 {%- for e in 0..4 %}
-        if (v{{ u }}[{{ e }}] {{ cmp }} best) {
-            best = v{{ u }}[{{ e }}];
-            at = (q + {{ u * 256 }}u) * 4u + {{ e }}u;
+        if (v{{ u.i }}[{{ e }}] {{ cmp }} best) {
+            best = v{{ u.i }}[{{ e }}];
+            at = (q + {{ u.off }}u) * 4u + {{ e }}u;
         }
 {%- endfor %}
 {%- endfor %}
     }
-    for (; q < {{ n / 4 }}u; q = q + 256u) {
+    for (; q < {{ n4 }}u; q = q + 256u) {
         let v = x[base4 + q];
 {%- for e in 0..4 %}
         if (v[{{ e }}] {{ cmp }} best) {
@@ -60,13 +60,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // logits on an H100).
     var j = lid + 256u;
     for (; j + 1792u < {{ n }}u; j = j + 2048u) {
-{%- for u in 0..8 %}
-        let v{{ u }} = x[base + (j + {{ u * 256 }}u) * {{ inner }}u];
+{%- for u in loads %}
+        let v{{ u.i }} = x[base + (j + {{ u.off }}u) * {{ inner }}u];
 {%- endfor %}
-{%- for u in 0..8 %}
-        if (v{{ u }} {{ cmp }} best) {
-            best = v{{ u }};
-            at = j + {{ u * 256 }}u;
+{%- for u in loads %}
+        if (v{{ u.i }} {{ cmp }} best) {
+            best = v{{ u.i }};
+            at = j + {{ u.off }}u;
         }
 {%- endfor %}
     }

@@ -6,11 +6,11 @@
 // workgroup memory, then the score epilogue: scale, mask), keeps a running maximum and denominator per row, and
 // accumulates {{ lanes.len() }} of the {{ dv }} value columns per row. Scores and probabilities never leave the
 // workgroup; K and V are loaded once per block of rows. Everything per thread is unrolled into scalars.
-var<workgroup> q_tile: array<f32, {{ rows * 16 }}>;
+var<workgroup> q_tile: array<f32, {{ q_tile_len }}>;
 // 64 keys by 16 columns of K (rows padded to 17 so each thread walking its key's row hits its own bank), then
 // {{ v_chunk }} keys by {{ dv_pad }} columns of V: one array, since the two are never live at once.
 var<workgroup> kv_tile: array<f32, {{ kv_len }}>;
-var<workgroup> p_tile: array<f32, {{ rows * 64 }}>;
+var<workgroup> p_tile: array<f32, {{ p_tile_len }}>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -27,30 +27,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let v_base = {{ v_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.v_stride }}u{% endfor %};
     let neg_inf = bitcast<f32>(non_finite_bits.y);
 {%- for i in row_lanes %}
-    let m{{ i }} = row0 + r + {{ i * 16 }}u;
-    var mx{{ i }} = neg_inf;
+    let m{{ i.i }} = row0 + r + {{ i.off }}u;
+    var mx{{ i.i }} = neg_inf;
     // This thread's share of the row's softmax denominator (the row's threads rescale by the same factor).
-    var l{{ i }} = 0.0;
+    var l{{ i.i }} = 0.0;
 {%- for o in lanes %}
-    var acc{{ i }}_{{ o.i }} = 0.0;
+    var acc{{ i.i }}_{{ o.i }} = 0.0;
 {%- endfor %}
 {%- endfor %}
     for (var n0 = 0u; n0 < {{ n }}u; n0 = n0 + 64u) {
 {%- for i in row_lanes %}{% for j in quads %}
-        var dot{{ i }}_{{ j }} = 0.0;
+        var dot{{ i.i }}_{{ j.i }} = 0.0;
 {%- endfor %}{% endfor %}
         for (var d0 = 0u; d0 < {{ dk }}u; d0 = d0 + 16u) {
             // Q: {{ rows }} rows x 16 columns.
 {%- for i in row_lanes %}
             {
                 var av = 0.0;
-                if (m{{ i }} < {{ m }}u && d0 + c < {{ dk }}u) {
-                    av = a[a_base + m{{ i }} * {{ a_sm }}u + (d0 + c) * {{ a_sk }}u];
+                if (m{{ i.i }} < {{ m }}u && d0 + c < {{ dk }}u) {
+                    av = a[a_base + m{{ i.i }} * {{ a_sm }}u + (d0 + c) * {{ a_sk }}u];
 {%- if !a_pro.is_empty() %}
                     av = {{ a_pro }};
 {%- endif %}
                 }
-                q_tile[tid + {{ i * 256 }}u] = av;
+                q_tile[tid + {{ i.t }}u] = av;
             }
 {%- endfor %}
             // K: 64 keys x 16 columns, four elements per thread, neighbouring threads on neighbouring columns.
@@ -70,12 +70,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             workgroupBarrier();
             for (var dd = 0u; dd < 16u; dd = dd + 1u) {
 {%- for j in quads %}
-                let k{{ j }} = kv_tile[(c + {{ j * 16 }}u) * 17u + dd];
+                let k{{ j.i }} = kv_tile[(c + {{ j.off }}u) * 17u + dd];
 {%- endfor %}
 {%- for i in row_lanes %}
-                let q{{ i }} = q_tile[(r + {{ i * 16 }}u) * 16u + dd];
+                let q{{ i.i }} = q_tile[(r + {{ i.off }}u) * 16u + dd];
 {%- for j in quads %}
-                dot{{ i }}_{{ j }} = fma(q{{ i }}, k{{ j }}, dot{{ i }}_{{ j }});
+                dot{{ i.i }}_{{ j.i }} = fma(q{{ i.i }}, k{{ j.i }}, dot{{ i.i }}_{{ j.i }});
 {%- endfor %}
 {%- endfor %}
             }
@@ -84,52 +84,52 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // Scores of keys c, c+16, c+32, c+48 of each row: epilogue, or -inf past the ends. Then each row's maximum
         // over its 16 threads, reduced in q_tile (free until the next tile).
 {%- for i in row_lanes %}
-        var tmax{{ i }} = neg_inf;
+        var tmax{{ i.i }} = neg_inf;
 {%- for j in quads %}
-        var s{{ i }}_{{ j }} = neg_inf;
-        if (n0 + c + {{ j * 16 }}u < {{ n }}u && m{{ i }} < {{ m }}u) {
-            let v = {{ alpha }} * dot{{ i }}_{{ j }};
+        var s{{ i.i }}_{{ j.i }} = neg_inf;
+        if (n0 + c + {{ j.off }}u < {{ n }}u && m{{ i.i }} < {{ m }}u) {
+            let v = {{ alpha }} * dot{{ i.i }}_{{ j.i }};
 {%- if fu.defined %}
-            s{{ i }}_{{ j }} = fused(v, batch * {{ mn }}u + m{{ i }} * {{ n }}u + n0 + c + {{ j * 16 }}u);
+            s{{ i.i }}_{{ j.i }} = fused(v, batch * {{ mn }}u + m{{ i.i }} * {{ n }}u + n0 + c + {{ j.off }}u);
 {%- else %}
-            s{{ i }}_{{ j }} = v;
+            s{{ i.i }}_{{ j.i }} = v;
 {%- endif %}
         }
-        tmax{{ i }} = max(tmax{{ i }}, s{{ i }}_{{ j }});
+        tmax{{ i.i }} = max(tmax{{ i.i }}, s{{ i.i }}_{{ j.i }});
 {%- endfor %}
-        q_tile[tid + {{ i * 256 }}u] = tmax{{ i }};
+        q_tile[tid + {{ i.t }}u] = tmax{{ i.i }};
 {%- endfor %}
         workgroupBarrier();
         for (var w = 8u; w > 0u; w = w >> 1u) {
             if (c < w) {
 {%- for i in row_lanes %}
-                q_tile[tid + {{ i * 256 }}u] = max(q_tile[tid + {{ i * 256 }}u], q_tile[tid + {{ i * 256 }}u + w]);
+                q_tile[tid + {{ i.t }}u] = max(q_tile[tid + {{ i.t }}u], q_tile[tid + {{ i.t }}u + w]);
 {%- endfor %}
             }
             workgroupBarrier();
         }
 {%- for i in row_lanes %}
         {
-            let new_mx = max(mx{{ i }}, q_tile[r * 16u + {{ i * 256 }}u]);
+            let new_mx = max(mx{{ i.i }}, q_tile[r * 16u + {{ i.t }}u]);
             // While every score of the row so far is -inf, shift by 0 so exp gives 0 rather than NaN.
             let shift = select(new_mx, 0.0, new_mx == neg_inf);
-            let scale = exp(mx{{ i }} - shift);
-            l{{ i }} = l{{ i }} * scale;
+            let scale = exp(mx{{ i.i }} - shift);
+            l{{ i.i }} = l{{ i.i }} * scale;
 {%- for j in quads %}
-            let p{{ j }} = exp(s{{ i }}_{{ j }} - shift);
-            l{{ i }} = l{{ i }} + p{{ j }};
-            p_tile[(r + {{ i * 16 }}u) * 64u + c + {{ j * 16 }}u] = p{{ j }};
+            let p{{ j.i }} = exp(s{{ i.i }}_{{ j.i }} - shift);
+            l{{ i.i }} = l{{ i.i }} + p{{ j.i }};
+            p_tile[(r + {{ i.off }}u) * 64u + c + {{ j.off }}u] = p{{ j.i }};
 {%- endfor %}
-            mx{{ i }} = new_mx;
+            mx{{ i.i }} = new_mx;
 {%- for o in lanes %}
-            acc{{ i }}_{{ o.i }} = acc{{ i }}_{{ o.i }} * scale;
+            acc{{ i.i }}_{{ o.i }} = acc{{ i.i }}_{{ o.i }} * scale;
 {%- endfor %}
         }
 {%- endfor %}
         workgroupBarrier();
         // P·V over the tile, V staged {{ v_chunk }} keys at a time (zeros past the last key and column; p is 0 there).
         for (var j0 = 0u; j0 < 64u; j0 = j0 + {{ v_chunk }}u) {
-            for (var e = tid; e < {{ v_chunk * dv_pad }}u; e = e + 256u) {
+            for (var e = tid; e < {{ v_tile_len }}u; e = e + 256u) {
                 let jj = e / {{ dv_pad }}u;
                 let col = e % {{ dv_pad }}u;
                 var vv = 0.0;
@@ -144,9 +144,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let v{{ o.i }} = kv_tile[jj * {{ dv_pad }}u + c + {{ o.off }}u];
 {%- endfor %}
 {%- for i in row_lanes %}
-                let pj{{ i }} = p_tile[(r + {{ i * 16 }}u) * 64u + j0 + jj];
+                let pj{{ i.i }} = p_tile[(r + {{ i.off }}u) * 64u + j0 + jj];
 {%- for o in lanes %}
-                acc{{ i }}_{{ o.i }} = fma(pj{{ i }}, v{{ o.i }}, acc{{ i }}_{{ o.i }});
+                acc{{ i.i }}_{{ o.i }} = fma(pj{{ i.i }}, v{{ o.i }}, acc{{ i.i }}_{{ o.i }});
 {%- endfor %}
 {%- endfor %}
             }
@@ -155,31 +155,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     // Each row's denominator over its 16 threads.
 {%- for i in row_lanes %}
-    q_tile[tid + {{ i * 256 }}u] = l{{ i }};
+    q_tile[tid + {{ i.t }}u] = l{{ i.i }};
 {%- endfor %}
     workgroupBarrier();
     for (var w = 8u; w > 0u; w = w >> 1u) {
         if (c < w) {
 {%- for i in row_lanes %}
-            q_tile[tid + {{ i * 256 }}u] = q_tile[tid + {{ i * 256 }}u] + q_tile[tid + {{ i * 256 }}u + w];
+            q_tile[tid + {{ i.t }}u] = q_tile[tid + {{ i.t }}u] + q_tile[tid + {{ i.t }}u + w];
 {%- endfor %}
         }
         workgroupBarrier();
     }
 {%- for i in row_lanes %}
-    if (m{{ i }} < {{ m }}u) {
-        let denom = q_tile[r * 16u + {{ i * 256 }}u];
+    if (m{{ i.i }} < {{ m }}u) {
+        let denom = q_tile[r * 16u + {{ i.t }}u];
 {%- if nan_to_zero %}
         // Every score -inf: the softmax is NaN, which the model's Where(IsNaN(p), 0, p) turns into zeros.
         let inv = select(1.0 / denom, 0.0, denom == 0.0);
 {%- else %}
         let inv = 1.0 / denom;
 {%- endif %}
-        let o = (batch * {{ m }}u + m{{ i }}) * {{ dv }}u + c;
+        let o = (batch * {{ m }}u + m{{ i.i }}) * {{ dv }}u + c;
 {%- for o in lanes %}
         if (c + {{ o.off }}u < {{ dv }}u) {
             let oo = o + {{ o.off }}u;
-            out[{{ fu.at("oo") }}] = acc{{ i }}_{{ o.i }} * inv;
+            out[{{ fu.at("oo") }}] = acc{{ i.i }}_{{ o.i }} * inv;
         }
 {%- endfor %}
     }

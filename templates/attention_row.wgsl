@@ -55,6 +55,7 @@ fn row_read(j: u32) -> u32 {
 // sums meet in workgroup memory. Every load of K and V is independent of the others, so a workgroup streams its
 // cache with many loads in flight instead of one at a time.
 {%- let reduce_threads = 256 %}
+{%- let reduce_half = 128 %}
 {% include "workgroup_reduce.wgsl" %}
 var<workgroup> q_row: array<vec4<f32>, {{ dk4 }}>;
 var<workgroup> scores: array<f32, {{ n }}>;
@@ -152,15 +153,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     workgroupBarrier();
     var tmax = neg_inf;
     // Two keys per thread at a time (tid + 512·t and 256 more; past the end, the last key again, not stored), so
-    // {{ 2 * k_unroll }} four-wide loads are in flight.
+    // {{ k_loads }} four-wide loads are in flight.
     for (var j0 = tid; j0 < {{ keys }}; j0 = j0 + 512u) {
         let j1 = j0 + 256u;
 {%- if cache.is_some() %}
         let base0 = b_base + row_read(j0) * {{ b_sn }}u;
-        let base1 = b_base + row_read(min(j1, {{ n - 1 }}u)) * {{ b_sn }}u;
+        let base1 = b_base + row_read(min(j1, {{ last_key }}u)) * {{ b_sn }}u;
 {%- else %}
         let base0 = b_base + j0 * {{ b_sn }}u;
-        let base1 = b_base + min(j1, {{ n - 1 }}u) * {{ b_sn }}u;
+        let base1 = b_base + min(j1, {{ last_key }}u) * {{ b_sn }}u;
 {%- endif %}
         var dot0 = vec4<f32>(0.0);
         var dot1 = vec4<f32>(0.0);
@@ -218,15 +219,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // while the softmax's reductions run instead of after them.
     let c4 = tid % {{ lanes }}u;
     let slice = tid / {{ lanes }}u;
-{%- for u in 0..unroll %}
-    var pv{{ u }} = vec4<f32>(0.0);
+{%- for u in pv_keys %}
+    var pv{{ u.i }} = vec4<f32>(0.0);
 {%- endfor %}
     if (c4 < {{ dv4 }}u) {
-{%- for u in 0..unroll %}
+{%- for u in pv_keys %}
 {%- if cache.is_some() %}
-        pv{{ u }} = value4(v_base + row_read(min(slice + {{ u * slices }}u, {{ keys }} - 1u)) * {{ v_sk }}u, c4);
+        pv{{ u.i }} = value4(v_base + row_read(min(slice + {{ u.off }}u, {{ keys }} - 1u)) * {{ v_sk }}u, c4);
 {%- else %}
-        pv{{ u }} = value4(v_base + min(slice + {{ u * slices }}u, {{ keys }} - 1u) * {{ v_sk }}u, c4);
+        pv{{ u.i }} = value4(v_base + min(slice + {{ u.off }}u, {{ keys }} - 1u) * {{ v_sk }}u, c4);
 {%- endif %}
 {%- endfor %}
     }
@@ -240,35 +241,35 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         l = l + p;
     }
     let denom = reduce_sum(tid, l);
-{%- for u in 0..unroll %}
-    var acc{{ u }} = vec4<f32>(0.0);
+{%- for u in pv_keys %}
+    var acc{{ u.i }} = vec4<f32>(0.0);
 {%- endfor %}
     if (c4 < {{ dv4 }}u) {
         // The first keys, from the rows loaded above.
-{%- for u in 0..unroll %}
-        if (slice + {{ u * slices }}u < {{ keys }}) {
+{%- for u in pv_keys %}
+        if (slice + {{ u.off }}u < {{ keys }}) {
 {%- if cache.is_some() %}
-            acc{{ u }} = vec4<f32>(select(scores[slice + {{ u * slices }}u], 0.0, slice + {{ u * slices }}u == new_row)) * pv{{ u }};
+            acc{{ u.i }} = vec4<f32>(select(scores[slice + {{ u.off }}u], 0.0, slice + {{ u.off }}u == new_row)) * pv{{ u.i }};
 {%- else %}
-            acc{{ u }} = vec4<f32>(scores[slice + {{ u * slices }}u]) * pv{{ u }};
+            acc{{ u.i }} = vec4<f32>(scores[slice + {{ u.off }}u]) * pv{{ u.i }};
 {%- endif %}
         }
 {%- endfor %}
-        var j = slice + {{ unroll * slices }}u;
-        for (; j + {{ (unroll - 1) * slices }}u < {{ keys }}; j = j + {{ unroll * slices }}u) {
+        var j = slice + {{ pv_stride }}u;
+        for (; j + {{ pv_last }}u < {{ keys }}; j = j + {{ pv_stride }}u) {
 {%- if cache.is_some() %}
-{%- for u in 0..unroll %}
-            let v{{ u }} = value4(v_base + row_read(j + {{ u * slices }}u) * {{ v_sk }}u, c4);
+{%- for u in pv_keys %}
+            let v{{ u.i }} = value4(v_base + row_read(j + {{ u.off }}u) * {{ v_sk }}u, c4);
 {%- endfor %}
-{%- for u in 0..unroll %}
-            acc{{ u }} = fma(vec4<f32>(select(scores[j + {{ u * slices }}u], 0.0, j + {{ u * slices }}u == new_row)), v{{ u }}, acc{{ u }});
+{%- for u in pv_keys %}
+            acc{{ u.i }} = fma(vec4<f32>(select(scores[j + {{ u.off }}u], 0.0, j + {{ u.off }}u == new_row)), v{{ u.i }}, acc{{ u.i }});
 {%- endfor %}
 {%- else %}
-{%- for u in 0..unroll %}
-            let v{{ u }} = value4(v_base + (j + {{ u * slices }}u) * {{ v_sk }}u, c4);
+{%- for u in pv_keys %}
+            let v{{ u.i }} = value4(v_base + (j + {{ u.off }}u) * {{ v_sk }}u, c4);
 {%- endfor %}
-{%- for u in 0..unroll %}
-            acc{{ u }} = fma(vec4<f32>(scores[j + {{ u * slices }}u]), v{{ u }}, acc{{ u }});
+{%- for u in pv_keys %}
+            acc{{ u.i }} = fma(vec4<f32>(scores[j + {{ u.off }}u]), v{{ u.i }}, acc{{ u.i }});
 {%- endfor %}
 {%- endif %}
         }
@@ -287,9 +288,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
 {%- endif %}
     }
-    pv_red[tid] = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};
+    pv_red[tid] = {% for u in pv_keys %}{% if u.i > 0 %} + {% endif %}acc{{ u.i }}{% endfor %};
     workgroupBarrier();
-    for (var w = {{ slices / 2 }}u; w > 0u; w = w >> 1u) {
+    for (var w = {{ slices_half }}u; w > 0u; w = w >> 1u) {
         if (slice < w) {
             pv_red[tid] = pv_red[tid] + pv_red[tid + w * {{ lanes }}u];
         }

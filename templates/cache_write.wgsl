@@ -23,9 +23,9 @@
 {%- else %}
 {%- for p in parts %}
 {%- if loop.first %}
-    if (i < {{ p.first + p.numel }}u) {
+    if (i < {{ p.end }}u) {
 {%- else %}
-    } else if (i < {{ p.first + p.numel }}u) {
+    } else if (i < {{ p.end }}u) {
 {%- endif %}
         let i = i - {{ p.first }}u;
         let r = u32(clamp({{ row_var }}[0], 0, {{ p.last_row }}));

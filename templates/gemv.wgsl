@@ -21,8 +21,8 @@
 {%- if blocks.is_empty() %}
 // One term of the product: A's element kb times B's element (kb, col), through the operand prologues.
 {%- else %}
-// One term of the product over block {{ loop.index0 }} of B (its columns {{ loop.index0 * per }} ..): A's element kb times
-// block's element (kb, col - {{ loop.index0 * per }}).
+// One term of the product over block {{ loop.index0 }} of B (its columns {{ arm.offset }} ..): A's element kb times
+// block's element (kb, col - {{ arm.offset }}).
 {%- endif %}
 fn term{{ arm.suffix }}(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_ty }} {
 {%- if operand.is_some() %}
@@ -50,6 +50,7 @@ fn term{{ arm.suffix }}(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_t
 var<workgroup> sums: array<{{ acc_ty }}, 256>;
 {%- if rms.is_some() %}
 {%- let reduce_threads = 256 %}
+{%- let reduce_half = 128 %}
 {% include "workgroup_reduce.wgsl" %}
 {%- endif %}
 
@@ -77,7 +78,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if !blocks.is_empty() %}
     // B in {{ blocks.len() }} blocks of {{ per }} columns: the loop over K once per block, so that the loads of one
     // stay straight-line code (a branch per load would wait on each in turn).
-    switch (min(col, {{ n - 1 }}u) / {{ per }}u) {
+    switch (min(col, {{ last_col }}u) / {{ per }}u) {
 {%- endif %}
 {%- for arm in arms %}
 {%- if !blocks.is_empty() %}
@@ -89,7 +90,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
     if (col < {{ n }}u) {
         var kb = k_first;
-        for (; kb + {{ unroll - 1 }}u * k_step < {{ k }}u; kb = kb + {{ unroll }}u * k_step) {
+        for (; kb + {{ unroll_last }}u * k_step < {{ k }}u; kb = kb + {{ unroll }}u * k_step) {
 {%- for u in 0..unroll %}
             acc{{ u }} = acc{{ u }} + term{{ arm.suffix }}(a_base, b_base, kb + {{ u }}u * k_step, col);
 {%- endfor %}
@@ -120,7 +121,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     workgroupBarrier();
 {%- if t.kmajor %}
     // Each group's lanes summed pairwise.
-    for (var s = {{ t.lanes / 2 }}u; s > 0u; s = s >> 1u) {
+    for (var s = {{ lanes_half }}u; s > 0u; s = s >> 1u) {
         if (lane < s) {
             sums[tid] = sums[tid] + sums[tid + s];
         }
@@ -131,7 +132,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 {%- else %}
     // The groups' partial sums of each output, pairwise.
-    for (var s = {{ t.groups / 2 }}u; s > 0u; s = s >> 1u) {
+    for (var s = {{ groups_half }}u; s > 0u; s = s >> 1u) {
         if (group < s) {
             sums[tid] = sums[tid] + sums[tid + s * {{ t.lanes }}u];
         }

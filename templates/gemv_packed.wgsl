@@ -21,6 +21,7 @@ var<workgroup> a_sum: array<f32, {{ kc_words }}>;
 var<workgroup> sums: array<f32, {{ sums_len }}>;
 {%- if rms.is_some() %}
 {%- let reduce_threads = 256 %}
+{%- let reduce_half = 128 %}
 {% include "workgroup_reduce.wgsl" %}
 {%- endif %}
 

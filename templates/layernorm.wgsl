@@ -2,6 +2,7 @@
 // LayerNormalization over rows of {{ n }} contiguous elements; one workgroup of 64 threads per row;
 // mean first, then the variance around it (two passes: no cancellation).
 {%- let reduce_threads = 64 %}
+{%- let reduce_half = 32 %}
 {% include "workgroup_reduce.wgsl" %}
 
 {% include "main_rows.wgsl" %}

@@ -116,13 +116,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let row0 = wid.y * {{ t.tile }}u;
     let col0 = wid.x * {{ t.tile }}u;
     // This thread's slice, its index in the slice, and its place in the slice's {{ t.tg }}x{{ t.tg }} grid.
-    let slice = tid / {{ t.tg * t.tg }}u;
-    let st = tid % {{ t.tg * t.tg }}u;
+    let slice = tid / {{ t.slice_threads }}u;
+    let st = tid % {{ t.slice_threads }}u;
     let ly = st / {{ t.tg }}u;
     let lx = st % {{ t.tg }}u;
     // The slice's A tile ({{ t.tile }} rows x {{ t.ks }} k, k-major) and B tile ({{ t.ks }} k x {{ t.tile }} columns) in workgroup memory.
-    let a_at = slice * {{ t.tile * t.ks * 2 }}u;
-    let b_at = a_at + {{ t.tile * t.ks }}u;
+    let a_at = slice * {{ t.steps_len }}u;
+    let b_at = a_at + {{ t.step_len }}u;
     let k_begin = slice * {{ t.kc }}u;
 {%- for r in t.lanes %}{% for c in t.lanes %}
     var acc{{ r.i }}{{ c.i }} = 0.0;
@@ -130,37 +130,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // Software pipelining: the next k-step's tiles are fetched into registers while this one's are multiplied
     // out of workgroup memory, so global-memory latency overlaps arithmetic even with one workgroup per SM.
 {%- for l in t.load_lanes %}
-    var pa{{ l }} = load_a(a_base, row0, k_begin, 0u, st + {{ l * t.tg * t.tg }}u);
-    var pb{{ l }} = load_b(b_base, col0, k_begin, 0u, st + {{ l * t.tg * t.tg }}u, batch);
+    var pa{{ l.i }} = load_a(a_base, row0, k_begin, 0u, st + {{ l.off }}u);
+    var pb{{ l.i }} = load_b(b_base, col0, k_begin, 0u, st + {{ l.off }}u, batch);
 {%- endfor %}
 {%- if rms.is_some() %}
     // The folded RMSNormalization: this thread's share of each A row's sum of squares (element e of a k-step's
     // tile lies in row e / {{ t.ks }}).
 {%- for l in t.load_lanes %}
-    var ssq{{ l }} = 0.0;
+    var ssq{{ l.i }} = 0.0;
 {%- endfor %}
 {%- endif %}
     for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + {{ t.ks }}u) {
 {%- for l in t.load_lanes %}
 {%- if a_mmajor %}
-        smem[a_at + st + {{ l * t.tg * t.tg }}u] = pa{{ l }};
+        smem[a_at + st + {{ l.off }}u] = pa{{ l.i }};
 {%- else %}
-        smem[a_at + ((st + {{ l * t.tg * t.tg }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l * t.tg * t.tg }}u) / {{ t.ks }}u] = pa{{ l }};
+        smem[a_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l.off }}u) / {{ t.ks }}u] = pa{{ l.i }};
 {%- endif %}
 {%- if b_kmajor %}
-        smem[b_at + ((st + {{ l * t.tg * t.tg }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l * t.tg * t.tg }}u) / {{ t.ks }}u] = pb{{ l }};
+        smem[b_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l.off }}u) / {{ t.ks }}u] = pb{{ l.i }};
 {%- else %}
-        smem[b_at + st + {{ l * t.tg * t.tg }}u] = pb{{ l }};
+        smem[b_at + st + {{ l.off }}u] = pb{{ l.i }};
 {%- endif %}
 {%- if rms.is_some() %}
-        ssq{{ l }} = fma(pa{{ l }}, pa{{ l }}, ssq{{ l }});
+        ssq{{ l.i }} = fma(pa{{ l.i }}, pa{{ l.i }}, ssq{{ l.i }});
 {%- endif %}
 {%- endfor %}
         workgroupBarrier();
         if (k0 + {{ t.ks }}u < {{ t.kc }}u) {
 {%- for l in t.load_lanes %}
-            pa{{ l }} = load_a(a_base, row0, k_begin, k0 + {{ t.ks }}u, st + {{ l * t.tg * t.tg }}u);
-            pb{{ l }} = load_b(b_base, col0, k_begin, k0 + {{ t.ks }}u, st + {{ l * t.tg * t.tg }}u, batch);
+            pa{{ l.i }} = load_a(a_base, row0, k_begin, k0 + {{ t.ks }}u, st + {{ l.off }}u);
+            pb{{ l.i }} = load_b(b_base, col0, k_begin, k0 + {{ t.ks }}u, st + {{ l.off }}u, batch);
 {%- endfor %}
         }
         for (var kk = 0u; kk < {{ t.ks }}u; kk = kk + 1u) {
@@ -177,19 +177,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if let Some(r) = rms %}
     // Each row's sum of squares over all of K (every slice, {{ t.ks }} partials each), then its inverse RMS.
 {%- for l in t.load_lanes %}
-    smem[slice * {{ t.tile * t.ks }}u + st + {{ l * t.tg * t.tg }}u] = ssq{{ l }};
+    smem[slice * {{ t.step_len }}u + st + {{ l.off }}u] = ssq{{ l.i }};
 {%- endfor %}
     workgroupBarrier();
     if (tid < {{ t.tile }}u) {
         var total = 0.0;
-        for (var s = 0u; s < {{ t.slices * t.ks }}u; s = s + 1u) {
-            total = total + smem[(s / {{ t.ks }}u) * {{ t.tile * t.ks }}u + tid * {{ t.ks }}u + s % {{ t.ks }}u];
+        for (var s = 0u; s < {{ t.ssq_terms }}u; s = s + 1u) {
+            total = total + smem[(s / {{ t.ks }}u) * {{ t.step_len }}u + tid * {{ t.ks }}u + s % {{ t.ks }}u];
         }
-        smem[{{ t.slices * t.tile * t.ks }}u + tid] = 1.0 / sqrt(total / {{ r.k }}.0 + {{ r.eps }});
+        smem[{{ t.rinv_at }}u + tid] = 1.0 / sqrt(total / {{ r.k }}.0 + {{ r.eps }});
     }
     workgroupBarrier();
 {%- for q in t.lanes %}
-    let rinv{{ q.i }} = smem[{{ t.slices * t.tile * t.ks }}u + ly + {{ q.off }}u];
+    let rinv{{ q.i }} = smem[{{ t.rinv_at }}u + ly + {{ q.off }}u];
 {%- endfor %}
     workgroupBarrier();
 {%- endif %}
@@ -197,16 +197,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // Slices 1.. leave their partial tiles in workgroup memory; slice 0 adds them up and stores.
     if (slice > 0u) {
 {%- for r in t.lanes %}{% for c in t.lanes %}
-        smem[(slice - 1u) * {{ t.tile * t.tile }}u + (ly + {{ r.off }}u) * {{ t.tile }}u + lx + {{ c.off }}u] = acc{{ r.i }}{{ c.i }};
+        smem[(slice - 1u) * {{ t.tile_len }}u + (ly + {{ r.off }}u) * {{ t.tile }}u + lx + {{ c.off }}u] = acc{{ r.i }}{{ c.i }};
 {%- endfor %}{% endfor %}
     }
     workgroupBarrier();
     if (slice > 0u) {
         return;
     }
-    for (var s = 0u; s < {{ t.slices - 1 }}u; s = s + 1u) {
+    for (var s = 0u; s < {{ t.slices_after }}u; s = s + 1u) {
 {%- for r in t.lanes %}{% for c in t.lanes %}
-        acc{{ r.i }}{{ c.i }} = acc{{ r.i }}{{ c.i }} + smem[s * {{ t.tile * t.tile }}u + (ly + {{ r.off }}u) * {{ t.tile }}u + lx + {{ c.off }}u];
+        acc{{ r.i }}{{ c.i }} = acc{{ r.i }}{{ c.i }} + smem[s * {{ t.tile_len }}u + (ly + {{ r.off }}u) * {{ t.tile }}u + lx + {{ c.off }}u];
 {%- endfor %}{% endfor %}
     }
 {%- endif %}

@@ -15,16 +15,16 @@
 // The depthwise outputs stay in workgroup memory too: each position has {{ t.lanes }} threads that sum
 // {{ t.per_lane }} projected channel(s) each over all expanded channels in registers.
 {%- endif %}
-var<workgroup> xt: array<f32, {{ t.x_chunk * t.hy * t.hx }}>;
-var<workgroup> xe: array<f32, {{ t.ec * t.hy * t.hx }}>;
+var<workgroup> xt: array<f32, {{ xt_len }}>;
+var<workgroup> xe: array<f32, {{ xe_len }}>;
 {%- if let Some(p) = project %}
-var<workgroup> dv: array<f32, {{ t.ec * t.ty * t.tx }}>;
+var<workgroup> dv: array<f32, {{ dv_len }}>;
 {%- endif %}
 
 {%- macro stage_x(cb, ind) %}
-{{ ind }}    for (var j = lid; j < {{ t.x_chunk * t.hy * t.hx }}u; j = j + 256u) {
-{{ ind }}        let c = {{ cb }} + j / {{ t.hy * t.hx }}u;
-{{ ind }}        let r = j % {{ t.hy * t.hx }}u;
+{{ ind }}    for (var j = lid; j < {{ xt_len }}u; j = j + 256u) {
+{{ ind }}        let c = {{ cb }} + j / {{ win }}u;
+{{ ind }}        let r = j % {{ win }}u;
 {{ ind }}        let iy = iy0 + i32(r / {{ t.hx }}u);
 {{ ind }}        let ix = ix0 + i32(r % {{ t.hx }}u);
 {{ ind }}        var v = 0.0;
@@ -36,12 +36,12 @@ var<workgroup> dv: array<f32, {{ t.ec * t.ty * t.tx }}>;
 {%- endmacro %}
 {%- macro expand_fma(u, c, cw) %}
 {%- if we_step == 4 %}
-                let q{{ u }} = {{ we_var }}[(w{{ u }} + {{ cw }}) / 4u];
+                let q{{ u.i }} = {{ we_var }}[(w{{ u.i }} + {{ cw }}) / 4u];
 {%- for (i, f) in [(0, "x"), (1, "y"), (2, "z"), (3, "w")] %}
-                v{{ u }} = fma(xt[({{ c }} + {{ i }}u) * {{ t.hy * t.hx }}u + r{{ u }}], q{{ u }}.{{ f }}, v{{ u }});
+                v{{ u.i }} = fma(xt[({{ c }} + {{ i }}u) * {{ win }}u + r{{ u.i }}], q{{ u.i }}.{{ f }}, v{{ u.i }});
 {%- endfor %}
 {%- else %}
-                v{{ u }} = fma(xt[{{ c }} * {{ t.hy * t.hx }}u + r{{ u }}], {{ we_var }}[w{{ u }} + {{ cw }}], v{{ u }});
+                v{{ u.i }} = fma(xt[{{ c }} * {{ win }}u + r{{ u.i }}], {{ we_var }}[w{{ u.i }} + {{ cw }}], v{{ u.i }});
 {%- endif %}
 {%- endmacro %}
 
@@ -52,17 +52,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ox0 = i32(wid.x % {{ tiles_x }}u) * {{ t.tx }};
     let iy0 = oy0 * {{ g.sy }} - {{ g.pt }};
     let ix0 = ox0 * {{ g.sx }} - {{ g.pl }};
-    let x_base = b * {{ cin * hw }}u;
+    let x_base = b * {{ x_batch }}u;
 {%- if t.x_chunk == cin %}
     // The input window, all channels, zero outside the image.
 {%- call stage_x("0u", "") %}{% endcall %}
     workgroupBarrier();
 {%- endif %}
 {%- if let Some(p) = project %}
-    let pos = lid % {{ t.ty * t.tx }}u;
-    let lane = lid / {{ t.ty * t.tx }}u;
+    let pos = lid % {{ tile_pos }}u;
+    let lane = lid / {{ tile_pos }}u;
 {%- for q in p.qs %}
-    var acc{{ q }} = 0.0;
+    var acc{{ q.i }} = 0.0;
 {%- endfor %}
     for (var e0 = 0u; e0 < {{ e }}u; e0 = e0 + {{ t.ec }}u) {
 {%- else %}
@@ -71,13 +71,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
         // The expansion over the window, channel-major, four values per thread at a time; taps in the depthwise
         // padding are zero.
-        for (var jb0 = 0u; jb0 < {{ t.ec * t.hy * t.hx }}u; jb0 = jb0 + 1024u) {
+        for (var jb0 = 0u; jb0 < {{ xe_len }}u; jb0 = jb0 + 1024u) {
             let jb = jb0 + lid;
 {%- for u in us %}
-            let j{{ u }} = min(jb + {{ u * 256 }}u, {{ t.ec * t.hy * t.hx - 1 }}u);
-            let w{{ u }} = min(e0 + j{{ u }} / {{ t.hy * t.hx }}u, {{ e - 1 }}u) * {{ cin }}u;
-            let r{{ u }} = j{{ u }} % {{ t.hy * t.hx }}u;
-            var v{{ u }} = 0.0;
+            let j{{ u.i }} = min(jb + {{ u.off }}u, {{ xe_last }}u);
+            let w{{ u.i }} = min(e0 + j{{ u.i }} / {{ win }}u, {{ e_last }}u) * {{ cin }}u;
+            let r{{ u.i }} = j{{ u.i }} % {{ win }}u;
+            var v{{ u.i }} = 0.0;
 {%- endfor %}
 {%- if t.x_chunk == cin %}
             for (var c = 0u; c < {{ cin }}u; c = c + {{ we_step }}u) {
@@ -91,7 +91,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- call stage_x("cb", "            ") %}{% endcall %}
                 workgroupBarrier();
                 for (var c = 0u; c < {{ t.x_chunk }}u; c = c + {{ we_step }}u) {
-                    let cw = min(cb + c, {{ cin - we_step }}u);
+                    let cw = min(cb + c, {{ cw_last }}u);
 {%- for u in us %}
 {%- call expand_fma(u, "c", "cw") %}{% endcall %}
 {%- endfor %}
@@ -100,33 +100,33 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
 {%- for u in us %}
             {
-                let ce = e0 + j{{ u }} / {{ t.hy * t.hx }}u;
-                let iy = iy0 + i32(r{{ u }} / {{ t.hx }}u);
-                let ix = ix0 + i32(r{{ u }} % {{ t.hx }}u);
+                let ce = e0 + j{{ u.i }} / {{ win }}u;
+                let iy = iy0 + i32(r{{ u.i }} / {{ t.hx }}u);
+                let ix = ix0 + i32(r{{ u.i }} % {{ t.hx }}u);
                 let inside = ce < {{ e }}u && iy >= 0 && iy < {{ g.h }} && ix >= 0 && ix < {{ g.w }};
-                var v = v{{ u }}{% if !be_var.is_empty() %} + {{ be_var }}[min(ce, {{ e - 1 }}u)]{% endif %};
+                var v = v{{ u.i }}{% if !be_var.is_empty() %} + {{ be_var }}[min(ce, {{ e_last }}u)]{% endif %};
                 v = {{ post_e }};
-                if (jb + {{ u * 256 }}u < {{ t.ec * t.hy * t.hx }}u) {
-                    xe[j{{ u }}] = select(0.0, v, inside);
+                if (jb + {{ u.off }}u < {{ xe_len }}u) {
+                    xe[j{{ u.i }}] = select(0.0, v, inside);
                 }
             }
 {%- endfor %}
         }
         workgroupBarrier();
         // The depthwise outputs of the tile.
-        for (var j = lid; j < {{ t.ec * t.ty * t.tx }}u; j = j + 256u) {
-            let el = j / {{ t.ty * t.tx }}u;
+        for (var j = lid; j < {{ dv_len }}u; j = j + 256u) {
+            let el = j / {{ tile_pos }}u;
             let ce = e0 + el;
-            let r = j % {{ t.ty * t.tx }}u;
+            let r = j % {{ tile_pos }}u;
             let ly = r / {{ t.tx }}u;
             let lx = r % {{ t.tx }}u;
             var s = 0.0;
             if (ce < {{ e }}u) {
                 s = {% if bd_var.is_empty() %}0.0{% else %}{{ bd_var }}[ce]{% endif %};
-                let xb = el * {{ t.hy * t.hx }}u + ly * {{ g.sy * t.hx }}u + lx * {{ g.sx }}u;
+                let xb = el * {{ win }}u + ly * {{ row_step }}u + lx * {{ g.sx }}u;
                 for (var ky = 0u; ky < {{ g.kh }}u; ky = ky + 1u) {
                     for (var kx = 0u; kx < {{ g.kw }}u; kx = kx + 1u) {
-                        s = fma(xe[xb + ky * {{ g.dy * t.hx }}u + kx * {{ g.dx }}u], {{ wd_var }}[ce * {{ khw }}u + ky * {{ g.kw }}u + kx], s);
+                        s = fma(xe[xb + ky * {{ tap_step }}u + kx * {{ g.dx }}u], {{ wd_var }}[ce * {{ khw }}u + ky * {{ g.kw }}u + kx], s);
                     }
                 }
 {%- if project.is_some() %}
@@ -151,22 +151,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // Four expanded channels at a time: the projection weights are read as vec4 (E = {{ e }} is a multiple of 4).
         for (var el = 0u; el < {{ t.ec }}u; el = el + 4u) {
 {%- for i in [0, 1, 2, 3] %}
-            let d{{ i }} = dv[(el + {{ i }}u) * {{ t.ty * t.tx }}u + pos];
+            let d{{ i }} = dv[(el + {{ i }}u) * {{ tile_pos }}u + pos];
 {%- endfor %}
-            let ce = min(e0 + el, {{ e - 4 }}u);
+            let ce = min(e0 + el, {{ e_last4 }}u);
 {%- for q in p.qs %}
             {
-                let w = {{ p.wp_var }}[(min(lane + {{ q * t.lanes }}u, {{ p.cout - 1 }}u) * {{ e }}u + ce) / 4u];
-                acc{{ q }} = fma(d3, w.w, fma(d2, w.z, fma(d1, w.y, fma(d0, w.x, acc{{ q }}))));
+                let w = {{ p.wp_var }}[(min(lane + {{ q.off }}u, {{ p.cout_last }}u) * {{ e }}u + ce) / 4u];
+                acc{{ q.i }} = fma(d3, w.w, fma(d2, w.z, fma(d1, w.y, fma(d0, w.x, acc{{ q.i }}))));
             }
 {%- endfor %}
         }
 {%- else %}
         for (var el = 0u; el < {{ t.ec }}u; el = el + 1u) {
-            let d = dv[el * {{ t.ty * t.tx }}u + pos];
-            let ce = min(e0 + el, {{ e - 1 }}u);
+            let d = dv[el * {{ tile_pos }}u + pos];
+            let ce = min(e0 + el, {{ e_last }}u);
 {%- for q in p.qs %}
-            acc{{ q }} = fma(d, {{ p.wp_var }}[min(lane + {{ q * t.lanes }}u, {{ p.cout - 1 }}u) * {{ e }}u + ce], acc{{ q }});
+            acc{{ q.i }} = fma(d, {{ p.wp_var }}[min(lane + {{ q.off }}u, {{ p.cout_last }}u) * {{ e }}u + ce], acc{{ q.i }});
 {%- endfor %}
         }
 {%- endif %}
@@ -178,9 +178,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (oy < {{ g.oh }}u && ox < {{ g.ow }}u) {
 {%- for q in p.qs %}
         {
-            let co = lane + {{ q * t.lanes }}u;
+            let co = lane + {{ q.off }}u;
             if (co < {{ p.cout }}u) {
-                let v = acc{{ q }}{% if !p.bp_var.is_empty() %} + {{ p.bp_var }}[co]{% endif %};
+                let v = acc{{ q.i }}{% if !p.bp_var.is_empty() %} + {{ p.bp_var }}[co]{% endif %};
                 let o = (b * {{ p.cout }}u + co) * {{ ohw }}u + oy * {{ g.ow }}u + ox;
                 {{ fu.store("o", "v") }}
             }

@@ -18,7 +18,7 @@ fn clip_(x: f32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let wg = wid.y * {{ groups_x }}u + wid.x;
-    if (wg >= {{ d * b }}u) {
+    if (wg >= {{ dirs_batch }}u) {
         return;
     }
     let d = wg / {{ b }}u;
@@ -78,9 +78,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var m = 0u; m < {{ upt }}u; m = m + 1u) {
                 let u = lid + 256u * m;
                 if (u < {{ hid }}u) {
-                    var ah = gx[((d * {{ t }}u + t) * {{ b }}u + bi) * {{ gh }}u + {{ 2 * hid }}u + u];
+                    var ah = gx[((d * {{ t }}u + t) * {{ b }}u + bi) * {{ gh }}u + {{ hid2 }}u + u];
                     for (var k = 0u; k < {{ hid }}u; k = k + 1u) {
-                        ah = ah + rh[k] * rt[(d * {{ hid }}u + k) * {{ gh }}u + {{ 2 * hid }}u + u];
+                        ah = ah + rh[k] * rt[(d * {{ hid }}u + k) * {{ gh }}u + {{ hid2 }}u + u];
                     }
                     let hh = act1(clip_(ah), d);
                     hn[m] = (1.0 - zg[m]) * hh + zg[m] * hs[u];
@@ -93,31 +93,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let u = lid + 256u * m;
                 if (u < {{ hid }}u) {
                     let base = ((d * {{ t }}u + t) * {{ b }}u + bi) * {{ gh }}u + u;
-{%- for g in 0..gates %}
-                    var a{{ g }} = {% if gru_lbr && g == 2 %}0.0{% else %}gx[base + {{ g * hid }}u]{% endif %};
+{%- for g in gate_lanes %}
+                    var a{{ g.i }} = {% if gru_lbr && g.i == 2 %}0.0{% else %}gx[base + {{ g.off }}u]{% endif %};
 {%- endfor %}
                     // {{ unroll }} k at a time, every load issued before the sums use them: one workgroup walks
                     // the whole product, so its speed is the loads it keeps in flight.
-                    for (var k = 0u; k < {{ hid / unroll * unroll }}u; k = k + {{ unroll }}u) {
+                    for (var k = 0u; k < {{ hid_unrolled }}u; k = k + {{ unroll }}u) {
                         let row = (d * {{ hid }}u + k) * {{ gh }}u + u;
 {%- for j in 0..unroll %}
                         let h{{ j }} = hs[k + {{ j }}u];
 {%- endfor %}
-{%- for g in 0..gates %}
-{%- for j in 0..unroll %}
-                        let r{{ g }}_{{ j }} = rt[row + {{ j * gh + g * hid }}u];
+{%- for g in gate_lanes %}
+{%- for j in g.rows %}
+                        let r{{ g.i }}_{{ j.i }} = rt[row + {{ j.off }}u];
 {%- endfor %}
 {%- endfor %}
-{%- for g in 0..gates %}
-                        a{{ g }} = a{{ g }}{% for j in 0..unroll %} + h{{ j }} * r{{ g }}_{{ j }}{% endfor %};
+{%- for g in gate_lanes %}
+                        a{{ g.i }} = a{{ g.i }}{% for j in 0..unroll %} + h{{ j }} * r{{ g.i }}_{{ j }}{% endfor %};
 {%- endfor %}
                     }
-{%- if hid % unroll != 0 %}
-                    for (var k = {{ hid / unroll * unroll }}u; k < {{ hid }}u; k = k + 1u) {
+{%- if hid_unrolled != hid %}
+                    for (var k = {{ hid_unrolled }}u; k < {{ hid }}u; k = k + 1u) {
                         let hk = hs[k];
                         let row = (d * {{ hid }}u + k) * {{ gh }}u + u;
-{%- for g in 0..gates %}
-                        a{{ g }} = a{{ g }} + hk * rt[row + {{ g * hid }}u];
+{%- for g in gate_lanes %}
+                        a{{ g.i }} = a{{ g.i }} + hk * rt[row + {{ g.off }}u];
 {%- endfor %}
                     }
 {%- endif %}
@@ -125,7 +125,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     // Gates i, o, f, c; peepholes (i, o, f) read the cell state.
                     let cp = c[m];
 {%- if has_p %}
-                    let pb = d * {{ 3 * hid }}u + u;
+                    let pb = d * {{ hid3 }}u + u;
                     let gi = act0(clip_(a0 + p[pb] * cp), d);
 {%- else %}
                     let gi = act0(clip_(a0), d);
@@ -133,7 +133,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if input_forget %}
                     let gf = 1.0 - gi;
 {%- else if has_p %}
-                    let gf = act0(clip_(a2 + p[pb + {{ 2 * hid }}u] * cp), d);
+                    let gf = act0(clip_(a2 + p[pb + {{ hid2 }}u] * cp), d);
 {%- else %}
                     let gf = act0(clip_(a2), d);
 {%- endif %}
@@ -149,7 +149,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     // Gates z, r, h; linear_before_reset: r scales the recurrent product and its bias.
                     let z = act0(clip_(a0), d);
                     let r = act0(clip_(a1), d);
-                    let xh = gx[base + {{ 2 * hid }}u];
+                    let xh = gx[base + {{ hid2 }}u];
 {%- if has_rbh %}
                     let hh = act1(clip_(xh + r * (a2 + rbh[d * {{ hid }}u + u])), d);
 {%- else %}

@@ -3,6 +3,7 @@
 {%- include "fused.wgsl" %}
 // {% if log %}LogSoftmax{% else %}Softmax{% endif %} over rows of {{ n }} elements spaced {{ inner }} apart; one workgroup of 64 threads per row.
 {%- let reduce_threads = 64 %}
+{%- let reduce_half = 32 %}
 {% include "workgroup_reduce.wgsl" %}
 
 {% include "main_rows.wgsl" %}

@@ -15,7 +15,12 @@ pub(super) struct AttentionTpl {
     pub(super) m_blocks: usize,
     /// Query rows per workgroup: 16 per row lane.
     pub(super) rows: usize,
-    pub(super) row_lanes: Vec<usize>,
+    /// Each row lane's first row in the block (`off`, 16 apart) and its first element of `q_tile` (`t`, 256 apart).
+    pub(super) row_lanes: Vec<RowLane>,
+    /// Lengths of the workgroup tiles: `q_tile` 16 floats a row, `p_tile` 64, the V tile `v_chunk · dv_pad`.
+    pub(super) q_tile_len: usize,
+    pub(super) p_tile_len: usize,
+    pub(super) v_tile_len: usize,
     pub(super) m: usize,
     pub(super) n: usize,
     pub(super) mn: usize,
@@ -41,10 +46,17 @@ pub(super) struct AttentionTpl {
     pub(super) v_var: String,
     pub(super) alpha: String,
     pub(super) nan_to_zero: bool,
-    /// 0..4: the four keys each thread scores per tile, unrolled.
-    pub(super) quads: Vec<usize>,
+    /// The four keys each thread scores per tile, unrolled, 16 apart.
+    pub(super) quads: Vec<Lane>,
     pub(super) batch: Vec<AttnBatchDim>,
     pub(super) lanes: Vec<Lane>,
+}
+
+/// A row lane of the tiled attention kernel: 16 query rows.
+pub(super) struct RowLane {
+    pub(super) i: usize,
+    pub(super) off: usize,
+    pub(super) t: usize,
 }
 
 /// Attention for one query row per workgroup (a decode step): templates/attention_row.wgsl.
@@ -68,8 +80,16 @@ pub(super) struct AttentionRowTpl {
     /// Threads per slice of the p·V sum (`dv4` rounded up to a power of two) and slices (256 / lanes).
     pub(super) lanes: usize,
     pub(super) slices: usize,
-    /// Keys of V in flight per thread.
+    /// Keys of V in flight per thread, each `slices` keys after the one before (`at`), and their span: the stride
+    /// of the unrolled loop and the offset of its last key.
     pub(super) unroll: usize,
+    pub(super) pv_keys: Vec<Lane>,
+    pub(super) pv_stride: usize,
+    pub(super) pv_last: usize,
+    /// Loads of keys in flight (`2 · k_unroll`: two keys at a time), half of `slices`, and the last key `n - 1`.
+    pub(super) k_loads: usize,
+    pub(super) slices_half: usize,
+    pub(super) last_key: usize,
     /// K and V bound as `vec4<f32>` (rows contiguous and aligned), else read four scalars at a time.
     pub(super) k_vec4: bool,
     pub(super) v_vec4: bool,
@@ -192,7 +212,10 @@ impl Emitter<'_> {
             blocks,
             m_blocks,
             rows,
-            row_lanes: (0..row_lanes).collect(),
+            row_lanes: (0..row_lanes).map(|i| RowLane { i, off: i * 16, t: i * 256 }).collect(),
+            q_tile_len: rows * 16,
+            p_tile_len: rows * 64,
+            v_tile_len: v_chunk * dv_pad,
             m: qk.m,
             n: qk.nn,
             mn: qk.m * qk.nn,
@@ -216,9 +239,9 @@ impl Emitter<'_> {
             v_var,
             alpha: f32_lit(qk.alpha),
             nan_to_zero: tail.nan_to_zero.is_some(),
-            quads: (0..4).collect(),
+            quads: unrolled(4, 16),
             batch: attn_batch(&qk, &pv),
-            lanes: (0..pv.nn.div_ceil(16)).map(|i| Lane { i, off: i * 16 }).collect(),
+            lanes: unrolled(pv.nn.div_ceil(16), 16),
         };
         let name = self.group_name(group);
         self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg)
@@ -313,6 +336,8 @@ impl Emitter<'_> {
             }
             CacheRows { operand: k_operand, ..c }
         });
+        let (k_unroll, slices, unroll) =
+            ([16, 8, 4, 2, 1].into_iter().find(|u| dk4 % u == 0).unwrap_or(1), 256 / lanes, 16);
         let tpl = AttentionRowTpl {
             h,
             helpers,
@@ -324,10 +349,16 @@ impl Emitter<'_> {
             dk4,
             dv,
             dv4,
-            k_unroll: [16, 8, 4, 2, 1].into_iter().find(|u| dk4 % u == 0).unwrap_or(1),
+            k_unroll,
             lanes,
-            slices: 256 / lanes,
-            unroll: 16,
+            slices,
+            unroll,
+            pv_keys: unrolled(unroll, slices),
+            pv_stride: unroll * slices,
+            pv_last: (unroll - 1) * slices,
+            k_loads: 2 * k_unroll,
+            slices_half: slices / 2,
+            last_key: n.saturating_sub(1),
             k_vec4,
             v_vec4,
             a_off: qk.va.offset,

@@ -44,8 +44,25 @@ pub(super) struct MbconvTpl {
     pub(super) post_e: String,
     pub(super) post_d: String,
     pub(super) project: Option<Projection>,
-    /// The expansion values each thread computes at once.
-    pub(super) us: Vec<usize>,
+    /// The expansion values each thread computes at once, 256 apart.
+    pub(super) us: Vec<Lane>,
+    /// Sizes the template writes: the input window's positions (`hy · hx`), the staged input (`x_chunk` channels
+    /// of it), the expanded channels' window (`ec` of them) and its last index, the tile's output positions
+    /// (`ty · tx`) and their depthwise outputs (`ec` channels), one image's input (`cin · hw`), the window's
+    /// row step per output row (`sy · hx`) and per tap row (`dy · hx`), the last expanded channel (`e - 1`) and
+    /// last of four (`e - 4`), and the last input channel a vec4 load may start at (`cin - we_step`).
+    pub(super) win: usize,
+    pub(super) xt_len: usize,
+    pub(super) xe_len: usize,
+    pub(super) xe_last: usize,
+    pub(super) tile_pos: usize,
+    pub(super) dv_len: usize,
+    pub(super) x_batch: usize,
+    pub(super) row_step: usize,
+    pub(super) tap_step: usize,
+    pub(super) e_last: usize,
+    pub(super) e_last4: usize,
+    pub(super) cw_last: usize,
     /// Input channels per expansion weight load: 4 where the weights are read as vec4 (`cin` and the staged
     /// slice are multiples of 4), else 1.
     pub(super) we_step: usize,
@@ -56,9 +73,12 @@ pub(super) struct Projection {
     pub(super) cout: usize,
     pub(super) wp_var: String,
     pub(super) bp_var: String,
-    pub(super) qs: Vec<usize>,
+    /// Each thread's accumulators: output channel `lane + off` (`lanes` apart).
+    pub(super) qs: Vec<Lane>,
     /// The projection weights are read as vec4, four expanded channels at a time.
     pub(super) vec4: bool,
+    /// The last output channel, `cout - 1`.
+    pub(super) cout_last: usize,
 }
 
 /// The second convolution of a conv-sum kernel: rows `k_first..` of the product's K read its weight (A, rows of
@@ -408,7 +428,8 @@ impl Emitter<'_> {
                 let (wp_var, bp_var) = weights(g.node(p), "wp", "bp", &mut reads);
                 let cout = cout.expect("projection");
                 let vec4 = e % 4 == 0 && t.ec % 4 == 0;
-                Some(Projection { cout, wp_var, bp_var, qs: (0..t.per_lane).collect(), vec4 })
+                let qs = unrolled(t.per_lane, t.lanes);
+                Some(Projection { cout, wp_var, bp_var, qs, vec4, cout_last: cout.saturating_sub(1) })
             }
             None => None,
         };
@@ -459,7 +480,19 @@ impl Emitter<'_> {
             post_e,
             post_d,
             project: projection,
-            us: (0..4).collect(),
+            us: unrolled(4, 256),
+            win: t.hy * t.hx,
+            xt_len: t.x_chunk * t.hy * t.hx,
+            xe_len: t.ec * t.hy * t.hx,
+            xe_last: (t.ec * t.hy * t.hx).saturating_sub(1),
+            tile_pos: t.ty * t.tx,
+            dv_len: t.ec * t.ty * t.tx,
+            x_batch: xs[1] * xs[2] * xs[3],
+            row_step: geo.sy * t.hx,
+            tap_step: geo.dy * t.hx,
+            e_last: e.saturating_sub(1),
+            e_last4: e.saturating_sub(4),
+            cw_last: xs[1].saturating_sub(we_step),
             we_step,
         };
         let name = self.group_name(group);

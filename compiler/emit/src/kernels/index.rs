@@ -68,9 +68,10 @@ pub(super) struct CacheWriteTpl {
 pub(super) struct CachePart {
     /// The cache's binding.
     pub(super) cache: String,
-    /// Its elements are the kernel's `first .. first + numel`.
+    /// Its elements are the kernel's `first .. end` (`end = first + numel`).
     pub(super) first: usize,
     pub(super) numel: usize,
+    pub(super) end: usize,
     pub(super) bytes: u64,
     pub(super) axis: usize,
     /// The largest first row: the cache's length along the axis less the new rows'.
@@ -227,6 +228,7 @@ impl Emitter<'_> {
             }
             let mut part = self.cache_part(m, axis, 1, None, &mut reads)?;
             part.first = parts[0].numel;
+            part.end = part.first + part.numel;
             parts.push(part);
             outs.push((g.node(m).outputs[0], "cache1".to_string()));
         }
@@ -278,6 +280,7 @@ impl Emitter<'_> {
             cache: if index == 0 { "cache".into() } else { format!("cache{index}") },
             first: 0,
             numel: g.ty(new).numel(),
+            end: g.ty(new).numel(),
             bytes: wgslc_passes::stored_bytes(g, new),
             axis,
             last_row: cs[axis] - ns[axis],

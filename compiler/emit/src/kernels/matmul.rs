@@ -7,12 +7,6 @@ use super::packed::{
 use super::*;
 use wgslc_passes::{narrow_of, Narrow};
 
-/// One of the four rows (or columns) a matmul thread owns: its index and its offset in the 64-wide tile.
-pub(super) struct Lane {
-    pub(super) i: usize,
-    pub(super) off: usize,
-}
-
 pub(super) struct BatchDim {
     pub(super) div: usize,
     pub(super) extent: usize,
@@ -117,8 +111,14 @@ pub(super) struct GemvTpl {
     pub(super) a_pro: String,
     pub(super) b_pro: String,
     pub(super) t: wgslc_passes::GemvTiling,
-    /// Independent partial sums (loads of B in flight) per thread.
+    /// Independent partial sums (loads of B in flight) per thread, and one less.
     pub(super) unroll: usize,
+    pub(super) unroll_last: usize,
+    /// Half of the tiling's lanes and groups: the first stride of their pairwise sums.
+    pub(super) lanes_half: usize,
+    pub(super) groups_half: usize,
+    /// The last column, `n - 1`.
+    pub(super) last_col: usize,
     /// B's blocks' bindings, the first `b_var` ([`wgslc_passes::Fold::Blocks`]; empty without), each `per`
     /// columns wide but the last: column `col` is column `col % per` of block `col / per`.
     pub(super) blocks: Vec<String>,
@@ -148,9 +148,20 @@ pub(super) struct Tiling {
     pub(super) kc: usize,
     pub(super) ks: usize,
     pub(super) smem_len: usize,
-    /// Tile elements each thread loads per k-step (A and B each), as indices for unrolled loops.
-    pub(super) load_lanes: Vec<usize>,
+    /// Tile elements each thread loads per k-step (A and B each), for unrolled loops: `off` is the element's
+    /// offset from the thread's first (a slice's `tg²` threads apart).
+    pub(super) load_lanes: Vec<Lane>,
     pub(super) lanes: Vec<Lane>,
+    /// Threads of a slice (`tg²`); floats of a k-step's A tile (`tile · ks`) and of A's and B's (twice that).
+    pub(super) slice_threads: usize,
+    pub(super) step_len: usize,
+    pub(super) steps_len: usize,
+    /// Floats of an output tile (`tile²`); where the folded RMSNorm's row factors start (`slices · tile · ks`);
+    /// the squares each row sums (`slices · ks`); and the slices after the first (`slices - 1`).
+    pub(super) tile_len: usize,
+    pub(super) rinv_at: usize,
+    pub(super) ssq_terms: usize,
+    pub(super) slices_after: usize,
 }
 
 impl From<wgslc_passes::ProductTiling> for Tiling {
@@ -162,8 +173,15 @@ impl From<wgslc_passes::ProductTiling> for Tiling {
             kc: t.kc,
             ks: t.ks,
             smem_len: t.smem_len(),
-            load_lanes: (0..t.tile * t.ks / (t.tg * t.tg)).collect(),
-            lanes: (0..t.tile / t.tg).map(|i| Lane { i, off: i * t.tg }).collect(),
+            load_lanes: unrolled(t.tile * t.ks / (t.tg * t.tg), t.tg * t.tg),
+            lanes: unrolled(t.tile / t.tg, t.tg),
+            slice_threads: t.tg * t.tg,
+            step_len: t.tile * t.ks,
+            steps_len: t.tile * t.ks * 2,
+            tile_len: t.tile * t.tile,
+            rinv_at: t.slices * t.tile * t.ks,
+            ssq_terms: t.slices * t.ks,
+            slices_after: t.slices - 1,
         }
     }
 }
@@ -530,6 +548,10 @@ impl Emitter<'_> {
                 b_pro,
                 t,
                 unroll: 4,
+                unroll_last: 3,
+                lanes_half: t.lanes / 2,
+                groups_half: t.groups / 2,
+                last_col: nn.saturating_sub(1),
                 acc_ty: if t.vec == 4 { "vec4<f32>" } else { "f32" },
                 rms,
                 batch,

@@ -254,6 +254,20 @@ struct Fused {
     store_note: &'static str,
 }
 
+/// One step of a loop a template unrolls: its index (for names) and its offset (the index times the loop's stride),
+/// so that templates hold no arithmetic (every number a template writes is computed here, where it is typed and
+/// tested).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Lane {
+    pub(super) i: usize,
+    pub(super) off: usize,
+}
+
+/// Steps `0..n` at offsets `0, stride, 2·stride, …`.
+pub(super) fn unrolled(n: usize, stride: usize) -> Vec<Lane> {
+    (0..n).map(|i| Lane { i, off: i * stride }).collect()
+}
+
 struct StoreTerm {
     stride: usize,
     extent: usize,

@@ -24,6 +24,15 @@ pub(super) struct RecurrenceTpl {
     pub(super) gh: usize,
     pub(super) upt: usize,
     pub(super) gates: usize,
+    /// Each gate's first column of a row of the gate products (`off`, `hid` apart), and its `unroll` recurrent
+    /// weights per step of k (`j · gh + off`).
+    pub(super) gate_lanes: Vec<GateLane>,
+    /// `d · b` (workgroups), `2 · hid` and `3 · hid` (the third gate's columns, a direction's peepholes), and the
+    /// part of the k loop the unrolled loop takes (`hid` rounded down to a multiple of `unroll`).
+    pub(super) dirs_batch: usize,
+    pub(super) hid2: usize,
+    pub(super) hid3: usize,
+    pub(super) hid_unrolled: usize,
     pub(super) lstm: bool,
     pub(super) gru: bool,
     pub(super) gru_lbr: bool,
@@ -33,6 +42,13 @@ pub(super) struct RecurrenceTpl {
     pub(super) has_p: bool,
     pub(super) has_lens: bool,
     pub(super) has_rbh: bool,
+}
+
+/// One gate of a recurrence's step.
+pub(super) struct GateLane {
+    pub(super) i: usize,
+    pub(super) off: usize,
+    pub(super) rows: Vec<Lane>,
 }
 
 /// An activation as a WGSL expression of `x`.
@@ -109,6 +125,7 @@ impl Emitter<'_> {
             Some(c) => format!("clamp(x, -{0}, {0})", f32_lit(c)),
             None => "x".into(),
         };
+        let unroll = 8;
         let tpl = RecurrenceTpl {
             h,
             helpers,
@@ -122,8 +139,19 @@ impl Emitter<'_> {
             hid,
             gh,
             upt: hid.div_ceil(256),
-            unroll: 8,
+            unroll,
             gates: at.cell.gates(),
+            gate_lanes: (0..at.cell.gates())
+                .map(|g| GateLane {
+                    i: g,
+                    off: g * hid,
+                    rows: (0..unroll).map(|j| Lane { i: j, off: j * gh + g * hid }).collect(),
+                })
+                .collect(),
+            dirs_batch: d * b,
+            hid2: 2 * hid,
+            hid3: 3 * hid,
+            hid_unrolled: hid / unroll * unroll,
             lstm: matches!(at.cell, Cell::Lstm { .. }),
             gru: matches!(at.cell, Cell::Gru { .. }),
             gru_lbr: matches!(at.cell, Cell::Gru { linear_before_reset: true }),

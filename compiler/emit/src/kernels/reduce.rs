@@ -86,6 +86,10 @@ pub(super) struct ArgReduceRowsTpl {
     pub(super) span: usize,
     /// The row read four elements per load (`x` bound as vec4s): contiguous rows a multiple of 4 long.
     pub(super) vec4: bool,
+    /// `n / 4`: the row's vec4s.
+    pub(super) n4: usize,
+    /// The eight loads in flight per thread, 256 apart.
+    pub(super) loads: Vec<super::Lane>,
 }
 
 #[derive(Template)]
@@ -374,6 +378,8 @@ impl Emitter<'_> {
                 inner,
                 span: shape[axis] * inner,
                 vec4,
+                n4: shape[axis] / 4,
+                loads: super::unrolled(8, 256),
             };
             return self.kernel(n, node.name.clone(), "argreduce", tpl.render(), &b, wg);
         }
