@@ -37,13 +37,13 @@ pub use ranged::{
 };
 pub use schedule::{
     anchor_kind, attention_tiling, concat_placement, expand_tile, gemv_tiling, group_io, in_place_candidates,
-    input_view, is_pointwise, mm_batch_refinement, packed_gemv_tiling, product_tiling, read_spec, refined_strides,
-    scalar_op_data_slot, schedule, store_permutation, takes_epilogue, verify_schedule, AnchorKind, AttentionMode,
-    AttentionTail, AttentionTiling, Boundary, ExpandTile, Fold, FoldKind, FoldedConv, FuseOptions, GemvTiling,
-    InvertedResidualMode, KernelGroup, PackedGemvTiling, ProductTiling, Readers, Recipe, Schedule, StorePlacement,
-    ATTENTION_MAX_DK, ATTENTION_MAX_DV, ATTENTION_ROW_MAX_DK, ATTENTION_ROW_MAX_KEYS, DEPTHWISE_MAX_CHANNELS,
-    EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP,
-    PROJECT_MAX_CHANNELS, PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
+    input_view, mm_batch_refinement, packed_gemv_tiling, product_tiling, read_spec, refined_strides,
+    scalar_op_data_slot, schedule, store_permutation, verify_schedule, AnchorKind, AttentionMode, AttentionTail,
+    AttentionTiling, Boundary, ExpandTile, Fold, FoldKind, FoldedConv, FuseOptions, GemvTiling, InvertedResidualMode,
+    KernelGroup, PackedGemvTiling, ProductTiling, Readers, Recipe, Schedule, StorePlacement, ATTENTION_MAX_DK,
+    ATTENTION_MAX_DV, ATTENTION_ROW_MAX_DK, ATTENTION_ROW_MAX_KEYS, DEPTHWISE_MAX_CHANNELS, EXPAND_MAX_RECOMPUTE,
+    EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP, PROJECT_MAX_CHANNELS,
+    PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
 };
 pub use split::split_weights;
 pub use tabulate::tabulate_bounded_input;

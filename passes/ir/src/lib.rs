@@ -25,6 +25,7 @@ mod frontend;
 mod narrow;
 mod ops;
 mod print;
+mod props;
 mod tensor;
 
 pub use attrs::*;
@@ -34,6 +35,7 @@ pub use frontend::*;
 pub use narrow::*;
 pub use ops::*;
 pub use print::print;
+pub use props::*;
 pub use tensor::*;
 
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};

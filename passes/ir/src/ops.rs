@@ -12,6 +12,15 @@ use crate::{AttentionAttrs, Cell, DType, PadMode, PoolKind, ResizeAttrs, RnnAttr
 #[macro_export]
 macro_rules! import_level {
     () => {
+        $crate::import_only!() | $crate::composite!()
+    };
+}
+
+/// The import-level ops that are not composite: shape inference resolves each into resolved ops (or folds it
+/// away) rather than expanding it.
+#[macro_export]
+macro_rules! import_only {
+    () => {
         $crate::Op::Clip
             | $crate::Op::Reshape { .. }
             | $crate::Op::Flatten { .. }
@@ -30,7 +39,6 @@ macro_rules! import_level {
             | $crate::Op::Shape { .. }
             | $crate::Op::ConstantOfShape(_)
             | $crate::Op::Range
-            | $crate::composite!()
     };
 }
 
@@ -633,48 +641,5 @@ impl Op {
             Op::Alias => "Alias",
             Op::StridedCopy { .. } => "StridedCopy",
         }
-    }
-
-    /// Whether this op may reach the emitter (see the module doc).
-    pub fn is_resolved(&self) -> bool {
-        match self {
-            Op::Unary(_)
-            | Op::Binary(_)
-            | Op::Where
-            | Op::Cast { .. }
-            | Op::MatMul
-            | Op::Gemm { .. }
-            | Op::Conv { .. }
-            | Op::Pool { .. }
-            | Op::GlobalPool(_)
-            | Op::BatchNorm { .. }
-            | Op::Softmax { .. }
-            | Op::LayerNorm { .. }
-            | Op::Concat { .. }
-            | Op::Gather { .. }
-            | Op::Alias
-            | Op::StridedCopy { .. }
-            | Op::TileCopy
-            | Op::RotateHalf
-            | Op::ArgReduce { .. }
-            | Op::Sample
-            | Op::CacheWrite { .. }
-            | Op::GatherBlocks { .. }
-            | Op::Recurrence(_)
-            | Op::GatherElements { .. } => true,
-            Op::Reduce { axes, .. } => axes.is_some(),
-            Op::Trilu { k, .. } => k.is_some(),
-            Op::CumSum { axis, .. } => axis.is_some(),
-            Op::Pad { pads, .. } => pads.is_some(),
-            Op::TopK { k, .. } => k.is_some(),
-            Op::Scatter { .. } => true,
-            // Import-level ops: shape inference rewrites each into resolved ones (or folds it away).
-            crate::import_level!() => false,
-        }
-    }
-
-    /// Elementwise ops map output element i to input elements at the same (broadcast) coordinates.
-    pub fn is_elementwise(&self) -> bool {
-        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. })
     }
 }

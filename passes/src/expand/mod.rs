@@ -34,11 +34,6 @@ fn need_const<'a>(
     })
 }
 
-/// Whether `op` is expanded by [`expand`].
-pub(crate) fn is_composite(op: &Op) -> bool {
-    matches!(op, wgslc_ir::composite!()) || matches!(op, Op::Pool { window, .. } if window.kernel.len() == 3)
-}
-
 /// Replaces composite node `n` by its expansion and returns the new nodes in data order (the caller infers them).
 pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError> {
     let node = g.node(n).clone();

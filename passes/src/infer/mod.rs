@@ -99,7 +99,7 @@ struct Resolved {
 }
 
 fn infer_node(g: &mut Graph, n: NodeId) -> Result<(), PassError> {
-    if crate::expand::is_composite(&g.node(n).op) {
+    if g.node(n).op.is_composite() {
         for part in crate::expand::expand(g, n)? {
             infer_node(g, part)?;
         }

@@ -43,8 +43,8 @@ mod verify;
 
 pub use group::{AnchorKind, AttentionTail, Fold, FoldKind, FoldedConv, KernelGroup};
 pub use reads::{
-    group_io, in_place_candidates, input_view, is_pointwise, mm_batch_refinement, read_spec, refined_strides,
-    scalar_op_data_slot, takes_epilogue, Readers,
+    group_io, in_place_candidates, input_view, mm_batch_refinement, read_spec, refined_strides, scalar_op_data_slot,
+    Readers,
 };
 pub use recipe::{
     anchor_kind, attention_tiling, concat_placement, expand_tile, gemv_tiling, packed_gemv_tiling, product_tiling,
@@ -201,7 +201,7 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
         }
         let out = node.outputs[0];
         let mut joined = None;
-        if opts.fuse && is_pointwise(&node.op) {
+        if opts.fuse && node.op.is_pointwise() {
             for v in node.inputs.iter() {
                 let Some(v) = *v else { continue };
                 // Reshapes keep the flat order, so a producer seen through them can still take this node.
@@ -229,7 +229,7 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                     Some(format!("shapes differ: broadcast {:?} → {:?}", g.ty(v).shape, g.ty(out).shape))
                 } else if group.anchor.is_some_and(|a| !g.ty(g.node(a).outputs[0]).dtype.is_float()) {
                     Some("epilogues take float32 only".to_string())
-                } else if let Some(a) = group.anchor.filter(|&a| !takes_epilogue(&g.node(a).op)) {
+                } else if let Some(a) = group.anchor.filter(|&a| !g.node(a).op.takes_epilogue()) {
                     Some(format!("{} has no epilogue", g.node(a).op.name()))
                 } else {
                     let mut members = group.nodes();
@@ -263,10 +263,7 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                 rules::siblings::absorb(&mut f, n);
             }
             None => {
-                let mut group = KernelGroup::single(
-                    n,
-                    is_pointwise(&node.op) || matches!(node.op, Op::StridedCopy { .. } | Op::TileCopy | Op::RotateHalf),
-                );
+                let mut group = KernelGroup::single(n, node.op.in_elementwise_group());
                 if opts.fuse {
                     rules::operand::fold_into(&mut f, &mut group, n);
                 }
@@ -312,10 +309,10 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                 "--no-fuse".to_string()
             } else if let Some(r) = reasons.get(&(q, n)) {
                 r.clone()
-            } else if via.is_some_and(|a| g.node(a).op == Op::Alias) && is_pointwise(&g.node(n).op) {
+            } else if via.is_some_and(|a| g.node(a).op == Op::Alias) && g.node(n).op.is_pointwise() {
                 "reshaped between producer and consumer".to_string()
             } else if let Some(c) =
-                via.filter(|&c| matches!(g.node(c).op, Op::StridedCopy { .. }) && is_pointwise(&g.node(n).op))
+                via.filter(|&c| matches!(g.node(c).op, Op::StridedCopy { .. }) && g.node(n).op.is_pointwise())
             {
                 let (po, co) = (g.node(q).op.name(), g.node(n).op.name());
                 format!("{co} reads {po}'s result through a folded layout copy ('{}'): an epilogue works in its producer's layout", g.node(c).name)
@@ -324,18 +321,18 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
                 let shown = sched.kernels[gq].store_copy().filter(|&t| t == q).map(|_| sched.kernels[gq].result());
                 let (po, co) = (g.node(shown.unwrap_or(q)).op.name(), g.node(n).op.name());
                 match &g.node(n).op {
-                    op if takes_epilogue(op) => format!("{po} → {co}: both need their own kernel"),
+                    op if op.takes_epilogue() => format!("{po} → {co}: both need their own kernel"),
                     Op::Softmax { .. } | Op::LayerNorm { .. } | Op::Reduce { .. } | Op::ArgReduce { .. } => {
                         format!("consumer {co} reduces over another axis than its producer computes")
                     }
                     Op::StridedCopy { .. } | Op::TileCopy | Op::RotateHalf => {
                         format!("{co} reads its input at other coordinates")
                     }
-                    op if is_pointwise(op) && sched.kernels[gn].nodes().first() != Some(&n) => {
+                    op if op.is_pointwise() && sched.kernels[gn].nodes().first() != Some(&n) => {
                         let joined = g.node(sched.kernels[gn].nodes()[0]).op.name();
                         format!("{co} joined the {joined} kernel of another operand; this one is loaded from memory")
                     }
-                    op if is_pointwise(op) => format!("{po} has no epilogue"),
+                    op if op.is_pointwise() => format!("{po} has no epilogue"),
                     _ => format!("{co} takes a materialized input"),
                 }
             };

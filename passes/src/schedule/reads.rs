@@ -11,16 +11,6 @@ use wgslc_ir::{broadcast_strides, contiguous_strides, Graph, NodeId, Op, ValueId
 /// Who reads each value: `(node, input slot)`.
 pub type Readers = HashMap<ValueId, Vec<(NodeId, usize)>>;
 
-/// Ops computed one output element at a time from inputs at the same coordinates.
-pub fn is_pointwise(op: &Op) -> bool {
-    matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::Trilu { .. })
-}
-
-/// Anchors whose kernels apply an elementwise epilogue before storing.
-pub fn takes_epilogue(op: &Op) -> bool {
-    matches!(op, Op::MatMul | Op::Gemm { .. } | Op::Conv { .. } | Op::Softmax { .. } | Op::Gather { .. })
-}
-
 /// For a pointwise node whose inputs other than one are scalar constants, that one input's slot: such a node can
 /// be applied to a value as it is loaded, with the constants inlined.
 pub fn scalar_op_data_slot(g: &Graph, n: NodeId) -> Option<usize> {
@@ -47,7 +37,7 @@ pub fn read_spec(g: &Graph, n: NodeId, slot: usize) -> Option<(i64, Vec<i64>, Ve
     let v = node.inputs.get(slot).copied().flatten()?;
     let vs = &g.ty(v).shape;
     match &node.op {
-        op if is_pointwise(op) => {
+        op if op.is_pointwise() => {
             let os = g.ty(node.outputs[0]).shape.clone();
             Some((0, broadcast_strides(vs, &os), os))
         }
@@ -216,7 +206,7 @@ pub(super) fn closed_cluster(g: &Graph, v: ValueId, readers: &Readers) -> Option
         }
         let rs = effective_readers(g, u, readers);
         let pointwise = !rs.is_empty()
-            && rs.iter().all(|&r| is_pointwise(&g.node(r).op) && g.ty(g.node(r).outputs[0]).numel() == numel);
+            && rs.iter().all(|&r| g.node(r).op.is_pointwise() && g.ty(g.node(r).outputs[0]).numel() == numel);
         if pointwise && !is_output(g, u, readers) {
             inside.push(u);
             for r in rs {
@@ -284,7 +274,7 @@ pub fn in_place_candidates(g: &Graph, sched: &Schedule, k: &KernelGroup) -> Vec<
             let contiguous: Vec<i64> = contiguous_strides(&vt.shape).into_iter().map(|s| s as i64).collect();
             let unit_strides = view.strides.len() == contiguous.len()
                 && (0..contiguous.len()).all(|d| vt.shape[d] == 1 || view.strides[d] == contiguous[d]);
-            let identity = is_pointwise(&g.node(m).op)
+            let identity = g.node(m).op.is_pointwise()
                 && vt.shape == out_ty.shape
                 && g.ty(g.node(m).outputs[0]).shape == out_ty.shape
                 && view.offset == 0
