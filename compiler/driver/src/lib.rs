@@ -430,19 +430,16 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     opts.progress.stage("write");
     let staged = target.staging()?;
     let written = (|| {
-        let mut plan = wgslc_emit::write_artifact(&staged, &g, &mem, &kernels)?;
-        if decoder.is_some() || ranged.is_some() {
-            if let Some(layout) = &decoder {
-                plan.decoder = Some(decoder::section(&g, &plan, &kernels, &mem, layout)?);
-                plan.check().map_err(|e| CompileError::Decoder(format!("the decoder section is invalid: {e}")))?;
-            }
-            if let Some(r) = &ranged {
-                ranges_section(&mut plan, r)?;
-            }
-            let ppath = staged.join("plan.json");
-            std::fs::write(&ppath, plan.to_json())
-                .map_err(|source| wgslc_emit::EmitError::Io { path: ppath.display().to_string(), source })?;
+        // plan.json's one author: the emitter's plan with the decoder and ranges sections, written once.
+        let mut plan = wgslc_emit::build_plan(&g, &mem, &kernels);
+        if let Some(layout) = &decoder {
+            plan.decoder = Some(decoder::section(&g, &plan, &kernels, &mem, layout)?);
+            plan.check().map_err(|e| CompileError::Decoder(format!("the decoder section is invalid: {e}")))?;
         }
+        if let Some(r) = &ranged {
+            ranges_section(&mut plan, r)?;
+        }
+        wgslc_emit::write_artifact(&staged, &g, &mem, &kernels, &plan)?;
         let mut report = wgslc_emit::report::build(&g, &sched, &mem, &kernels, &plan, source_nodes);
         if opts.weights != WeightFormat::Keep {
             report.weights = Some(wgslc_emit::report::WeightsReport {

@@ -331,18 +331,24 @@ fn kernel_path(i: usize, k: &EmittedKernel) -> String {
     format!("kernels/k{i:03}_{}.wgsl", k.kind)
 }
 
-/// Writes DIR/plan.json, DIR/kernels/*.wgsl and DIR/weights.safetensors, replacing files of those names and
-/// deleting nothing (the driver writes into a fresh directory and moves the artifact into place). Output is
-/// byte-identical for the same inputs (deterministic order everywhere), and every file gets the permissions a new
-/// file gets (the safetensors writer would make the weights private to their owner).
-pub fn write_artifact(dir: &Path, g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> Result<art::Plan, EmitError> {
+/// Writes DIR/plan.json (`p`: [`build_plan`]'s, with any sections the driver adds, written once), DIR/kernels/*.wgsl
+/// and DIR/weights.safetensors, replacing files of those names and deleting nothing (the driver writes into a
+/// fresh directory and moves the artifact into place). Output is byte-identical for the same inputs (deterministic
+/// order everywhere), and every file gets the permissions a new file gets (the safetensors writer would make the
+/// weights private to their owner).
+pub fn write_artifact(
+    dir: &Path,
+    g: &Graph,
+    plan: &MemoryPlan,
+    kernels: &[Validated],
+    p: &art::Plan,
+) -> Result<(), EmitError> {
     let io = |p: &Path| {
         let path = p.display().to_string();
         move |source| EmitError::Io { path: path.clone(), source }
     };
     let kdir = dir.join("kernels");
     std::fs::create_dir_all(&kdir).map_err(io(&kdir))?;
-    let p = build_plan(g, plan, kernels);
     for (k, pk) in kernels.iter().zip(&p.kernels) {
         let path = dir.join(&pk.wgsl);
         std::fs::write(&path, &k.kernel.wgsl).map_err(io(&path))?;
@@ -392,5 +398,5 @@ pub fn write_artifact(dir: &Path, g: &Graph, plan: &MemoryPlan, kernels: &[Valid
     std::fs::write(&ppath, p.to_json() + "\n").map_err(io(&ppath))?;
     let perms = std::fs::metadata(&ppath).map_err(io(&ppath))?.permissions();
     std::fs::set_permissions(&wpath, perms).map_err(io(&wpath))?;
-    Ok(p)
+    Ok(())
 }
