@@ -420,8 +420,20 @@ fn dump_after_reaches_schedule_and_memory() {
     let o = wgslc(&["compile", model, "-o", "/nonexistent/never-written", "--dump-after", "fusion"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(error_line(&o).contains(
-        "stages: import, infer, lower, dce, merge, legalize, kmajor, narrow, weights, split, schedule, memory, emit"
+        "stages: import, layout, infer, lower, dce, ranges, merge, legalize, kmajor, narrow, weights, tabulate, \
+         split, schedule, memory, emit"
     ));
+    // A decoder's position tables appear at `tabulate`, not before it.
+    let decoder = common::testdata().join("decoders/qwen2_dynamo20/model.onnx");
+    let decoder_dump = |stage: &str| {
+        let args = ["compile", decoder.to_str().unwrap(), "-o", "/nonexistent/never-written", "--kv-cache", "64"];
+        let o = wgslc(&[&args[..], &["--dump-after", stage]].concat());
+        assert!(o.status.success(), "{stage}: {}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert!(decoder_dump("tabulate").contains("/lookup"));
+    assert!(!decoder_dump("weights").contains("/lookup"));
+    assert!(decoder_dump("layout").contains("output "));
 }
 
 /// Nothing a user owns is deleted or overwritten by `compile -o`: a non-empty directory without an artifact is

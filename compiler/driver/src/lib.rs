@@ -12,6 +12,7 @@ mod decoder;
 mod dump;
 mod layout;
 mod out_dir;
+mod pipeline;
 mod ranged;
 
 use std::collections::HashMap;
@@ -21,8 +22,9 @@ use wgslc_ir::Graph;
 use wgslc_passes::{MemoryPlan, Schedule};
 
 pub use dump::{print_memory, print_schedule};
+pub use pipeline::{run, stages};
+use ranged::ranges_section;
 pub use ranged::RangedCompile;
-use ranged::{check_ranges, grid_scales, probe_dims, ranges_section};
 use wgslc_onnx::decoder::CacheLayout;
 pub use wgslc_onnx::decoder::KvCache;
 pub use wgslc_passes::{DimRange, WeightChange, WeightFormat};
@@ -172,14 +174,6 @@ fn notes(g: &Graph) -> Vec<String> {
     }
 }
 
-/// The stages after the graph passes, in order.
-const LATE_STAGES: &[&str] = &["weights", "split", "schedule", "memory", "emit"];
-
-/// Every stage name, in pipeline order: `import`, the graph passes, `schedule`, `memory`, `emit`.
-pub fn stages() -> Vec<&'static str> {
-    std::iter::once("import").chain(wgslc_passes::pass_names()).chain(LATE_STAGES.iter().copied()).collect()
-}
-
 /// How far a pipeline run got: the graph after the last stage run, and what the later stages produced.
 pub struct Compiled {
     pub graph: Graph,
@@ -245,177 +239,6 @@ fn import_model(
         },
         _ => Err(CompileError::Format(model.display().to_string())),
     }
-}
-
-/// Runs the pipeline on a model file up to and including stage `stop_after` (every stage when `None`).
-pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Result<Compiled, CompileError> {
-    if let Some(s) = stop_after.filter(|s| !stages().contains(s)) {
-        return Err(CompileError::UnknownStage(s.into(), stages().join(", ")));
-    }
-    let ranged_opts = check_ranges(opts)?;
-    let opts = ranged_opts.as_ref().unwrap_or(opts);
-    opts.progress.stage("import");
-    let (mut g, mut decoder) = import_model(model, opts, CacheLayout::Window)?;
-    if let (Some(window), false) = (&decoder, stop_after == Some("import")) {
-        opts.progress.stage("cache layout");
-        match layout::prove(model, opts, &g, window) {
-            Ok(()) => {}
-            // A mask that does not move with the window's keys: every key at its position instead, where the
-            // model's caches allow it.
-            Err(CompileError::Decoder(why)) => {
-                let neither = |e: CompileError| {
-                    let e = match e {
-                        CompileError::Decoder(m) => m,
-                        e => e.to_string(),
-                    };
-                    CompileError::Decoder(format!("{why}; and with every key at its position: {e}"))
-                };
-                let (pg, positions) = import_model(model, opts, CacheLayout::Positions).map_err(neither)?;
-                let positions = positions.expect("a decoder import has a layout");
-                layout::prove(model, opts, &pg, &positions).map_err(neither)?;
-                (g, decoder) = (pg, Some(positions));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let mut c = Compiled {
-        graph: Graph::new(),
-        decoder,
-        ranged: None,
-        schedule: None,
-        memory: None,
-        kernels: None,
-        weights: Vec::new(),
-    };
-    if stop_after == Some("import") {
-        c.graph = g;
-        return Ok(c);
-    }
-    let graph_stop = stop_after.filter(|s| !LATE_STAGES.contains(s));
-    opts.progress.stage("graph passes");
-    // The ranged axes are found after `AT`; a dump of an earlier stage shows the graph at each dim's max.
-    const AT: &str = "dce";
-    let passes = wgslc_passes::pass_names();
-    let early = graph_stop.is_some_and(|s| passes.iter().position(|p| *p == s) <= passes.iter().position(|p| *p == AT));
-    if opts.ranges.is_empty() || early {
-        wgslc_passes::run_pipeline_with(&mut g, graph_stop, !opts.no_fuse)?;
-        if graph_stop.is_none() {
-            narrow_weights(&mut c, &mut g, opts)?;
-            if stop_after == Some("weights") {
-                c.graph = g;
-                return Ok(c);
-            }
-        }
-        if let (Some(layout), None, false) = (&c.decoder, graph_stop, opts.no_fuse) {
-            tabulate_positions(&mut g, layout)?;
-        }
-        late_stages(&mut c, g, opts, graph_stop, stop_after)?;
-        return Ok(c);
-    }
-    // The dims at their max, then each at its probe value: the ranged axes are where the graphs differ.
-    wgslc_passes::run_passes(&mut g, None, Some(AT), !opts.no_fuse)?;
-    let (dims, probes) = probe_dims(model, opts, AT)?;
-    let axes = wgslc_passes::find_ranged_axes(&g, &dims, &probes)?;
-    let ranged = wgslc_passes::mask_ranges(&mut g, &dims, &axes)?;
-    wgslc_passes::verify(&g, wgslc_passes::Stage::Inferred)?;
-    wgslc_passes::run_passes(&mut g, Some(AT), graph_stop, !opts.no_fuse)?;
-    if graph_stop.is_none() {
-        narrow_weights(&mut c, &mut g, opts)?;
-        if stop_after == Some("weights") {
-            c.graph = g;
-            return Ok(c);
-        }
-    }
-    late_stages(&mut c, g, opts, graph_stop, stop_after)?;
-    let mut scales = Vec::new();
-    if let Some(kernels) = c.kernels.as_ref().filter(|_| stop_after.is_none()) {
-        // Each probe compiled to kernels the same way: which workgroup counts follow which dim.
-        let mut probe_kernels = Vec::new();
-        for mut pg in probes {
-            let compiled = (|| {
-                wgslc_passes::mask_ranges(&mut pg, &dims, &axes).ok()?;
-                wgslc_passes::run_passes(&mut pg, Some(AT), None, !opts.no_fuse).ok()?;
-                wgslc_passes::narrow_weights(&mut pg, opts.weights, opts.weight_block.unwrap_or(32)).ok()?;
-                let mut pc = Compiled {
-                    graph: Graph::new(),
-                    decoder: None,
-                    ranged: None,
-                    schedule: None,
-                    memory: None,
-                    kernels: None,
-                    weights: Vec::new(),
-                };
-                late_stages(&mut pc, pg, opts, None, None).ok()?;
-                Some((pc.graph, pc.kernels?))
-            })();
-            probe_kernels.push(compiled);
-        }
-        scales = grid_scales(&c.graph, kernels, &probe_kernels, &dims, &ranged.masked);
-    }
-    c.ranged = Some(RangedCompile { ranged, scales });
-    Ok(c)
-}
-
-/// The `weights` stage (`--weights`): the products' weights and lookup tables stored narrower, before anything
-/// computes constants of its own (the decoder's position tables).
-fn narrow_weights(c: &mut Compiled, g: &mut Graph, opts: &CompileOptions) -> Result<(), CompileError> {
-    opts.progress.stage("weights");
-    let block = opts.weight_block.unwrap_or(32);
-    if !(16..=256).contains(&block) || !block.is_power_of_two() {
-        return Err(CompileError::Block(block));
-    }
-    c.weights = wgslc_passes::narrow_weights(g, opts.weights, block)?;
-    wgslc_passes::verify(g, wgslc_passes::Stage::Legalized)?;
-    Ok(())
-}
-
-/// What a decoder's decode step computes from its position alone (rotary tables), looked up in a table over every
-/// position the cache holds (`tabulate_bounded_input`), when fusing: its position inputs (`position_ids`,
-/// `cache_position`) lie below the capacity.
-fn tabulate_positions(g: &mut Graph, layout: &wgslc_onnx::decoder::DecoderLayout) -> Result<(), CompileError> {
-    /// The most a table may take: a 32,768-token cache with 256 floats a position.
-    const MAX_TABLE_BYTES: u64 = 32 << 20;
-    for step in layout.steps.iter().filter(|s| s.tokens == 1) {
-        for name in [&step.position_ids, &step.cache_position].into_iter().flatten() {
-            let Some(&v) = g.inputs.iter().find(|&&v| g.value(v).name == *name) else { continue };
-            wgslc_passes::tabulate_bounded_input(g, v, layout.rows + 1, MAX_TABLE_BYTES)?;
-        }
-    }
-    Ok(())
-}
-
-/// `split`, `schedule`, `memory` and `emit` on a graph after the graph passes, as far as `stop_after` asks.
-fn late_stages(
-    c: &mut Compiled,
-    mut g: Graph,
-    opts: &CompileOptions,
-    graph_stop: Option<&str>,
-    stop_after: Option<&str>,
-) -> Result<(), CompileError> {
-    if graph_stop.is_none() {
-        opts.progress.stage("split");
-        // Weights larger than one binding, in blocks their readers address.
-        let limits = &opts.limits;
-        let bindings = limits.max_storage_buffers_per_shader_stage as usize;
-        wgslc_passes::split_weights(&mut g, limits.max_storage_buffer_binding_size, bindings)?;
-        wgslc_passes::verify(&g, wgslc_passes::Stage::Legalized)?;
-        if stop_after != Some("split") {
-            opts.progress.stage("schedule");
-            let sched = wgslc_passes::schedule(&g, &opts.fuse_options())?;
-            if stop_after != Some("schedule") {
-                opts.progress.stage("memory");
-                let mem = wgslc_passes::plan_memory_with(&g, &sched, &opts.memory_options())?;
-                if stop_after != Some("memory") {
-                    opts.progress.stage("emit");
-                    c.kernels = Some(wgslc_emit::emit(&g, &sched, &mem, &opts.limits)?);
-                }
-                c.memory = Some(mem);
-            }
-            c.schedule = Some(sched);
-        }
-    }
-    c.graph = g;
-    Ok(())
 }
 
 /// Compiles a model into an artifact directory: every stage (every kernel naga-validated and checked against the
