@@ -186,10 +186,10 @@ pub fn run_case(dir: &Path, gpu: &Arc<Gpu>) -> Outcome {
 }
 
 fn to_host(t: &Tensor, spec: &wgslc_artifact::TensorSpec) -> HostTensor {
-    use wgslc_artifact::StorageType;
+    use wgslc_artifact::{Dtype, StorageType};
     let data = match spec.storage {
         StorageType::F32 => TensorData::F32(t.to_f64().into_iter().map(|x| x as f32).collect()),
-        StorageType::I32 if spec.dtype == "int64" => TensorData::I64(t.to_i64()),
+        StorageType::I32 if spec.dtype == Dtype::Int64 => TensorData::I64(t.to_i64()),
         // Values outside i32 are caught by the runtime's range check when given as i64.
         StorageType::I32 => TensorData::I64(t.to_i64()),
         StorageType::U32 => TensorData::Bool(t.to_f64().into_iter().map(|x| x != 0.0).collect()),

@@ -391,7 +391,7 @@ fn real_main() -> Result<()> {
             let mut names = serde_json::Map::new();
             for (i, (t, spec)) in outputs.iter().zip(session.outputs()).enumerate() {
                 let file = out.join(format!("output_{i}.npy"));
-                wgslc::npy::write_as(&file, t, &spec.dtype)?;
+                wgslc::npy::write_as(&file, t, spec.dtype.name())?;
                 names.insert(i.to_string(), serde_json::Value::String(spec.name.clone()));
                 info(format!("wgslc: output '{}' {} {:?} -> {}", spec.name, spec.dtype, t.shape, file.display()));
             }
@@ -679,7 +679,7 @@ fn pseudo_random(spec: &wgslc::artifact::TensorSpec, seed: u64) -> HostTensor {
         wgslc::artifact::StorageType::F32 => {
             TensorData::F32((0..n).map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect())
         }
-        wgslc::artifact::StorageType::I32 if spec.dtype == "int64" => {
+        wgslc::artifact::StorageType::I32 if spec.dtype == wgslc::artifact::Dtype::Int64 => {
             TensorData::I64((0..n).map(|_| (next() % 16) as i64).collect())
         }
         wgslc::artifact::StorageType::I32 => TensorData::I32((0..n).map(|_| (next() % 16) as i32).collect()),

@@ -48,3 +48,70 @@ fn compiled_files_use_only_schema_properties() {
         }
     }
 }
+
+/// The field lists and enum values wgslc.js checks plan.json against, as JavaScript: each object type of the plan
+/// schema (the plan itself as `Plan`) with its properties, and each string enum with its values.
+fn js_tables(schema: &serde_json::Value) -> String {
+    use std::collections::BTreeMap;
+    let mut fields: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut enums: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    fields.insert("Plan".into(), keys(&schema["properties"]));
+    for (name, def) in schema["$defs"].as_object().unwrap() {
+        if let Some(p) = def.get("properties") {
+            fields.insert(name.clone(), keys(p));
+        } else if let Some(e) = def.get("enum") {
+            enums.insert(name.clone(), e.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect());
+        } else {
+            panic!("plan schema type '{name}' is neither an object nor a string enum: teach js_tables it");
+        }
+    }
+    // `  Name: ["a", "b", …],` wrapped at 120 columns.
+    let table = |name: &str, rows: &BTreeMap<String, Vec<String>>| {
+        let mut s = format!("const {name} = {{\n");
+        for (k, vs) in rows {
+            let mut line = format!("  {k}: [");
+            for (i, v) in vs.iter().enumerate() {
+                let item = format!("\"{v}\"{}", if i + 1 < vs.len() { ", " } else { "" });
+                if line.len() + item.trim_end().len() > 118 {
+                    s.push_str(line.trim_end());
+                    s.push('\n');
+                    line = "    ".into();
+                }
+                line.push_str(&item);
+            }
+            s.push_str(&line);
+            s.push_str("],\n");
+        }
+        s + "};\n"
+    };
+    format!(
+        "// Each object's fields and each enum's values, as the Rust runtime's serde types accept them.\n{}{}",
+        table("FIELDS", &fields),
+        table("ENUMS", &enums)
+    )
+}
+
+/// wgslc.js checks plan.json against field lists and enum values generated from the plan schema (so the two
+/// runtimes accept the same plans); this fails when the generated block in wgslc.js is not the schema's, and
+/// `WGSLC_UPDATE_SCHEMAS=1` rewrites it.
+#[test]
+fn wgslc_js_tables_are_the_schemas() {
+    const BEGIN: &str =
+        "// ---- generated from docs/plan.schema.json by cli/tests/schemas.rs (WGSLC_UPDATE_SCHEMAS=1 rewrites it) ----\n";
+    const END: &str = "// ---- end of generated code ----\n";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/web/wgslc.js");
+    let js = std::fs::read_to_string(&path).unwrap();
+    let (Some(b), Some(e)) = (js.find(BEGIN), js.find(END)) else { panic!("wgslc.js lost its generated block") };
+    let schema = serde_json::to_value(schemars::schema_for!(wgslc::artifact::Plan)).unwrap();
+    let want = js_tables(&schema);
+    let have = &js[b + BEGIN.len()..e];
+    if std::env::var_os("WGSLC_UPDATE_SCHEMAS").is_some() && have != want {
+        std::fs::write(&path, format!("{}{want}{}", &js[..b + BEGIN.len()], &js[e..])).unwrap();
+        return;
+    }
+    assert!(
+        have == want,
+        "wgslc.js's generated tables are stale: run WGSLC_UPDATE_SCHEMAS=1 cargo test --test schemas"
+    );
+}

@@ -17,7 +17,7 @@ mod ranges;
 use ranges::{at_values, dim_values, dim_words, relayout};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use wgslc_artifact::{ArtifactError, BufferKind, Plan, StorageType, TensorSpec};
+use wgslc_artifact::{ArtifactError, BufferKind, Dtype, Plan, StorageType, TensorSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -755,7 +755,7 @@ fn output_tensor(spec: &TensorSpec, bytes: &[u8]) -> HostTensor {
     let words = bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
     let data = match spec.storage {
         StorageType::F32 => TensorData::F32(words.map(f32::from_le_bytes).collect()),
-        StorageType::I32 if spec.dtype == "int64" => {
+        StorageType::I32 if spec.dtype == Dtype::Int64 => {
             TensorData::I64(words.map(|w| i32::from_le_bytes(w) as i64).collect())
         }
         StorageType::I32 => TensorData::I32(words.map(i32::from_le_bytes).collect()),

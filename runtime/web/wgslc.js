@@ -12,6 +12,36 @@
 export const FORMAT = "wgslc-plan";
 export const VERSION = 2;
 
+// ---- generated from docs/plan.schema.json by cli/tests/schemas.rs (WGSLC_UPDATE_SCHEMAS=1 rewrites it) ----
+// Each object's fields and each enum's values, as the Rust runtime's serde types accept them.
+const FIELDS = {
+  Binding: ["access", "binding", "buffer", "offset", "size"],
+  Buffer: ["kind", "name", "size"],
+  Decoder: ["capacity", "rows", "state", "steps"],
+  DimRange: ["max", "min", "name"],
+  GridScale: ["axis", "dim"],
+  Kernel: ["bindings", "entry_point", "name", "scale", "wgsl", "workgroups"],
+  Plan: ["buffers", "decoder", "dispatches", "format", "inputs", "kernels", "outputs", "ranges", "version", "weights"],
+  Present: ["first_row", "output"],
+  RangedAxis: ["axis", "dim", "factor"],
+  Ranges: ["buffer", "dims"],
+  StateSpec: ["axis", "input"],
+  Step: ["attention_mask", "cache_position", "cache_row", "dispatches", "input_ids", "last_index", "logits", "name",
+    "next_token", "position_ids", "present", "sample", "tokens"],
+  StepSample: ["dispatches", "params", "temperature", "token"],
+  TensorSpec: ["buffer", "dtype", "name", "ranged", "shape", "storage"],
+  WeightSpec: ["buffer", "name", "offset", "shape", "storage"],
+};
+const ENUMS = {
+  Access: ["read", "read_write"],
+  BufferKind: ["input", "output", "weight", "intermediate"],
+  Dtype: ["float32", "float16", "bfloat16", "float64", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+    "float8e5m2fnuz", "float4e2m1", "int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "int4",
+    "uint4", "int2", "uint2", "bool"],
+  StorageType: ["f32", "i32", "u32"],
+};
+// ---- end of generated code ----
+
 // Storage types (every one 4 bytes) and the safetensors dtype each is written as.
 const SAFETENSORS_DTYPE = { f32: "F32", i32: "I32", u32: "U32" };
 
@@ -625,21 +655,36 @@ export function parsePlan(text) {
     const extra = Object.keys(obj ?? {}).find((f) => !fields.includes(f));
     if (extra !== undefined) throw new Error(`plan.json is not a valid plan: unknown field \`${extra}\` in ${what}`);
   };
-  known("the plan", plan, ["format", "version", "inputs", "outputs", "buffers", "weights", "kernels", "dispatches", "decoder", "ranges"]);
+  // An enum's value outside the schema's is refused too, as serde refuses it.
+  const oneOf = (what, value, e) => {
+    if (!ENUMS[e].includes(value)) throw new Error(`plan.json is not a valid plan: unknown variant \`${value}\` in ${what}`);
+  };
+  known("the plan", plan, FIELDS.Plan);
   for (const t of [...plan.inputs, ...plan.outputs]) {
-    known(`'${t.name}'`, t, ["name", "dtype", "shape", "storage", "buffer", "ranged"]);
-    for (const a of t.ranged ?? []) known(`'${t.name}'`, a, ["axis", "dim", "factor"]);
+    known(`'${t.name}'`, t, FIELDS.TensorSpec);
+    oneOf(`'${t.name}'`, t.dtype, "Dtype");
+    oneOf(`'${t.name}'`, t.storage, "StorageType");
+    for (const a of t.ranged ?? []) known(`'${t.name}'`, a, FIELDS.RangedAxis);
   }
   if (plan.ranges != null) {
-    known("ranges", plan.ranges, ["dims", "buffer"]);
-    for (const d of plan.ranges.dims ?? []) known("ranges", d, ["name", "min", "max"]);
+    known("ranges", plan.ranges, FIELDS.Ranges);
+    for (const d of plan.ranges.dims ?? []) known("ranges", d, FIELDS.DimRange);
   }
-  for (const b of plan.buffers) known(`buffer '${b.name}'`, b, ["name", "size", "kind"]);
-  for (const w of plan.weights) known(`weight '${w.name}'`, w, ["name", "shape", "storage", "buffer", "offset"]);
+  for (const b of plan.buffers) {
+    known(`buffer '${b.name}'`, b, FIELDS.Buffer);
+    oneOf(`buffer '${b.name}'`, b.kind, "BufferKind");
+  }
+  for (const w of plan.weights) {
+    known(`weight '${w.name}'`, w, FIELDS.WeightSpec);
+    oneOf(`weight '${w.name}'`, w.storage, "StorageType");
+  }
   for (const k of plan.kernels) {
-    known(`kernel '${k.name}'`, k, ["name", "wgsl", "entry_point", "bindings", "workgroups", "scale"]);
-    if (k.scale != null) known(`kernel '${k.name}'`, k.scale, ["axis", "dim"]);
-    for (const b of k.bindings ?? []) known(`kernel '${k.name}'`, b, ["binding", "buffer", "offset", "size", "access"]);
+    known(`kernel '${k.name}'`, k, FIELDS.Kernel);
+    if (k.scale != null) known(`kernel '${k.name}'`, k.scale, FIELDS.GridScale);
+    for (const b of k.bindings ?? []) {
+      known(`kernel '${k.name}'`, b, FIELDS.Binding);
+      oneOf(`kernel '${k.name}'`, b.access, "Access");
+    }
   }
   if (plan.format !== FORMAT) bad(`format is '${plan.format}', expected '${FORMAT}'`);
   if (plan.version !== VERSION) bad(`schema version ${plan.version} is not supported (this runtime reads ${VERSION})`);
@@ -735,20 +780,20 @@ function checkDecoder(plan, known) {
   const bad = (m) => {
     throw new Error(`plan.json: decoder: ${m}`);
   };
-  known("the decoder section", d, ["capacity", "rows", "state", "steps"]);
+  known("the decoder section", d, FIELDS.Decoder);
   if (!Array.isArray(d.state) || !Array.isArray(d.steps)) throw new Error("plan.json is not a valid plan: decoder without state or steps");
   if (d.capacity !== d.rows + 1 || !(d.rows > 0)) bad(`capacity ${d.capacity} with ${d.rows} cache rows`);
   const len = (t) => t.shape.reduce((a, x) => a * x, 1);
   const cacheRows = d.steps.some((st) => st.cache_row != null) ? d.capacity : d.rows;
   for (const s of d.state) {
-    known("a decoder state entry", s, ["input", "axis"]);
+    known("a decoder state entry", s, FIELDS.StateSpec);
     const t = plan.inputs[s.input];
     if (!(t && s.axis < t.shape.length && t.shape[s.axis] === cacheRows && t.storage === "f32")) {
       bad(`state input ${s.input} is not a float cache of ${cacheRows} rows`);
     }
   }
   for (const st of d.steps) {
-    known(`decoder step '${st.name}'`, st, ["name", "tokens", "dispatches", "input_ids", "attention_mask", "position_ids", "cache_position", "last_index", "logits", "next_token", "present", "cache_row", "sample"]);
+    known(`decoder step '${st.name}'`, st, FIELDS.Step);
     const n = st.tokens;
     if (!(n > 0 && n <= d.rows) || !st.dispatches.every((k) => k >= 0 && k < plan.kernels.length)) {
       bad(`step '${st.name}' has ${n} tokens or a dispatch out of range`);
@@ -768,7 +813,7 @@ function checkDecoder(plan, known) {
     }
     if (st.sample !== undefined && st.sample !== null) {
       const sm = st.sample;
-      known(`the sampling of step '${st.name}'`, sm, ["token", "dispatches", "temperature", "params"]);
+      known(`the sampling of step '${st.name}'`, sm, FIELDS.StepSample);
       const tok = plan.outputs[sm.token];
       const t = plan.inputs[sm.temperature];
       const p = plan.inputs[sm.params];
@@ -787,7 +832,7 @@ function checkDecoder(plan, known) {
     }
     if (st.present.length !== d.state.length) bad(`step '${st.name}' has ${st.present.length} present outputs for ${d.state.length} caches`);
     for (const [i, p] of st.present.entries()) {
-      known(`a present output of step '${st.name}'`, p, ["output", "first_row"]);
+      known(`a present output of step '${st.name}'`, p, FIELDS.Present);
       const s = d.state[i];
       const past = plan.inputs[s.input];
       const t = plan.outputs[p.output];

@@ -318,6 +318,10 @@ def main():
     artifact("artifact_overlapping_writable_bindings", lambda p: p["kernels"][0]["bindings"].append(
         {"binding": 1, "buffer": 0, "offset": 0, "size": 16, "access": "read_write"}), "overlapping writable ranges")
     artifact("artifact_unknown_field", lambda p: p.update(extra=1), "unknown field")
+    # A dtype outside the schema's enum (both runtimes read it from the schema: serde's enum, wgslc.js's tables).
+    artifact("artifact_unknown_dtype", lambda p: (p["buffers"].append({"name": "x", "size": 16, "kind": "input"}),
+             p["inputs"].append({"name": "x", "dtype": "float99", "shape": [4], "storage": "f32", "buffer": 1})),
+             "unknown variant `float99`")
     artifact("artifact_too_many_workgroups", lambda p: p["kernels"][0].update(workgroups=[70000, 1, 1]), "workgroups")
     artifact("artifact_reads_and_writes_one_buffer", lambda p: p["kernels"][0]["bindings"].append(
         {"binding": 1, "buffer": 0, "offset": 0, "size": 16, "access": "read"}), "both read-only and read-write")

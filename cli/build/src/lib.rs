@@ -19,7 +19,7 @@
 //! compiled with `kv_cache`. This crate pulls in the compiler only: no CLI parser, no GPU runtime.
 
 use std::path::{Path, PathBuf};
-use wgslc_artifact::{Plan, StorageType, TensorSpec};
+use wgslc_artifact::{Dtype, Plan, StorageType, TensorSpec};
 pub use wgslc_driver::{CompileOptions, WeightFormat};
 
 #[derive(Debug, thiserror::Error)]
@@ -226,7 +226,7 @@ fn fields(names: &[String]) -> Vec<String> {
 fn rust_type(t: &TensorSpec) -> (&'static str, &'static str) {
     match t.storage {
         StorageType::F32 => ("f32", "F32"),
-        StorageType::I32 if t.dtype == "int64" => ("i64", "I64"),
+        StorageType::I32 if t.dtype == Dtype::Int64 => ("i64", "I64"),
         StorageType::I32 => ("i32", "I32"),
         StorageType::U32 => ("bool", "Bool"),
     }

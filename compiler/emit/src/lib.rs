@@ -235,13 +235,42 @@ fn storage_type(s: Storage) -> art::StorageType {
     }
 }
 
+/// The artifact's name for an IR dtype (the same words: ONNX's, lowercase).
+fn dtype(d: wgslc_ir::DType) -> art::Dtype {
+    use wgslc_ir::DType as D;
+    match d {
+        D::F32 => art::Dtype::Float32,
+        D::F16 => art::Dtype::Float16,
+        D::BF16 => art::Dtype::Bfloat16,
+        D::F64 => art::Dtype::Float64,
+        D::F8E4M3FN => art::Dtype::Float8e4m3fn,
+        D::F8E4M3FNUZ => art::Dtype::Float8e4m3fnuz,
+        D::F8E5M2 => art::Dtype::Float8e5m2,
+        D::F8E5M2FNUZ => art::Dtype::Float8e5m2fnuz,
+        D::F4E2M1 => art::Dtype::Float4e2m1,
+        D::I64 => art::Dtype::Int64,
+        D::I32 => art::Dtype::Int32,
+        D::I16 => art::Dtype::Int16,
+        D::I8 => art::Dtype::Int8,
+        D::U8 => art::Dtype::Uint8,
+        D::U16 => art::Dtype::Uint16,
+        D::U32 => art::Dtype::Uint32,
+        D::U64 => art::Dtype::Uint64,
+        D::I4 => art::Dtype::Int4,
+        D::U4 => art::Dtype::Uint4,
+        D::I2 => art::Dtype::Int2,
+        D::U2 => art::Dtype::Uint2,
+        D::Bool => art::Dtype::Bool,
+    }
+}
+
 /// Builds the plan.json content.
 pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::Plan {
     let spec = |v: ValueId| {
         let ty = g.ty(v);
         art::TensorSpec {
             name: g.value(v).name.clone(),
-            dtype: ty.dtype.name().into(),
+            dtype: dtype(ty.dtype),
             shape: ty.shape.clone(),
             storage: storage_type(storage_of(ty.dtype).expect("legalized")),
             buffer: plan.slots[&v].buffer,

@@ -97,7 +97,7 @@ fn the_typed_float16_model_matches_onnxruntime() {
     let (x, want) = (read("input_0.npy"), read("output_0.npy"));
     let cnn = wgslc_example_build_rs::HalfCnn::load(wgslc_runtime::Gpu::new().unwrap()).unwrap();
     let spec = &cnn.session().plan().inputs[0];
-    assert_eq!(spec.dtype, "float16");
+    assert_eq!(spec.dtype.name(), "float16");
     let y = cnn.run(wgslc_example_build_rs::HalfCnnInputs { input_0: x }).unwrap().output_0;
     assert_eq!(y.len(), want.len());
     for (i, (a, b)) in y.iter().zip(&want).enumerate() {

@@ -179,8 +179,8 @@ pub struct Present {
 #[serde(deny_unknown_fields)]
 pub struct TensorSpec {
     pub name: String,
-    /// Logical dtype as the model declares it: "float32", "int64", "bool", ….
-    pub dtype: String,
+    /// Logical dtype as the model declares it.
+    pub dtype: Dtype,
     pub shape: Vec<usize>,
     /// How it is stored on the GPU.
     pub storage: StorageType,
@@ -203,6 +203,72 @@ pub struct WeightSpec {
     pub buffer: usize,
     /// Byte offset in the buffer, a multiple of 256.
     pub offset: u64,
+}
+
+/// A tensor's logical dtype, as the model declares it (ONNX's names, lowercase). Values are stored on the GPU as
+/// their [`StorageType`] (float32 for every float, int32 for int64, …); the runtimes convert at the boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    Float32,
+    Float16,
+    Bfloat16,
+    Float64,
+    Float8e4m3fn,
+    Float8e4m3fnuz,
+    Float8e5m2,
+    Float8e5m2fnuz,
+    Float4e2m1,
+    Int64,
+    Int32,
+    Int16,
+    Int8,
+    Uint8,
+    Uint16,
+    Uint32,
+    Uint64,
+    Int4,
+    Uint4,
+    Int2,
+    Uint2,
+    Bool,
+}
+
+impl Dtype {
+    /// The name plan.json spells it with.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::Float32 => "float32",
+            Dtype::Float16 => "float16",
+            Dtype::Bfloat16 => "bfloat16",
+            Dtype::Float64 => "float64",
+            Dtype::Float8e4m3fn => "float8e4m3fn",
+            Dtype::Float8e4m3fnuz => "float8e4m3fnuz",
+            Dtype::Float8e5m2 => "float8e5m2",
+            Dtype::Float8e5m2fnuz => "float8e5m2fnuz",
+            Dtype::Float4e2m1 => "float4e2m1",
+            Dtype::Int64 => "int64",
+            Dtype::Int32 => "int32",
+            Dtype::Int16 => "int16",
+            Dtype::Int8 => "int8",
+            Dtype::Uint8 => "uint8",
+            Dtype::Uint16 => "uint16",
+            Dtype::Uint32 => "uint32",
+            Dtype::Uint64 => "uint64",
+            Dtype::Int4 => "int4",
+            Dtype::Uint4 => "uint4",
+            Dtype::Int2 => "int2",
+            Dtype::Uint2 => "uint2",
+            Dtype::Bool => "bool",
+        }
+    }
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// GPU element types; every one is 4 bytes wide.
@@ -498,7 +564,7 @@ impl Plan {
             let len = |t: &TensorSpec| t.shape.iter().product::<usize>();
             let word = |t: &TensorSpec| t.storage != StorageType::F32;
             let ok_in = |i: Option<usize>, want: usize| {
-                i.is_none_or(|i| input(i).is_some_and(|t| len(t) == want && (word(t) || t.dtype != "int64")))
+                i.is_none_or(|i| input(i).is_some_and(|t| len(t) == want && (word(t) || t.dtype != Dtype::Int64)))
             };
             // A step that writes in place attends over the whole cache.
             let keys = if st.cache_row.is_some() { d.capacity } else { d.rows + n };
@@ -562,6 +628,17 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// plan.json spells a dtype as `Dtype::name` does (messages use the name; serde the same word).
+    #[test]
+    fn dtype_names_are_their_json() {
+        for name in ["float32", "float16", "bfloat16", "int64", "uint4", "bool", "float8e4m3fnuz"] {
+            let d: Dtype = serde_json::from_str(&format!("\"{name}\"")).unwrap();
+            assert_eq!(d.name(), name);
+            assert_eq!(serde_json::to_string(&d).unwrap(), format!("\"{name}\""));
+        }
+        assert!(serde_json::from_str::<Dtype>("\"float99\"").is_err());
+    }
 
     fn plan() -> Plan {
         Plan {
