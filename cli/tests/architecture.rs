@@ -1,0 +1,101 @@
+//! Invariants of the code's shape that docs/architecture.md states, checked on the sources: the runtimes depend on
+//! no compiler code, the passes do no I/O, wgslc.js imports nothing, and no Rust file of the compiler or the passes
+//! grows past the size a reader can hold.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The names in a Cargo.toml's `[dependencies]` table.
+fn dependencies(manifest: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let mut deps = Vec::new();
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == "[dependencies]";
+        } else if inside && !line.is_empty() && !line.starts_with('#') {
+            deps.push(line.split(['=', '.', ' ']).next().unwrap().to_string());
+        }
+    }
+    deps
+}
+
+/// The runtimes depend on no compiler code: the versioned artifact is the only contract.
+#[test]
+fn runtimes_depend_on_no_compiler_crate() {
+    let compiler = ["wgslc-ir", "wgslc-passes", "wgslc-emit", "wgslc-onnx", "wgslc-pt2", "wgslc-driver"];
+    for manifest in ["runtime/Cargo.toml", "runtime/artifact/Cargo.toml"] {
+        let deps = dependencies(&root().join(manifest));
+        assert!(deps.iter().any(|d| d.starts_with("wgslc-") || d == "serde"), "{manifest}: read no dependencies");
+        for d in &deps {
+            assert!(!compiler.contains(&d.as_str()), "{manifest} depends on compiler crate {d}");
+        }
+    }
+}
+
+/// Passes do no I/O: they take a graph and return one, with side tables; files, printing and the environment are
+/// the driver's and the CLI's.
+#[test]
+fn passes_do_no_io() {
+    let mut found = Vec::new();
+    for dir in ["passes/src", "passes/ir/src"] {
+        for file in rust_files(&root().join(dir)) {
+            if file.components().any(|c| c.as_os_str() == "tests") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap();
+                let io = ["std::fs", "std::io", "std::env", "File::", "println!", "eprintln!", "print!("];
+                if let Some(what) = io.iter().find(|w| code.contains(*w)) {
+                    found.push(format!("{}:{}: {what}", file.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "I/O in the passes:\n{}", found.join("\n"));
+}
+
+/// wgslc.js is one ES module with no dependencies and no build step.
+#[test]
+fn wgslc_js_imports_nothing() {
+    let js = std::fs::read_to_string(root().join("runtime/web/wgslc.js")).unwrap();
+    for (i, line) in js.lines().enumerate() {
+        let l = line.trim_start();
+        let imports = l.starts_with("import ") || l.starts_with("import(") || l.contains("require(");
+        let reexports = l.starts_with("export ") && l.contains(" from ");
+        assert!(!imports && !reexports, "wgslc.js:{}: {line}", i + 1);
+    }
+}
+
+/// No Rust file of the compiler or the passes is over 800 lines (issue 32's bound: a file a reader can hold).
+#[test]
+fn compiler_files_stay_readable() {
+    let mut long = Vec::new();
+    for dir in ["compiler", "passes"] {
+        for file in rust_files(&root().join(dir)) {
+            let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+            if lines > 800 {
+                long.push(format!("{} ({lines} lines)", file.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "split these by topic:\n{}", long.join("\n"));
+}
