@@ -1020,6 +1020,24 @@ def ops():
                   [vi("x", elem, [2, 3, 4])], [vi("y", F, None)], [init("s", np.array([0.5], np.float32))]),
             [data],
         )
+    # Rows long enough that the compiler splits the ArgMax into chunks reduced side by side and a merge (passes'
+    # split_arg_reduces: 16,384 elements and up): ties across chunks decide by the first index, or the last with
+    # select_last_index; a row whose length is not a multiple of the chunk; ArgMin with keepdims.
+    cases["argmax_split_rows_ties"] = (
+        model([helper.make_node("ArgMax", ["x"], ["y"], axis=-1, keepdims=0)], [vi("x", F, [2, 20000])],
+              [vi("y", I64, None)]),
+        [(np.round(rand(2, 20000) * 3) / 3).astype(np.float32)],
+    )
+    cases["argmax_split_select_last"] = (
+        model([helper.make_node("ArgMax", ["x"], ["y"], axis=1, select_last_index=1)], [vi("x", F, [1, 16388])],
+              [vi("y", I64, None)]),
+        [(np.round(rand(1, 16388) * 3) / 3).astype(np.float32)],
+    )
+    cases["argmin_split_keepdims"] = (
+        model([helper.make_node("ArgMin", ["x"], ["y"], axis=-1, keepdims=1)], [vi("x", F, [3, 1, 32768])],
+              [vi("y", I64, None)]),
+        [rand(3, 1, 32768)],
+    )
     return cases
 
 

@@ -112,6 +112,8 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
         | Op::Softmax { .. }
         | Op::LayerNorm { .. }
         | Op::ArgReduce { .. }
+        | Op::ArgChunks { .. }
+        | Op::ArgMerge { .. }
         | Op::Trilu { .. }
         | Op::RotateHalf
         | Op::GatherElements { .. }

@@ -5,6 +5,7 @@
 //! The analyses at the end of the pipeline return side tables ([`Schedule`], [`MemoryPlan`]) that the emitter
 //! takes by type, so nothing can be emitted from an unscheduled or unplanned graph.
 
+mod argsplit;
 mod dedupe;
 mod eval;
 mod expand;
@@ -155,13 +156,15 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
         name: "merge",
         about: "sibling MatMuls on one input (Q, K, V) → one MatMul over concatenated weights; the exporters' \
                 RMSNorm chain → one RMSNormalization; scalar factors on MatMul operands → the product's epilogue; \
-                rotary's Concat(Neg(slice), slice) → RotateHalf",
+                rotary's Concat(Neg(slice), slice) → RotateHalf; a long ArgMax row (a vocabulary) → ArgChunks → \
+                ArgMerge",
         without_fusion: false,
         run: |g| {
             merge_sibling_matmuls(g)?;
             fuse_rms_norm(g)?;
             hoist_matmul_scalars(g)?;
             fuse_rotate_half(g)?;
+            argsplit::split_arg_reduces(g)?;
             eliminate_dead_code(g);
             Ok(())
         },

@@ -191,7 +191,9 @@ fn node_flops(g: &Graph, n: NodeId) -> u64 {
             2 * out * w.shape[1] as u64 * window.kernel.iter().product::<usize>() as u64
         }
         Op::Softmax { .. } | Op::LayerNorm { .. } => 5 * out,
-        Op::Reduce { .. } | Op::GlobalPool(_) | Op::ArgReduce { .. } => input(0).map(|t| t.numel() as u64).unwrap_or(0),
+        Op::Reduce { .. } | Op::GlobalPool(_) | Op::ArgReduce { .. } | Op::ArgChunks { .. } | Op::ArgMerge { .. } => {
+            input(0).map(|t| t.numel() as u64).unwrap_or(0)
+        }
         Op::Pool { window, .. } => out * window.kernel.iter().product::<usize>() as u64,
         Op::Alias | Op::StridedCopy { .. } | Op::TileCopy | Op::Concat { .. } | Op::Gather { .. } => 0,
         Op::GatherElements { .. } | Op::Scatter { .. } | Op::Pad { .. } | Op::RotateHalf | Op::Trilu { .. } => 0,

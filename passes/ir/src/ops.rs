@@ -265,6 +265,23 @@ pub enum Op {
         keepdims: bool,
         select_last: bool,
     },
+    /// The first half of a long ArgMax / ArgMin over the last axis (wgslc's own op, from the `merge` pass): the
+    /// axis in chunks of `chunk` elements, each reduced to its best value and that value's index along the axis
+    /// (as f32: exact, the axis being shorter than 2^24): output `[rows…, chunks, 2]`, float32. Ties within a
+    /// chunk go to its first index (its last with `select_last`).
+    ArgChunks {
+        max: bool,
+        select_last: bool,
+        chunk: usize,
+    },
+    /// The second half: the best of each row's chunk pairs (`[rows…, chunks, 2]`), ties to the first chunk (the
+    /// last with `select_last`), as the int64 index the ArgMax / ArgMin it replaces returns (shape `[rows…]`, or
+    /// `[rows…, 1]` with `keepdims`).
+    ArgMerge {
+        max: bool,
+        select_last: bool,
+        keepdims: bool,
+    },
     /// Trilu: keeps the upper (or lower) triangle of the last two dims from diagonal `k` (an input until
     /// inference resolves it).
     Trilu {
@@ -572,6 +589,8 @@ impl Op {
             Op::LayerNorm { rms: true, .. } => "RMSNormalization",
             Op::ArgReduce { max: true, .. } => "ArgMax",
             Op::ArgReduce { max: false, .. } => "ArgMin",
+            Op::ArgChunks { .. } => "ArgChunks",
+            Op::ArgMerge { .. } => "ArgMerge",
             Op::Trilu { .. } => "Trilu",
             Op::RotateHalf => "RotateHalf",
             Op::GatherElements { .. } => "GatherElements",

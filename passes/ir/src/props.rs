@@ -57,6 +57,8 @@ impl Op {
             | Op::Concat { .. }
             | Op::Alias
             | Op::ArgReduce { .. }
+            | Op::ArgChunks { .. }
+            | Op::ArgMerge { .. }
             | Op::Sample
             | Op::CacheWrite { .. }
             | Op::GatherBlocks { .. }

@@ -198,6 +198,26 @@ pub(super) fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
             let op = Op::ArgReduce { max, axis: axis as i64, keepdims, select_last };
             one_input(cx, op, TensorType::new(DType::I64, shape))
         }
+        Op::ArgChunks { max, select_last, chunk } => {
+            let x = cx.ty(0)?.clone();
+            let Some((&n, rows)) = x.shape.split_last().filter(|_| chunk > 0) else {
+                return Err(cx.err(format!("needs a row to cut into chunks, got {x}")));
+            };
+            let mut shape = rows.to_vec();
+            shape.extend([n.div_ceil(chunk), 2]);
+            one_input(cx, Op::ArgChunks { max, select_last, chunk }, TensorType::new(DType::F32, shape))
+        }
+        Op::ArgMerge { max, select_last, keepdims } => {
+            let x = cx.ty(0)?.clone();
+            if x.rank() < 2 || x.shape[x.rank() - 1] != 2 {
+                return Err(cx.err(format!("needs [rows…, chunks, 2] pairs, got {x}")));
+            }
+            let mut shape = x.shape[..x.rank() - 2].to_vec();
+            if keepdims {
+                shape.push(1);
+            }
+            one_input(cx, Op::ArgMerge { max, select_last, keepdims }, TensorType::new(DType::I64, shape))
+        }
         Op::Recurrence(a) => {
             let (gx, rt) = (cx.ty(0)?, cx.ty(1)?);
             let (d, h, g) = (a.directions, a.hidden, a.cell.gates());

@@ -586,6 +586,8 @@ impl Emitter<'_> {
             Op::ArgReduce { max, axis, select_last, .. } => {
                 Ok(vec![self.argreduce(n, *max, *axis as usize, *select_last)?])
             }
+            Op::ArgChunks { max, select_last, .. } => Ok(vec![self.arg_split(n, *max, *select_last, false)?]),
+            Op::ArgMerge { max, select_last, .. } => Ok(vec![self.arg_split(n, *max, *select_last, true)?]),
             Op::GatherElements { axis } => Ok(vec![self.gather_elements(n, *axis as usize)?]),
             Op::GatherBlocks { rows } => Ok(vec![self.gather_blocks(n, *rows)?]),
             Op::CumSum { axis, exclusive, reverse, prod } => {

@@ -69,6 +69,44 @@ pub(super) struct ArgReduceTpl {
     pub(super) span: usize,
 }
 
+/// ArgChunks and ArgMerge ([`wgslc_ir::Op::ArgChunks`]): a long row's chunks reduced side by side, then merged.
+#[derive(Template)]
+#[template(path = "argchunks.wgsl", escape = "none")]
+pub(super) struct ArgChunksTpl {
+    pub(super) h: Header,
+    pub(super) kind: &'static str,
+    pub(super) cmp: &'static str,
+    pub(super) strict: &'static str,
+    pub(super) tie: &'static str,
+    pub(super) last: bool,
+    pub(super) groups_x: u32,
+    /// Workgroups: `rows · chunks`.
+    pub(super) groups: usize,
+    pub(super) rows: usize,
+    pub(super) chunks: usize,
+    pub(super) n: usize,
+    pub(super) chunk: usize,
+    /// `n / 4` and `chunk / 4`: the row and a chunk in vec4s.
+    pub(super) n4: usize,
+    pub(super) chunk4: usize,
+    /// The index no element has (a thread without one).
+    pub(super) none: u32,
+}
+
+#[derive(Template)]
+#[template(path = "argmerge.wgsl", escape = "none")]
+pub(super) struct ArgMergeTpl {
+    pub(super) h: Header,
+    pub(super) kind: &'static str,
+    pub(super) strict: &'static str,
+    pub(super) tie: &'static str,
+    pub(super) last: bool,
+    pub(super) groups_x: u32,
+    pub(super) rows: usize,
+    pub(super) chunks: usize,
+    pub(super) none: u32,
+}
+
 #[derive(Template)]
 #[template(path = "argreduce_rows.wgsl", escape = "none")]
 pub(super) struct ArgReduceRowsTpl {
@@ -393,6 +431,63 @@ impl Emitter<'_> {
             n: shape[axis],
             inner,
             span: shape[axis] * inner,
+        };
+        self.kernel(n, node.name.clone(), "argreduce", tpl.render(), &b, wg)
+    }
+
+    /// The two halves of a split ArgMax / ArgMin (passes' `split_arg_reduces`): `merge` false for ArgChunks.
+    pub(super) fn arg_split(&self, n: NodeId, max: bool, last: bool, merge: bool) -> Result<EmittedKernel, EmitError> {
+        let g = self.g;
+        let node = g.node(n);
+        let (x, out) = (node.inputs[0].unwrap(), node.outputs[0]);
+        let kind = if max { "Max" } else { "Min" };
+        let strict = if max { ">" } else { "<" };
+        let tie = if last { ">" } else { "<" };
+        let none = u32::MAX;
+        let b = [(x, false, "x"), (out, true, "out")];
+        if merge {
+            let (rows, chunks) = (g.ty(out).numel(), g.ty(x).shape[g.ty(x).rank() - 2]);
+            if chunks > 256 {
+                return Err(self.err(n, format!("{chunks} chunks, more than one workgroup's 256 threads")));
+            }
+            let (h, wg, groups_x) = self.launch(n, None, "argmerge.wgsl", &b, rows)?;
+            let tpl = ArgMergeTpl { h, kind, strict, tie, last, groups_x, rows, chunks, none };
+            return self.kernel(n, node.name.clone(), "argreduce", tpl.render(), &b, wg);
+        }
+        let Op::ArgChunks { chunk, .. } = node.op else { unreachable!("an ArgChunks node") };
+        let (xs, os) = (&g.ty(x).shape, &g.ty(out).shape);
+        let len = *xs.last().expect("a row");
+        let chunks = os[os.len() - 2];
+        if len % 4 != 0 || chunk % 4 != 0 || chunk == 0 {
+            return Err(self.err(n, format!("rows of {len} in chunks of {chunk}: both must be multiples of 4")));
+        }
+        let rows = g.ty(x).numel() / len;
+        let cmp = match (max, last) {
+            (true, false) => ">",
+            (true, true) => ">=",
+            (false, false) => "<",
+            (false, true) => "<=",
+        };
+        let (mut h, wg, groups_x) = self.launch(n, None, "argchunks.wgsl", &b, rows * chunks)?;
+        for d in h.bindings.iter_mut().filter(|d| d.var == "x") {
+            d.ty = "vec4<f32>";
+        }
+        let tpl = ArgChunksTpl {
+            h,
+            kind,
+            cmp,
+            strict,
+            tie,
+            last,
+            groups_x,
+            groups: rows * chunks,
+            rows,
+            chunks,
+            n: len,
+            chunk,
+            n4: len / 4,
+            chunk4: chunk / 4,
+            none,
         };
         self.kernel(n, node.name.clone(), "argreduce", tpl.render(), &b, wg)
     }
