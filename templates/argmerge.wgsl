@@ -18,21 +18,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         best = x[p];
         at = u32(x[p + 1u]);
     }
-    best_v[lid] = best;
-    best_i[lid] = at;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            let v = best_v[lid + s];
-            let k = best_i[lid + s];
-            let mine = best_i[lid];
-            if (k != {{ none }}u && (mine == {{ none }}u || v {{ strict }} best_v[lid] || (v == best_v[lid] && k {{ tie }} mine))) {
-                best_v[lid] = v;
-                best_i[lid] = k;
-            }
-        }
-        workgroupBarrier();
-    }
+{% include "arg_tree.wgsl" %}
     if (lid == 0u) {
         out[row] = i32(best_i[0]);
     }

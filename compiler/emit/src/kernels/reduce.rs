@@ -56,6 +56,17 @@ pub(super) struct LayerNormTpl {
     pub(super) bias_len: usize,
 }
 
+/// The comparison by which an element replaces the best so far in one sequential scan: ties keep the first, or
+/// take the last with select_last_index.
+fn scan_cmp(max: bool, last: bool) -> &'static str {
+    match (max, last) {
+        (true, false) => ">",
+        (true, true) => ">=",
+        (false, false) => "<",
+        (false, true) => "<=",
+    }
+}
+
 #[derive(Template)]
 #[template(path = "argreduce.wgsl", escape = "none")]
 pub(super) struct ArgReduceTpl {
@@ -376,14 +387,7 @@ impl Emitter<'_> {
         let inner: usize = shape[axis + 1..].iter().product();
         let numel = g.ty(out).numel();
         let b = [(x, false, "x"), (out, true, "out")];
-        // The comparison that replaces the best so far in one sequential scan (ties keep the first, or take the
-        // last with select_last_index).
-        let cmp = match (max, last) {
-            (true, false) => ">",
-            (true, true) => ">=",
-            (false, false) => "<",
-            (false, true) => "<=",
-        };
+        let cmp = scan_cmp(max, last);
         // A long axis with few outputs (an LLM's next token over its vocabulary): a workgroup per output.
         if shape[axis] >= 1024 && numel <= 4096 {
             let (mut h, wg, groups_x) = self.launch(n, None, "argreduce_rows.wgsl", &b, numel)?;
@@ -462,12 +466,7 @@ impl Emitter<'_> {
             return Err(self.err(n, format!("rows of {len} in chunks of {chunk}: both must be multiples of 4")));
         }
         let rows = g.ty(x).numel() / len;
-        let cmp = match (max, last) {
-            (true, false) => ">",
-            (true, true) => ">=",
-            (false, false) => "<",
-            (false, true) => "<=",
-        };
+        let cmp = scan_cmp(max, last);
         let (mut h, wg, groups_x) = self.launch(n, None, "argchunks.wgsl", &b, rows * chunks)?;
         for d in h.bindings.iter_mut().filter(|d| d.var == "x") {
             d.ty = "vec4<f32>";
