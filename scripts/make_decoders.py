@@ -2,14 +2,17 @@
 """Makes testdata/decoders: tiny decoder-only LLMs with a KV cache, exported with both ONNX exporters, with torch's
 greedy token ids and an onnxruntime reference of one cached step.
 
-    python3 scripts/make_decoders.py OUT_DIR [--mask positions|sliding]   # the GPU machine has torch, onnx, onnxruntime
+    python3 scripts/make_decoders.py OUT_DIR [--mask positions|sliding] [--style neox]   # the GPU machine has torch
 
 Two models, written in plain torch the way HF's Qwen2 and Llama modelling code computes them (random weights, two
 layers, fp32):
 - `qwen2`: grouped-query attention (4 query / 2 KV heads) with QKV bias, RMSNorm, rotary computed from
   position_ids (inv_freq outer product, as HF does), SwiGLU, LM head tied to the embedding;
 - `llama`: the same without QKV bias, rotary read from cos/sin tables indexed by position_ids (which the dynamo
-  exporter writes as GatherND), an untied LM head.
+  exporter writes as GatherND), an untied LM head;
+- `neox` (only with `--style neox`): llama's layers with partial rotary as HF's GPT-NeoX, Phi and StableLM apply
+  it: the first ROTARY of each head's 16 dims rotated (`cat(rot * cos + rotate_half(rot) * sin, pass)`), rotary
+  computed from position_ids with inv_freq over those dims.
 The attention mask is built as HF's legacy `_prepare_4d_causal_attention_mask` does: causal from the shapes (the
 past length is the cache input's dim 2), combined with the 2-D `attention_mask`, masked scores at finfo.min.
 With `--mask positions` (testdata/masks, cases `<model>_posmask_<exporter>`) it compares each key's index in the
@@ -46,6 +49,7 @@ import torch
 NEW = 40
 LAYERS = 2
 WINDOW = 6  # the sliding window of `--mask sliding`
+ROTARY = 8  # the rotated dims of each head in `neox`
 CFG = dict(vocab=256, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, max_pos=128, theta=10000.0, eps=1e-6)
 
 
@@ -86,8 +90,14 @@ class Layer(torch.nn.Module):
         q = self.q(y).view(b, s, self.h, self.hd).transpose(1, 2)
         k = self.k(y).view(b, s, self.kv, self.hd).transpose(1, 2)
         v = self.v(y).view(b, s, self.kv, self.hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        if cos.shape[-1] < self.hd:
+            # Partial rotary (GPT-NeoX, Phi, StableLM): the first dims rotated, the rest passed through.
+            r = cos.shape[-1]
+            q = torch.cat((q[..., :r] * cos + rotate_half(q[..., :r]) * sin, q[..., r:]), dim=-1)
+            k = torch.cat((k[..., :r] * cos + rotate_half(k[..., :r]) * sin, k[..., r:]), dim=-1)
+        else:
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
         k = torch.cat([past_k, k], dim=2)
         v = torch.cat([past_v, v], dim=2)
         t = k.shape[2]
@@ -112,10 +122,10 @@ class Decoder(torch.nn.Module):
         self.layers = torch.nn.ModuleList([Layer(c, qkv_bias=style == "qwen2") for _ in range(layers)])
 
         self.norm = RMSNorm(c["hidden"], c["eps"])
-        if style == "llama":
+        if style in ("llama", "neox"):
             self.head = torch.nn.Linear(c["hidden"], c["vocab"], bias=False)
             torch.nn.init.normal_(self.head.weight)  # logits as spread as the tied head's: no near-ties
-        hd = c["head_dim"]
+        hd = ROTARY if style == "neox" else c["head_dim"]
         inv_freq = 1.0 / (c["theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         freqs = torch.outer(torch.arange(c["max_pos"], dtype=torch.float32), inv_freq)
@@ -231,9 +241,11 @@ def main():
     # `--mask positions`: the position-compared masks of testdata/masks instead of the shape-built ones.
     mask = sys.argv[sys.argv.index("--mask") + 1] if "--mask" in sys.argv else "shapes"
     suffix = {"shapes": "", "positions": "_posmask", "sliding": "_sliding"}[mask]
+    # `--style neox`: the partial-rotary decoder alone.
+    styles = [sys.argv[sys.argv.index("--style") + 1]] if "--style" in sys.argv else ["qwen2", "llama"]
     rows = []
-    for style in ("qwen2", "llama"):
-        torch.manual_seed({"qwen2": 1, "llama": 2}[style])
+    for style in styles:
+        torch.manual_seed({"qwen2": 1, "llama": 2, "neox": 3}[style])
         m = Decoder(style, mask=mask).eval()
 
         def torch_step(x, mask, pos, past):

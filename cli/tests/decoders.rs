@@ -1,6 +1,7 @@
 //! Decoders with a KV cache (`--kv-cache`, `Session::generate`, `wgslc generate`) on the bundled tiny decoders
-//! (testdata/decoders, made by scripts/make_decoders.py with both exporters): greedy generation must give torch's
-//! token ids exactly, and one cached step's logits and new cache rows must match onnxruntime's.
+//! (testdata/decoders, made by scripts/make_decoders.py with both exporters; `neox_*` with partial rotary, whose
+//! key and value cache writes share one kernel that reads two materialized new-row tensors): greedy generation
+//! must give torch's token ids exactly, and one cached step's logits and new cache rows must match onnxruntime's.
 
 mod common;
 
@@ -8,7 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use wgslc::runtime::{GenerateOptions, HostTensor, Sampling, Session, TensorData};
 
-const CASES: [&str; 4] = ["qwen2_torchscript17", "qwen2_dynamo20", "llama_torchscript17", "llama_dynamo20"];
+const CASES: [&str; 6] = [
+    "qwen2_torchscript17",
+    "qwen2_dynamo20",
+    "llama_torchscript17",
+    "llama_dynamo20",
+    "neox_torchscript17",
+    "neox_dynamo20",
+];
 
 fn case(name: &str) -> PathBuf {
     common::testdata().join("decoders").join(name)

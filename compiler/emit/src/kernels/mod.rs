@@ -414,12 +414,20 @@ fn bindings<'a>(reads: &'a [(ValueId, String)], outs: &[(ValueId, &'a str)]) -> 
 
 /// The WGSL variable bound to stored tensor `v`: the one already in `reads`, or `name`, added. One binding per
 /// tensor, since writable bindings may not alias (and the output's arena makes every binding in it writable).
+/// A name that already binds another tensor (two parts of one kernel asking for their template's operand name,
+/// as two cache writes merged into one kernel each ask for `x`) gets the first free suffix `_1`, `_2`, …, which
+/// no [`Namer`] name and no template's own name ends in.
 fn bind_once(reads: &mut Vec<(ValueId, String)>, v: ValueId, name: &str) -> String {
     if let Some((_, var)) = reads.iter().find(|(r, _)| *r == v) {
         return var.clone();
     }
-    reads.push((v, name.to_string()));
-    name.to_string()
+    let (mut var, mut k) = (name.to_string(), 0);
+    while reads.iter().any(|(_, taken)| *taken == var) {
+        k += 1;
+        var = format!("{name}_{k}");
+    }
+    reads.push((v, var.clone()));
+    var
 }
 
 pub(crate) struct Emitter<'g> {
@@ -691,5 +699,19 @@ mod tests {
             .validate(&module)
             .expect("valid");
         assert_eq!(with_non_finite("fn f() {}".into()), "fn f() {}", "declared only where named");
+    }
+
+    /// Each stored tensor is bound once, under the name first asked for; another tensor asking for a taken name
+    /// (two cache writes in one kernel each binding their new rows as `x`) gets a free one.
+    #[test]
+    fn bindings_are_named_once_and_never_twice() {
+        let mut g = Graph::new();
+        let (a, b, c) = (g.add_value("a", None), g.add_value("b", None), g.add_value("c", None));
+        let mut reads = Vec::new();
+        assert_eq!(bind_once(&mut reads, a, "x"), "x");
+        assert_eq!(bind_once(&mut reads, b, "x"), "x_1");
+        assert_eq!(bind_once(&mut reads, a, "y"), "x", "a tensor keeps its first name");
+        assert_eq!(bind_once(&mut reads, c, "x"), "x_2");
+        assert_eq!(reads.len(), 3);
     }
 }
