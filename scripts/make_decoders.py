@@ -2,7 +2,7 @@
 """Makes testdata/decoders: tiny decoder-only LLMs with a KV cache, exported with both ONNX exporters, with torch's
 greedy token ids and an onnxruntime reference of one cached step.
 
-    python3 scripts/make_decoders.py OUT_DIR [--mask positions|sliding] [--style neox]   # the GPU machine has torch
+    python3 scripts/make_decoders.py OUT_DIR [--mask positions|sliding] [--style neox] [--pt2]   # the GPU machine has torch
 
 Two models, written in plain torch the way HF's Qwen2 and Llama modelling code computes them (random weights, two
 layers, fp32):
@@ -27,6 +27,11 @@ Each model is exported twice, as OUT_DIR/<model>_<exporter>/model.onnx:
 - `dynamo20`: torch.onnx.export(dynamo=True, opset 20) with `Dim.AUTO` everywhere, which names dims s0, s1, ….
 Inputs: input_ids, attention_mask, position_ids, past_key_values.N.key/value ([batch, kv_heads, past, head_dim]);
 outputs: logits, present.N.key/value.
+
+With `--pt2` each model is written instead as OUT_DIR/<model>_export/model.pt2: `torch.export.export` with
+named dims (new tokens 1.., past 0..) and `Dim.AUTO` on the mask, then `.run_decompositions()` (the core ATen dialect) and `torch.export.save`; its
+outputs carry no names of the model's (`--kv-cache` pairs them with the cache inputs by position). The script
+checks that the saved program, loaded back, gives torch's greedy tokens.
 
 Besides model.onnx each case holds:
 - prompt_<k>.npy (int64 [1, L]) and tokens_<k>.npy: torch's greedy generation from that prompt (int64
@@ -236,6 +241,48 @@ def greedy(step, prompt, new):
     return np.array([tokens], np.int64), gap
 
 
+def export_pt2(m, d, style, mask, prompts, refs):
+    """torch.export's archive of the decoder at `d`/model.pt2 with torch's greedy tokens; checked by loading it."""
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    # Named ranges that reach a first step (no cache, one token): Dim.AUTO would take the sample's sizes (>= 2) as
+    # the ranges' floor. The mask's length (past + new) follows from the code.
+    seq = torch.export.Dim("seq", min=1, max=CFG["max_pos"])
+    past = torch.export.Dim("past", min=0, max=CFG["max_pos"])
+    auto = torch.export.Dim.AUTO
+    shapes = ({1: seq}, {1: auto}, {1: seq}) + ({2: past},) * (2 * LAYERS)
+    with torch.no_grad():
+        ep = torch.export.export(Fixed(m), step_args(m, 3, 2), dynamic_shapes=shapes).run_decompositions()
+    path = os.path.join(d, "model.pt2")
+    torch.export.save(ep, path)
+    # The program's range for the mask's length (past + new) starts above a first step's (torch floors it at the
+    # sample's): the saved graph computes every length alike, so its guards are not checked here.
+    loaded = torch.export.load(path).module(check_guards=False)
+
+    def pt2_step(x, mask, pos, past):
+        with torch.no_grad():
+            r = loaded(torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(pos),
+                       *[torch.from_numpy(t) for t in past])
+        return r[0].numpy(), [t.numpy() for t in r[1:]]
+
+    gaps = []
+    for k, (p, (tokens, gap)) in enumerate(zip(prompts, refs)):
+        got, _ = greedy(pt2_step, p, NEW)
+        if not np.array_equal(got, tokens):
+            raise SystemExit(f"{d}: the saved program's greedy tokens differ from torch's: {got} vs {tokens}")
+        np.save(os.path.join(d, f"prompt_{k}.npy"), p)
+        np.save(os.path.join(d, f"tokens_{k}.npy"), tokens)
+        gaps.append(gap)
+    sig = ep.graph_signature
+    meta = dict(CFG, layers=LAYERS, style=style, mask=mask, exporter="torch.export", new_tokens=NEW,
+                min_top2_gap=min(gaps), torch=torch.__version__,
+                pt2_inputs=[s.arg.name for s in sig.input_specs if s.kind.name == "USER_INPUT"],
+                pt2_outputs=[s.arg.name for s in sig.output_specs if s.kind.name == "USER_OUTPUT"])
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    return f"{os.path.basename(d)}: ok, min top-2 gap {min(gaps):.3f}, inputs {meta['pt2_inputs']}"
+
+
 def main():
     out = sys.argv[1]
     # `--mask positions`: the position-compared masks of testdata/masks instead of the shape-built ones.
@@ -256,6 +303,9 @@ def main():
 
         prompts = [np.array([[17]], np.int64), np.array([[3, 141, 59, 26, 53]], np.int64)]
         refs = [greedy(torch_step, p, NEW) for p in prompts]
+        if "--pt2" in sys.argv:
+            rows.append(export_pt2(m, os.path.join(out, f"{style}{suffix}_export"), style, mask, prompts, refs))
+            continue
         for exporter, dynamo in [("torchscript17", False), ("dynamo20", True)]:
             d = os.path.join(out, f"{style}{suffix}_{exporter}")
             shutil.rmtree(d, ignore_errors=True)

@@ -99,8 +99,8 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
             }
         }
     }
-    // The bundled decoders (`--kv-cache`): greedy generation through Session.generate must give torch's tokens, and
-    // sampling with a seed the Rust runtime's.
+    // The bundled decoders (`--kv-cache`; ONNX exports and torch.export archives): greedy generation through
+    // Session.generate must give torch's tokens, and sampling with a seed the Rust runtime's.
     let mut generations = Vec::new();
     // With them the decoders whose masks compare a key's index with its position (testdata/masks; every key at
     // its position in the cache), but for the one no cache layout fits (refused at compile time).
@@ -110,7 +110,8 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
         for e in std::fs::read_dir(&root).unwrap() {
             let n = e.unwrap().file_name().to_string_lossy().into_owned();
             let meta = std::fs::read_to_string(root.join(&n).join("meta.json")).unwrap_or_default();
-            if root.join(&n).join("model.onnx").exists() && !meta.contains("\"kv_cache\": \"refused\"") {
+            let model = ["model.onnx", "model.pt2"].iter().any(|m| root.join(&n).join(m).exists());
+            if model && !meta.contains("\"kv_cache\": \"refused\"") {
                 names.push(format!("{suite}/{n}"));
             }
         }
@@ -135,7 +136,9 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
             Some(b) => wgslc::Limits { max_storage_buffer_binding_size: b, ..Default::default() },
         };
         let opts = wgslc::CompileOptions { kv_cache, limits, ..Default::default() };
-        if let Err(e) = wgslc::compile(&testdata.join(&name).join("model.onnx"), &dir, &opts) {
+        let pt2 = testdata.join(&name).join("model.pt2");
+        let model = if pt2.exists() { pt2 } else { testdata.join(&name).join("model.onnx") };
+        if let Err(e) = wgslc::compile(&model, &dir, &opts) {
             failures.push(format!("{id}: compile: {e}"));
             continue;
         }

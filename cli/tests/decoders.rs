@@ -18,8 +18,22 @@ const CASES: [&str; 6] = [
     "neox_dynamo20",
 ];
 
+/// The same decoders as torch.export archives (`scripts/make_decoders.py --pt2`): the core ATen dialect, the
+/// outputs paired with the cache inputs by position.
+const PT2_CASES: [&str; 2] = ["qwen2_export", "llama_export"];
+
 fn case(name: &str) -> PathBuf {
     common::testdata().join("decoders").join(name)
+}
+
+/// A case's model: its `.pt2` where it has one, else its ONNX file.
+fn model_of(dir: &Path) -> PathBuf {
+    let pt2 = dir.join("model.pt2");
+    if pt2.exists() {
+        pt2
+    } else {
+        dir.join("model.onnx")
+    }
 }
 
 fn ids(t: &HostTensor) -> Vec<i64> {
@@ -39,17 +53,18 @@ fn compile(name: &str, capacity: usize, chunk: usize) -> (tempfile::TempDir, Ses
         kv_cache: Some(wgslc::KvCache { capacity, chunk, state: vec![], fixed: Default::default() }),
         ..Default::default()
     };
-    wgslc::compile(&case(name).join("model.onnx"), out.path(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    wgslc::compile(&model_of(&case(name)), out.path(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
     let session = Session::load_with(out.path(), common::gpu()).unwrap_or_else(|e| panic!("{name}: {e}"));
     (out, session)
 }
 
 /// Prompts of 1 and 5 tokens (the 5-token one in two prefill chunks, the second padded), 40 new tokens, several
-/// steps per submit and one; with an end-of-sequence token, generation stops right after it.
+/// steps per submit and one; with an end-of-sequence token, generation stops right after it. ONNX exports and
+/// torch.export archives alike.
 #[test]
 fn generation_gives_torchs_greedy_tokens() {
     let mut failures = Vec::new();
-    for name in CASES {
+    for name in CASES.into_iter().chain(PT2_CASES) {
         let (_dir, session) = compile(name, 46, 4);
         for k in 0..2 {
             let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));
@@ -207,8 +222,9 @@ fn cached_steps_match_onnxruntime() {
 
 /// Decoders whose causal mask compares each key's index in the concatenated cache with the query's position,
 /// `(arange(total) <= position_ids[0][:, None]) & (attention_mask[0] > 0)` (testdata/masks, made by
-/// scripts/make_decoders.py --mask positions, both exporters; and with `--mask sliding`, also only the last 6
-/// positions, as Mistral's sliding window: `_sliding` cases). The window puts a prefill step's own keys at rows
+/// scripts/make_decoders.py --mask positions, both exporters and torch.export (`llama_posmask_export`, a .pt2);
+/// and with `--mask sliding`, also only the last 6 positions, as Mistral's sliding window: `_sliding` cases). The
+/// window puts a prefill step's own keys at rows
 /// that are not their positions, where this mask hides them (the 1-token prompt of the Llama-style model generated
 /// other tokens than torch's); the cache-layout proof finds that and compiles them with every key at its position:
 /// both prompts (1 token; 5 tokens over two chunks, the second padded) give torch's greedy tokens, with chunks of 4,
@@ -223,14 +239,14 @@ fn position_compared_masks_put_every_key_at_its_position() {
     let mut names: Vec<String> =
         std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
-    assert_eq!(names.len(), 10, "{names:?}");
+    assert_eq!(names.len(), 11, "{names:?}");
     let s = |p: &Path| p.to_str().unwrap().to_string();
     let mut failures = Vec::new();
     for name in &names {
         let dir = root.join(name);
         let tmp = tempfile::tempdir().unwrap();
         let art = tmp.path().join("art");
-        let model = dir.join("model.onnx");
+        let model = model_of(&dir);
         if std::fs::read_to_string(dir.join("meta.json")).unwrap().contains("\"kv_cache\": \"refused\"") {
             let r = wgslc(&["compile", &s(&model), "-o", &s(&art), "--kv-cache", "46", "--prefill-chunk", "4"]);
             let err = String::from_utf8_lossy(&r.stderr);
@@ -275,7 +291,7 @@ fn position_compared_masks_put_every_key_at_its_position() {
 
         let step = dir.join("step");
         if !step.exists() {
-            continue; // a converted graph: onnxruntime's tokens on it are the reference
+            continue; // a converted graph (onnxruntime's tokens on it are the reference), or a .pt2 (torch's)
         }
         let input = |i: usize| npy(&step.join(format!("input_{i}.npy")));
         let names = ["input_ids", "attention_mask", "position_ids"]

@@ -6,6 +6,7 @@
 //! takes by type, so nothing can be emitted from an unscheduled or unplanned graph.
 
 mod argsplit;
+mod decoder;
 mod dedupe;
 mod eval;
 mod expand;
@@ -21,6 +22,7 @@ mod schedule;
 mod split;
 mod tabulate;
 
+pub use decoder::{CacheLayout, DecoderLayout, DecoderPlan, KvCache, StepKind, StepLayout, PREFILL};
 pub use dedupe::dedupe_constants;
 pub use infer::infer_shapes;
 pub use lower::{
@@ -57,6 +59,8 @@ pub enum PassError {
     Node { node: String, op: String, reason: String },
     #[error("value '{value}': {reason}")]
     Value { value: String, reason: String },
+    #[error("input '{name}': {reason}")]
+    Input { name: String, reason: String },
     #[error(transparent)]
     Graph(#[from] GraphError),
 }

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use wgslc_artifact as art;
 use wgslc_emit::Validated;
 use wgslc_ir::{Graph, ValueId};
-use wgslc_onnx::decoder::DecoderLayout;
+use wgslc_passes::DecoderLayout;
 
 pub(crate) fn section(
     g: &Graph,

@@ -1,7 +1,7 @@
 //! The proof that a decoder's compiled cache layout is exact for this model (`--kv-cache`), run before anything is
 //! written.
 //!
-//! The compiled steps see the cache as a window (module doc of `wgslc_onnx::decoder`): a prefill step's own keys
+//! The compiled steps see the cache as a window (module doc of `wgslc_passes::DecoderPlan`'s module): a prefill step's own keys
 //! come after the window's rows, at indices that are not their positions, and a decode step that writes in place
 //! attends over the whole cache with the rows past its token masked out. Attention is the same as over the model's
 //! own concatenation (a cache of exactly the tokens so far) only if the model's masks move with the keys: a mask
@@ -21,7 +21,7 @@ use crate::{CompileError, CompileOptions};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use wgslc_ir::{Graph, Tensor, ValueId};
-use wgslc_onnx::decoder::{CacheLayout, DecoderLayout, StepLayout, PREFILL};
+use wgslc_passes::{CacheLayout, DecoderLayout, StepLayout, PREFILL};
 
 /// Weights of this many elements or more that only products and lookups read are not imported by the probes.
 const OPAQUE_ELEMENTS: u64 = 1 << 12;
@@ -66,11 +66,8 @@ pub(crate) fn prove(
     layout: &DecoderLayout,
 ) -> Result<(), CompileError> {
     let err = |m: String| CompileError::Decoder(m);
-    let bytes =
-        std::fs::read(model).map_err(|source| wgslc_onnx::ImportError::Io { path: model.to_owned(), source })?;
-    let mut proto = wgslc_onnx::decode_model(&bytes)?;
-    drop(bytes);
-    let opaque = wgslc_onnx::decoder::without_large_weights(&mut proto, OPAQUE_ELEMENTS);
+    let source = crate::source::Source::open(model)?;
+    let opaque = source.opaque_names(OPAQUE_ELEMENTS);
     // The compiled graph with the same weights as unknown inputs (shape inference folds nothing with them and
     // nothing is copied).
     let mut lg = g.clone();
@@ -81,7 +78,6 @@ pub(crate) fn prove(
         }
     }
     wgslc_passes::run_passes(&mut lg, None, Some("infer"), !opts.no_fuse)?;
-    let dir = model.parent().map(Path::to_path_buf).unwrap_or_else(|| ".".into());
     let input = |g: &Graph, name: &str| g.inputs.iter().copied().find(|&v| g.value(v).name == name);
     let in_place = layout.steps.iter().any(|s| s.cache_row.is_some());
     let cache_rows = if in_place { layout.rows + 1 } else { layout.rows };
@@ -114,7 +110,7 @@ pub(crate) fn prove(
                     io.shapes.insert(role.into(), if rank == 1 { vec![len] } else { vec![1, len] });
                 }
             }
-            let mut rg = wgslc_onnx::import_model(&proto, Some(&dir), &io)?;
+            let mut rg = source.import_opaque(&io, OPAQUE_ELEMENTS)?;
             wgslc_passes::run_passes(&mut rg, None, Some("infer"), !opts.no_fuse)?;
             let positions: Vec<f64> = (p.past..total).map(|x| x as f64).collect();
             let mut given = Vec::new();

@@ -14,6 +14,7 @@ mod layout;
 mod out_dir;
 mod pipeline;
 mod ranged;
+mod source;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,8 +26,8 @@ pub use dump::{print_memory, print_schedule};
 pub use pipeline::{run, stages};
 use ranged::ranges_section;
 pub use ranged::RangedCompile;
-use wgslc_onnx::decoder::CacheLayout;
-pub use wgslc_onnx::decoder::KvCache;
+use wgslc_passes::CacheLayout;
+pub use wgslc_passes::KvCache;
 pub use wgslc_passes::{DimRange, WeightChange, WeightFormat};
 
 /// Everything that can stop a compile, by layer.
@@ -113,7 +114,7 @@ pub struct CompileOptions {
     /// replaced).
     pub force: bool,
     /// `--kv-cache MAX`: compile a decoder's decode and prefill steps around a GPU-resident cache (see
-    /// `wgslc_onnx::decoder`).
+    /// `wgslc_passes::DecoderPlan`).
     pub kv_cache: Option<KvCache>,
     /// `--weights f16|q8|q4`: store the products' weights and lookup tables narrower than the model has them
     /// (`wgslc_passes::narrow_weights`).
@@ -178,7 +179,7 @@ fn notes(g: &Graph) -> Vec<String> {
 pub struct Compiled {
     pub graph: Graph,
     /// `--kv-cache`: where the loop's tensors are.
-    pub decoder: Option<wgslc_onnx::decoder::DecoderLayout>,
+    pub decoder: Option<wgslc_passes::DecoderLayout>,
     /// Ranged dims: the ranged axes of the inputs and outputs, the input carrying the dims' values, and which
     /// kernels' workgroup counts follow the dims.
     pub ranged: Option<RangedCompile>,
@@ -199,46 +200,41 @@ fn import_model(
     model: &Path,
     opts: &CompileOptions,
     cache: CacheLayout,
-) -> Result<(Graph, Option<wgslc_onnx::decoder::DecoderLayout>), CompileError> {
-    let mut io = wgslc_ir::ImportOptions {
+) -> Result<(Graph, Option<wgslc_passes::DecoderLayout>), CompileError> {
+    let io = wgslc_ir::ImportOptions {
         dims: opts.dims.clone(),
         shapes: opts.shapes.clone(),
         constants: opts.constants.clone(),
     };
-    match model.extension().and_then(|e| e.to_str()) {
-        Some("onnx") => match &opts.kv_cache {
-            None => Ok((wgslc_onnx::import_file(model, &io)?, None)),
-            Some(kv) => {
-                let bytes = std::fs::read(model)
-                    .map_err(|source| wgslc_onnx::ImportError::Io { path: model.to_owned(), source })?;
-                let proto = wgslc_onnx::decode_model(&bytes)?;
-                drop(bytes);
-                let mut kv = kv.clone();
-                kv.fixed.extend(opts.constants.keys().cloned());
-                let wgslc_onnx::decoder::DecoderModel { model: proto, shapes, layout } =
-                    wgslc_onnx::decoder::decoder_model(proto, &kv, cache)?;
-                for (k, v) in shapes {
-                    if io.shapes.get(&k).is_some_and(|s| *s != v) {
-                        return Err(CompileError::Decoder(format!(
-                            "--shape {k} conflicts with the shape --kv-cache gives it ({v:?})"
-                        )));
-                    }
-                    io.shapes.insert(k, v);
-                }
-                let dir = model.parent().map(Path::to_path_buf).unwrap_or_else(|| ".".into());
-                Ok((wgslc_onnx::import_model(&proto, Some(&dir), &io)?, Some(layout)))
+    let Some(kv) = &opts.kv_cache else {
+        return match model.extension().and_then(|e| e.to_str()) {
+            Some("onnx") => Ok((wgslc_onnx::import_file(model, &io)?, None)),
+            Some("pt2") => Ok((wgslc_pt2::import_file(model, &io)?, None)),
+            _ => Err(CompileError::Format(model.display().to_string())),
+        };
+    };
+    // Each step imported at its shapes, then rewritten into one graph (`wgslc_passes::DecoderPlan`).
+    let source = source::Source::open(model)?;
+    let mut kv = kv.clone();
+    kv.fixed.extend(opts.constants.keys().cloned());
+    let plan = wgslc_passes::DecoderPlan::new(&source.signature()?, &kv, cache)?;
+    let mut steps = Vec::new();
+    for kind in [wgslc_passes::StepKind::Decode, wgslc_passes::StepKind::Prefill] {
+        let mut io = io.clone();
+        for (k, v) in plan.step_shapes(kind) {
+            if io.shapes.get(&k).is_some_and(|s| *s != v) {
+                return Err(CompileError::Decoder(format!(
+                    "--shape {k} conflicts with the shape --kv-cache gives it ({v:?})"
+                )));
             }
-        },
-        Some("pt2") => match &opts.kv_cache {
-            None => Ok((wgslc_pt2::import_file(model, &io)?, None)),
-            Some(_) => Err(CompileError::Decoder(
-                "--kv-cache reads ONNX decoders (their cache as graph inputs and outputs); export the model to \
-                 ONNX for it"
-                    .into(),
-            )),
-        },
-        _ => Err(CompileError::Format(model.display().to_string())),
+            io.shapes.insert(k, v);
+        }
+        steps.push(source.import(&io)?);
     }
+    let prefill = steps.pop().expect("two steps");
+    let decode = steps.pop().expect("two steps");
+    let (g, layout) = plan.build(decode, prefill)?;
+    Ok((g, Some(layout)))
 }
 
 /// Compiles a model into an artifact directory: every stage (every kernel naga-validated and checked against the

@@ -219,8 +219,8 @@ fn prove_layout(
     model: &Path,
     opts: &CompileOptions,
     g: &Graph,
-    window: &wgslc_onnx::decoder::DecoderLayout,
-) -> Result<Option<(Graph, wgslc_onnx::decoder::DecoderLayout)>, CompileError> {
+    window: &wgslc_passes::DecoderLayout,
+) -> Result<Option<(Graph, wgslc_passes::DecoderLayout)>, CompileError> {
     match crate::layout::prove(model, opts, g, window) {
         Ok(()) => Ok(None),
         // A mask that does not move with the window's keys: every key at its position instead, where the model's
@@ -245,7 +245,7 @@ fn prove_layout(
 /// What a decoder's decode step computes from its position alone (rotary tables), looked up in a table over every
 /// position the cache holds (`tabulate_bounded_input`), when fusing: its position inputs (`position_ids`,
 /// `cache_position`) lie below the capacity.
-fn tabulate_positions(g: &mut Graph, layout: &wgslc_onnx::decoder::DecoderLayout) -> Result<(), CompileError> {
+fn tabulate_positions(g: &mut Graph, layout: &wgslc_passes::DecoderLayout) -> Result<(), CompileError> {
     /// The most a table may take: a 32,768-token cache with 256 floats a position.
     const MAX_TABLE_BYTES: u64 = 32 << 20;
     for step in layout.steps.iter().filter(|s| s.tokens == 1) {

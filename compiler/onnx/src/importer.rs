@@ -53,7 +53,7 @@ impl Importer<'_> {
     pub(crate) fn node(&mut self, index: usize, node: &NodeProto) -> Result<(), ImportError> {
         let name = if node.name.is_empty() { format!("{}_{index}", node.op_type) } else { node.name.clone() };
         let a = Attrs { node, name: &name };
-        let own = node.domain == crate::WGSLC_DOMAIN && matches!(node.op_type.as_str(), "Sample" | "CacheWrite");
+        let own = node.domain == crate::WGSLC_DOMAIN && node.op_type == "Sample";
         let contrib = node.domain == "com.microsoft" && crate::contrib::CONTRIB_OPS.contains(&node.op_type.as_str());
         if !(node.domain.is_empty() || node.domain == "ai.onnx" || own || contrib) {
             return Err(ImportError::UnknownDomain {
@@ -119,13 +119,6 @@ impl Importer<'_> {
         let op = match node.op_type.as_str() {
             "Constant" => return self.constant(&a, node),
             "Sample" if own => Op::Sample,
-            "CacheWrite" if own => {
-                let axis = a.int("axis", -1);
-                Op::CacheWrite {
-                    axis: usize::try_from(axis)
-                        .map_err(|_| a.err(format!("axis {axis}: give the cache's row axis")))?,
-                }
-            }
             "Add" => Op::Binary(BinaryOp::Add),
             "Sub" => Op::Binary(BinaryOp::Sub),
             "Mul" => Op::Binary(BinaryOp::Mul),

@@ -7,8 +7,8 @@
 mod composite;
 mod contrib;
 mod control;
-pub mod decoder;
 mod importer;
+mod opaque;
 pub mod proto;
 mod rnn;
 mod tensor;
@@ -19,6 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use wgslc_ir::{Graph, Tensor, TensorType};
 
+pub use opaque::{signature, without_large_weights};
 pub use tensor::dtype_from_onnx;
 pub use wgslc_ir::ImportOptions;
 
@@ -36,7 +37,7 @@ pub fn input_names(bytes: &[u8]) -> Result<Vec<String>, ImportError> {
     Ok(g.input.iter().filter(|i| !inits.contains(i.name.as_str())).map(|i| i.name.clone()).collect())
 }
 
-/// Decodes a serialized ModelProto (for rewriting it before import, as `--kv-cache` does).
+/// Decodes a serialized ModelProto (for importing it more than once, as `--kv-cache` does).
 pub fn decode_model(bytes: &[u8]) -> Result<ModelProto, ImportError> {
     <ModelProto as prost::Message>::decode(bytes).map_err(decode_error)
 }
@@ -128,9 +129,8 @@ pub fn import_bytes(bytes: &[u8], model_dir: Option<&Path>, opts: &ImportOptions
     import_model(&model, model_dir, opts)
 }
 
-/// The domain of wgslc's own ops in ONNX graphs, which `--kv-cache` adds: `Sample` (see `wgslc_ir::Op::Sample`)
-/// to draw tokens, and `CacheWrite` (`wgslc_ir::Op::CacheWrite`, attribute `axis`) to write a step's cache rows
-/// in place.
+/// The domain of wgslc's own ops in ONNX graphs: `Sample` (see `wgslc_ir::Op::Sample`), which draws a token from
+/// logits (`--kv-cache` adds it to a decoder's steps in the IR; a model may name it to draw tokens itself).
 pub const WGSLC_DOMAIN: &str = "wgslc";
 
 /// The opset of the default domain.

@@ -85,6 +85,42 @@ pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Graph, Pt2Error>
     import_bytes(&map, opts)
 }
 
+/// The program's user inputs, each size its value or `None` where symbolic, and its user outputs by the names
+/// the program gives them (`cat_3`, not a name the model chose), as [`import_file`] would bind them.
+pub fn signature_file(path: &Path) -> Result<wgslc_ir::Signature, Pt2Error> {
+    let file = std::fs::File::open(path).map_err(|source| Pt2Error::Io { path: path.to_owned(), source })?;
+    // SAFETY: as in `import_file`.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| Pt2Error::Io { path: path.to_owned(), source })?;
+    let contents = archive::open(&map).map_err(Pt2Error::Archive)?;
+    let ep = program(&contents)?;
+    let graph = &ep.graph_module.graph;
+    let sig = &ep.graph_module.signature;
+    let mut out = wgslc_ir::Signature::default();
+    for spec in &sig.input_specs {
+        if let schema::InputSpec::UserInput { arg: schema::Argument::AsTensor(t) } = spec {
+            let meta = graph
+                .tensor_values
+                .get(&t.name)
+                .ok_or_else(|| Pt2Error::Input { name: t.name.clone(), reason: "no tensor metadata".into() })?;
+            let dims = meta
+                .sizes
+                .iter()
+                .map(|s| match s {
+                    schema::SymInt::AsInt(n) => usize::try_from(*n).ok(),
+                    schema::SymInt::AsExpr(_) => None,
+                })
+                .collect();
+            out.inputs.push((t.name.clone(), dims));
+        }
+    }
+    for spec in &sig.output_specs {
+        if let schema::OutputSpec::UserOutput { arg: schema::Argument::AsTensor(t) } = spec {
+            out.outputs.push(t.name.clone());
+        }
+    }
+    Ok(out)
+}
+
 /// Imports a `.pt2` archive held in memory.
 pub fn import_bytes(bytes: &[u8], opts: &ImportOptions) -> Result<Graph, Pt2Error> {
     let contents = archive::open(bytes).map_err(Pt2Error::Archive)?;

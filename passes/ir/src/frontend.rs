@@ -75,3 +75,14 @@ pub fn unsupported_ops_list(found: &[(String, String)]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// A model's run-time interface as its file declares it, before any dim is bound: what `--kv-cache` decides the
+/// decoder's steps from (which inputs are the cache, along which axis, at what rank), whichever frontend read it.
+#[derive(Clone, Debug, Default)]
+pub struct Signature {
+    /// Run-time inputs in model order (weights excluded), each dim its size or `None` where the model leaves it
+    /// symbolic.
+    pub inputs: Vec<(String, Vec<Option<usize>>)>,
+    /// Output names in model order.
+    pub outputs: Vec<String>,
+}
