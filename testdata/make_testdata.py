@@ -1038,6 +1038,36 @@ def ops():
               [vi("y", I64, None)]),
         [rand(3, 1, 32768)],
     )
+    # onnxruntime's norms as its transformers optimizer and onnxruntime-genai's model builder write them:
+    # SimplifiedLayerNormalization (an RMSNorm, default domain as onnxruntime registers it), and the com.microsoft
+    # Skip* forms that add the residual first and may also output that sum (the builder's next residual). The
+    # outputs have no declared shape: onnx's checker knows none of these ops (onnxruntime checks them).
+    def ms_model(nodes, inputs, outputs, inits):
+        g = helper.make_graph(nodes, "case", inputs, outputs, initializer=list(inits))
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              producer_name="wgslc-testdata")
+        m.ir_version = 8
+        return m
+
+    cases["simplified_layernorm"] = (
+        ms_model([helper.make_node("SimplifiedLayerNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-6)],
+                 [vi("x", F, [2, 5, 24])], [vi("y", F, None)], [init("w", rand(24))]),
+        [rand(2, 5, 24, lo=-2, hi=2)],
+    )
+    cases["skip_simplified_layernorm_sum"] = (
+        ms_model([helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "w"], ["y", "", "", "sum"],
+                                   domain="com.microsoft", epsilon=1e-6)],
+                 [vi("x", F, [2, 5, 24]), vi("skip", F, [2, 5, 24])],
+                 [vi("y", F, None), vi("sum", F, None)], [init("w", rand(24))]),
+        [rand(2, 5, 24, lo=-2, hi=2), rand(2, 5, 24, lo=-2, hi=2)],
+    )
+    cases["skip_layernorm_beta_bias"] = (
+        ms_model([helper.make_node("SkipLayerNormalization", ["x", "skip", "w", "b", "bias"], ["y"],
+                                   domain="com.microsoft", epsilon=1e-5)],
+                 [vi("x", F, [2, 5, 24]), vi("skip", F, [2, 5, 24])], [vi("y", F, None)],
+                 [init("w", rand(24)), init("b", rand(24)), init("bias", rand(24))]),
+        [rand(2, 5, 24, lo=-2, hi=2), rand(2, 5, 24, lo=-2, hi=2)],
+    )
     return cases
 
 

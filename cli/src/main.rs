@@ -67,7 +67,8 @@ enum Cmd {
         /// Compile a decoder for generation with a KV cache of MAX tokens (prompt plus generated) held on the GPU:
         /// a one-token decode step and a prefill step, replayed by `wgslc generate`. The model's inputs must be
         /// input_ids, attention_mask, position_ids (cache_position optional) and past_key_values.N.key/value,
-        /// its outputs logits and present.N.key/value (other cache names with --state).
+        /// its outputs logits and present.N.key/value (other cache names with --state; a .pt2's outputs after the
+        /// logits pair with its other inputs in order).
         #[arg(long = "kv-cache", value_name = "MAX")]
         kv_cache: Option<usize>,
         /// With --kv-cache: tokens per prefill step (a longer prompt takes several). Default: min(64, MAX - 1).

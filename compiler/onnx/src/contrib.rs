@@ -1,7 +1,9 @@
-//! onnxruntime's `com.microsoft` ops for quantized weights, as its quantizers and model builder write them:
-//! `MatMulNBits` (a product with a block-quantized weight) and `GatherBlockQuantized` (a lookup in a
-//! block-quantized table). Each weight becomes one block-quantized constant (`wgslc_ir::Blocks`), which the kernels
-//! reading it decode; the op itself becomes the plain MatMul or Gather it computes.
+//! onnxruntime's own ops, as its quantizers, transformers optimizer and model builder write them: `MatMulNBits` (a
+//! product with a block-quantized weight) and `GatherBlockQuantized` (a lookup in a block-quantized table), each
+//! weight one block-quantized constant (`wgslc_ir::Blocks`) that the kernels reading it decode, the op itself the
+//! plain MatMul or Gather it computes; and the norms `SimplifiedLayerNormalization` (registered in the default
+//! domain), `SkipLayerNormalization` and `SkipSimplifiedLayerNormalization` (`com.microsoft`), which become the
+//! IR's LayerNorm (an RMSNorm for the simplified ones) of the input, plus the residual for the Skip forms.
 
 use crate::importer::{Attrs, Importer};
 use crate::proto::NodeProto;
@@ -10,7 +12,11 @@ use std::sync::Arc;
 use wgslc_ir::{BinaryOp, Blocks, Builder, DType, Data, Op, Quantized, Tensor, ValueId, Zeros};
 
 /// The `com.microsoft` ops wgslc imports.
-pub(crate) const CONTRIB_OPS: &[&str] = &["MatMulNBits", "GatherBlockQuantized"];
+pub(crate) const CONTRIB_OPS: &[&str] =
+    &["MatMulNBits", "GatherBlockQuantized", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"];
+
+/// onnxruntime's default epsilon of the Skip norms.
+const SKIP_NORM_EPSILON: f32 = 1e-12;
 
 impl Importer<'_> {
     pub(crate) fn contrib(
@@ -22,8 +28,74 @@ impl Importer<'_> {
         match node.op_type.as_str() {
             "MatMulNBits" => self.matmul_nbits(a, node, inputs),
             "GatherBlockQuantized" => self.gather_block_quantized(a, node, inputs),
+            "SkipLayerNormalization" | "SkipSimplifiedLayerNormalization" => self.skip_layer_norm(a, node, inputs),
             other => Err(ImportError::UnsupportedOp { node: a.name.to_string(), op: other.to_string() }),
         }
+    }
+
+    /// `SimplifiedLayerNormalization` (default domain, as onnxruntime registers it): RMSNormalization by its older
+    /// name, `X / sqrt(mean(X²) + ε) · scale` over the axes from `axis`.
+    pub(crate) fn simplified_layer_norm(
+        &mut self,
+        a: &Attrs,
+        node: &NodeProto,
+        inputs: Vec<Option<ValueId>>,
+    ) -> Result<(), ImportError> {
+        if node.output.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err(a.err("its inverse-standard-deviation output is not supported"));
+        }
+        let (Some(x), Some(scale)) = (inputs.first().copied().flatten(), inputs.get(1).copied().flatten()) else {
+            return Err(a.err("needs its input and scale"));
+        };
+        let op = Op::LayerNorm { axis: a.int("axis", -1), epsilon: a.float("epsilon", 1e-5), rms: true };
+        let outs = self.define_outputs(a.name, &node.output[..1], &op)?;
+        self.emit_into(a, "", op, &[Some(x), Some(scale)], outs)
+    }
+
+    /// `SkipLayerNormalization` (inputs: input, skip, gamma, beta, bias) and `SkipSimplifiedLayerNormalization`
+    /// (input, skip, gamma, bias): the LayerNorm (RMSNorm) over the last axis of `input + skip + bias`; output 3,
+    /// where the model names it, is that sum (the next residual).
+    fn skip_layer_norm(
+        &mut self,
+        a: &Attrs,
+        node: &NodeProto,
+        inputs: Vec<Option<ValueId>>,
+    ) -> Result<(), ImportError> {
+        let rms = node.op_type == "SkipSimplifiedLayerNormalization";
+        let at = |i: usize| inputs.get(i).copied().flatten();
+        let (Some(x), Some(skip), Some(gamma)) = (at(0), at(1), at(2)) else {
+            return Err(a.err("needs its input, skip and gamma"));
+        };
+        let (beta, bias) = if rms { (None, at(3)) } else { (at(3), at(4)) };
+        if node.output.iter().enumerate().any(|(i, o)| (i == 1 || i == 2) && !o.is_empty()) {
+            return Err(a.err("its mean and inverse-standard-deviation outputs are not supported"));
+        }
+        let name = a.name;
+        let add = Op::Binary(BinaryOp::Add);
+        let sum_name = node.output.get(3).filter(|o| !o.is_empty());
+        let sum = match (bias, sum_name) {
+            (None, None) => self.emit(name, "sum", add, &[Some(x), Some(skip)])?,
+            (Some(b), None) => {
+                let s = self.emit(name, "sum", add.clone(), &[Some(x), Some(skip)])?;
+                self.emit(name, "bias", add, &[Some(s), Some(b)])?
+            }
+            (bias, Some(o)) => {
+                let out = self.define_outputs(name, std::slice::from_ref(o), &add)?;
+                match bias {
+                    Some(b) => {
+                        let s = self.emit(name, "sum", add.clone(), &[Some(x), Some(skip)])?;
+                        self.emit_into(a, "bias", add, &[Some(s), Some(b)], out.clone())?;
+                    }
+                    None => self.emit_into(a, "sum", add, &[Some(x), Some(skip)], out.clone())?,
+                }
+                out[0]
+            }
+        };
+        let op = Op::LayerNorm { axis: -1, epsilon: a.float("epsilon", SKIP_NORM_EPSILON), rms };
+        let outs = self.define_outputs(name, &node.output[..1], &op)?;
+        let ins: Vec<Option<ValueId>> =
+            [Some(sum), Some(gamma), beta].into_iter().take(if beta.is_some() { 3 } else { 2 }).collect();
+        self.emit_into(a, "", op, &ins, outs)
     }
 
     /// A constant input, by slot: its tensor, or an error naming it.

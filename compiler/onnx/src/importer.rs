@@ -96,6 +96,9 @@ impl Importer<'_> {
             "ConvInteger",
             "QLinearMatMul",
             "QLinearConv",
+            "SimplifiedLayerNormalization",
+            "SkipLayerNormalization",
+            "SkipSimplifiedLayerNormalization",
         ];
         if first_omitted && writes_itself.contains(&node.op_type.as_str()) {
             return Err(omitted());
@@ -133,6 +136,7 @@ impl Importer<'_> {
             "Or" => Op::Binary(BinaryOp::Or),
             "Max" | "Min" | "Sum" | "Mean" => return self.variadic(&a, node, inputs),
             "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => return self.nll(&a, node, inputs),
+            "SimplifiedLayerNormalization" => return self.simplified_layer_norm(&a, node, inputs),
             "MatMulInteger" | "ConvInteger" | "QLinearMatMul" | "QLinearConv" => {
                 return self.quantized_product(&a, node, inputs)
             }
