@@ -1068,6 +1068,30 @@ def ops():
                  [init("w", rand(24)), init("b", rand(24)), init("bias", rand(24))]),
         [rand(2, 5, 24, lo=-2, hi=2), rand(2, 5, 24, lo=-2, hi=2)],
     )
+    # RotaryEmbedding (opset 23), as torch.onnx writes it at opset 23 for rotary: the 4-D [batch, heads, seq, head]
+    # form over position_ids; the 3-D form with num_heads, interleaved pairs and a partial rotary_embedding_dim;
+    # and caches given per token (no position_ids).
+    rope_pos = np.array([[3, 0, 7, 7, 12]], np.int64)
+    angles = np.outer(np.arange(32), 1.0 / (10000 ** (np.arange(8) / 8))).astype(np.float32)
+    cases["rotary_embedding_23_4d"] = (
+        model([helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"])],
+              [vi("x", F, [1, 4, 5, 16]), vi("pos", I64, [1, 5])], [vi("y", F, [1, 4, 5, 16])],
+              [init("cos", np.cos(angles)), init("sin", np.sin(angles))], opset=23),
+        [rand(1, 4, 5, 16), rope_pos],
+    )
+    cases["rotary_embedding_23_3d_interleaved_partial"] = (
+        model([helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], interleaved=1, num_heads=4,
+                                rotary_embedding_dim=4)],
+              [vi("x", F, [2, 3, 32]), vi("pos", I64, [2, 3])], [vi("y", F, [2, 3, 32])],
+              [init("cos", np.cos(angles[:16, :2])), init("sin", np.sin(angles[:16, :2]))], opset=23),
+        [rand(2, 3, 32), np.array([[0, 1, 2], [5, 9, 15]], np.int64)],
+    )
+    cases["rotary_embedding_23_per_token"] = (
+        model([helper.make_node("RotaryEmbedding", ["x", "cos", "sin"], ["y"])],
+              [vi("x", F, [1, 2, 3, 8]), vi("cos", F, [1, 3, 4]), vi("sin", F, [1, 3, 4])], [vi("y", F, [1, 2, 3, 8])],
+              opset=23),
+        [rand(1, 2, 3, 8), np.cos(angles[None, 4:7, :4]), np.sin(angles[None, 4:7, :4])],
+    )
     return cases
 
 

@@ -249,6 +249,13 @@ impl Importer<'_> {
             }
             "Hardmax" => Op::Hardmax { axis: a.int("axis", if opset < 13 { 1 } else { -1 }), legacy: opset < 13 },
             "InstanceNormalization" => Op::InstanceNorm { epsilon: a.float("epsilon", 1e-5) },
+            "RotaryEmbedding" => {
+                let (rotary, heads) = (a.int("rotary_embedding_dim", 0), a.int("num_heads", 0));
+                let (Ok(rotary_dim), Ok(num_heads)) = (usize::try_from(rotary), usize::try_from(heads)) else {
+                    return Err(a.err(format!("rotary_embedding_dim {rotary} or num_heads {heads} is negative")));
+                };
+                Op::RotaryEmbedding { interleaved: a.int("interleaved", 0) != 0, rotary_dim, num_heads }
+            }
             "GroupNormalization" => {
                 if opset < 21 {
                     return Err(a.err("GroupNormalization-18 (per-group scale) is not supported; use opset 21"));

@@ -56,6 +56,7 @@ macro_rules! composite {
             | $crate::Op::GatherNd { .. }
             | $crate::Op::Resize(_)
             | $crate::Op::Hardmax { .. }
+            | $crate::Op::RotaryEmbedding { .. }
             | $crate::Op::InstanceNorm { .. }
             | $crate::Op::GroupNorm { .. }
             | $crate::Op::ConvTranspose { .. }
@@ -469,6 +470,15 @@ pub enum Op {
         axis: i64,
         legacy: bool,
     },
+    /// RotaryEmbedding(X, cos_cache, sin_cache, position_ids?) (opset 23): X as `[batch, heads, seq, head]`, or
+    /// `[batch, seq, hidden]` of `num_heads` heads; the first `rotary_dim` elements of each head (all for 0)
+    /// rotated by the cos and sin rows of each token's position (`position_ids` into `[positions, rotary/2]`
+    /// caches, or the caches given per token as `[batch, seq, rotary/2]`), as halves or `interleaved` pairs.
+    RotaryEmbedding {
+        interleaved: bool,
+        rotary_dim: usize,
+        num_heads: usize,
+    },
     InstanceNorm {
         epsilon: f32,
     },
@@ -621,6 +631,7 @@ impl Op {
             Op::LpNormalization { .. } => "LpNormalization",
             Op::Lrn { .. } => "LRN",
             Op::Hardmax { .. } => "Hardmax",
+            Op::RotaryEmbedding { .. } => "RotaryEmbedding",
             Op::GatherNd { .. } => "GatherND",
             Op::Resize(_) => "Resize",
             Op::InstanceNorm { .. } => "InstanceNormalization",

@@ -1,7 +1,7 @@
 //! Composite ops expanded into simpler ones once shapes are known: Attention (attention.rs), DepthToSpace,
 //! SpaceToDepth, LpNormalization, LRN, GatherND, Resize and Upsample (resize.rs), Hardmax, InstanceNormalization,
 //! GroupNormalization, ConvTranspose (conv_transpose.rs), 3-D pooling (two separable 2-D pools), LSTM/GRU/RNN
-//! (rnn.rs), Einsum (einsum.rs) and the Quantize/DequantizeLinear family (quantize.rs). Each expansion builds
+//! (rnn.rs), Einsum (einsum.rs), the Quantize/DequantizeLinear family (quantize.rs) and RotaryEmbedding. Each expansion builds
 //! ordinary nodes that shape inference then types and folds like any other.
 
 mod attention;
@@ -411,6 +411,9 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             let on = b.op(Op::Slice, &[Some(values), Some(s1), Some(e2)])?;
             vec![Some(b.op(Op::Where, &[Some(hit), Some(on), Some(off)])?)]
         }
+        Op::RotaryEmbedding { interleaved, rotary_dim, num_heads } => {
+            vec![Some(rotary_embedding(&mut b, &node, &xt, *interleaved, *rotary_dim, *num_heads, &err)?)]
+        }
         Op::Hardmax { axis, legacy } => {
             let r = xt.rank() as i64;
             let a = if *axis < 0 { axis + r } else { *axis };
@@ -511,4 +514,83 @@ fn out_len(n: usize, k: usize, s: usize, p0: usize, p1: usize, d: usize, ceil: b
         out -= 1;
     }
     Some(out)
+}
+
+/// RotaryEmbedding (`Op::RotaryEmbedding`) over a 4-D view `[batch, heads, seq, head]` (a 3-D input viewed as
+/// `[batch, seq, heads, head]`): each token's cos and sin rows broadcast over the heads, the rotated part split
+/// into halves (or even and odd elements), `(x1·cos − x2·sin, x1·sin + x2·cos)` put back in place, the rest of
+/// each head passed through.
+fn rotary_embedding(
+    b: &mut Builder<'_>,
+    node: &wgslc_ir::Node,
+    xt: &TensorType,
+    interleaved: bool,
+    rotary_dim: usize,
+    num_heads: usize,
+    err: &dyn Fn(String) -> PassError,
+) -> Result<ValueId, PassError> {
+    let input = |i: usize| node.inputs.get(i).copied().flatten();
+    let (Some(x), Some(cos), Some(sin)) = (input(0), input(1), input(2)) else {
+        return Err(err("needs its input and the cos and sin caches".into()));
+    };
+    let s = &xt.shape;
+    let (x4, shape4, heads_axis) = match s.len() {
+        4 => (x, s.clone(), 1),
+        3 if num_heads > 0 && s[2].is_multiple_of(num_heads) => {
+            let shape4 = vec![s[0], s[1], num_heads, s[2] / num_heads];
+            (b.reshape(x, &shape4)?, shape4, 2)
+        }
+        3 => return Err(err(format!("a 3-D input {s:?} needs num_heads dividing its last dim"))),
+        r => return Err(err(format!("the input has rank {r}; RotaryEmbedding takes 3-D or 4-D"))),
+    };
+    let (batch, seq, head) = (shape4[0], shape4[3 - heads_axis], shape4[3]);
+    let rot = if rotary_dim == 0 { head } else { rotary_dim };
+    if rot % 2 != 0 || rot > head {
+        return Err(err(format!("rotary_embedding_dim {rot} must be even and at most the head size {head}")));
+    }
+    let half = rot / 2;
+    // Each token's rows, [batch, seq, half], then broadcast over the heads axis.
+    let rows = |b: &mut Builder<'_>, cache: ValueId| -> Result<ValueId, PassError> {
+        let r = match input(3) {
+            Some(p) => b.op(Op::Gather { axis: 0 }, &[Some(cache), Some(p)])?,
+            None => cache,
+        };
+        let mut shape = vec![batch, seq, half];
+        shape.insert(heads_axis, 1);
+        Ok(b.reshape(r, &shape)?)
+    };
+    let (cos, sin) = (rows(b, cos)?, rows(b, sin)?);
+    let slice = |b: &mut Builder<'_>, v: ValueId, start: usize, end: usize, step: usize| {
+        let (st, en, ax, sp) = (b.ints(&[start as i64]), b.ints(&[end as i64]), b.ints(&[3]), b.ints(&[step as i64]));
+        b.op(Op::Slice, &[Some(v), Some(st), Some(en), Some(ax), Some(sp)])
+    };
+    let rotated = if rot < head { slice(b, x4, 0, rot, 1)? } else { x4 };
+    let (x1, x2) = if interleaved {
+        (slice(b, rotated, 0, rot, 2)?, slice(b, rotated, 1, rot, 2)?)
+    } else {
+        (slice(b, rotated, 0, half, 1)?, slice(b, rotated, half, rot, 1)?)
+    };
+    let (x1c, x2s) = (b.bin(BinaryOp::Mul, x1, cos)?, b.bin(BinaryOp::Mul, x2, sin)?);
+    let real = b.bin(BinaryOp::Sub, x1c, x2s)?;
+    let (x1s, x2c) = (b.bin(BinaryOp::Mul, x1, sin)?, b.bin(BinaryOp::Mul, x2, cos)?);
+    let imag = b.bin(BinaryOp::Add, x1s, x2c)?;
+    let mut part = shape4.clone();
+    part[3] = rot;
+    let y = if interleaved {
+        let mut pair = shape4.clone();
+        pair[3] = half;
+        pair.push(1);
+        let (r, i) = (b.reshape(real, &pair)?, b.reshape(imag, &pair)?);
+        let pairs = b.op(Op::Concat { axis: 4 }, &[Some(r), Some(i)])?;
+        b.reshape(pairs, &part)?
+    } else {
+        b.op(Op::Concat { axis: 3 }, &[Some(real), Some(imag)])?
+    };
+    let y = if rot < head {
+        let passed = slice(b, x4, rot, head, 1)?;
+        b.op(Op::Concat { axis: 3 }, &[Some(y), Some(passed)])?
+    } else {
+        y
+    };
+    Ok(if s.len() == 3 { b.reshape(y, s)? } else { y })
 }
