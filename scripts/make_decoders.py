@@ -220,6 +220,30 @@ def export(m, path, dynamo):
                           dynamic_axes=axes)
 
 
+def module_step(module):
+    """A greedy `step` (numpy in, numpy out) over a torch module taking (ids, mask, pos, *past)."""
+    def step(x, mask, pos, past):
+        with torch.no_grad():
+            r = module(torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(pos),
+                       *[torch.from_numpy(t) for t in past])
+        return r[0].numpy(), [t.numpy() for t in r[1:]]
+    return step
+
+
+def check_and_save(d, step, who, prompts, refs):
+    """Greedy tokens of `step` from each prompt must be torch's (`refs`); writes prompt_k/tokens_k into `d` and
+    returns the smallest top-2 gap along torch's paths."""
+    gaps = []
+    for k, (p, (tokens, gap)) in enumerate(zip(prompts, refs)):
+        got, _ = greedy(step, p, NEW)
+        if not np.array_equal(got, tokens):
+            raise SystemExit(f"{d}: {who} greedy tokens differ from torch's: {got} vs {tokens}")
+        np.save(os.path.join(d, f"prompt_{k}.npy"), p)
+        np.save(os.path.join(d, f"tokens_{k}.npy"), tokens)
+        gaps.append(gap)
+    return min(gaps)
+
+
 def greedy(step, prompt, new):
     """Greedy decoding with a growing cache: prefill of the whole prompt, then one token per step. `step` maps
     (ids, mask, pos, past) to (logits, present) as numpy. Returns the tokens and the smallest top-2 logit gap."""
@@ -258,29 +282,15 @@ def export_pt2(m, d, style, mask, prompts, refs):
     # The program's range for the mask's length (past + new) starts above a first step's (torch floors it at the
     # sample's): the saved graph computes every length alike, so its guards are not checked here.
     loaded = torch.export.load(path).module(check_guards=False)
-
-    def pt2_step(x, mask, pos, past):
-        with torch.no_grad():
-            r = loaded(torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(pos),
-                       *[torch.from_numpy(t) for t in past])
-        return r[0].numpy(), [t.numpy() for t in r[1:]]
-
-    gaps = []
-    for k, (p, (tokens, gap)) in enumerate(zip(prompts, refs)):
-        got, _ = greedy(pt2_step, p, NEW)
-        if not np.array_equal(got, tokens):
-            raise SystemExit(f"{d}: the saved program's greedy tokens differ from torch's: {got} vs {tokens}")
-        np.save(os.path.join(d, f"prompt_{k}.npy"), p)
-        np.save(os.path.join(d, f"tokens_{k}.npy"), tokens)
-        gaps.append(gap)
+    gap = check_and_save(d, module_step(loaded), "the saved program's", prompts, refs)
     sig = ep.graph_signature
     meta = dict(CFG, layers=LAYERS, style=style, mask=mask, exporter="torch.export", new_tokens=NEW,
-                min_top2_gap=min(gaps), torch=torch.__version__,
+                min_top2_gap=gap, torch=torch.__version__,
                 pt2_inputs=[s.arg.name for s in sig.input_specs if s.kind.name == "USER_INPUT"],
                 pt2_outputs=[s.arg.name for s in sig.output_specs if s.kind.name == "USER_OUTPUT"])
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
-    return f"{os.path.basename(d)}: ok, min top-2 gap {min(gaps):.3f}, inputs {meta['pt2_inputs']}"
+    return f"{os.path.basename(d)}: ok, min top-2 gap {gap:.3f}, inputs {meta['pt2_inputs']}"
 
 
 def main():
@@ -295,14 +305,8 @@ def main():
         torch.manual_seed({"qwen2": 1, "llama": 2, "neox": 3}[style])
         m = Decoder(style, mask=mask).eval()
 
-        def torch_step(x, mask, pos, past):
-            with torch.no_grad():
-                r = m(torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(pos),
-                      *[torch.from_numpy(t) for t in past])
-            return r[0].numpy(), [t.numpy() for t in r[1:]]
-
         prompts = [np.array([[17]], np.int64), np.array([[3, 141, 59, 26, 53]], np.int64)]
-        refs = [greedy(torch_step, p, NEW) for p in prompts]
+        refs = [greedy(module_step(m), p, NEW) for p in prompts]
         if "--pt2" in sys.argv:
             rows.append(export_pt2(m, os.path.join(out, f"{style}{suffix}_export"), style, mask, prompts, refs))
             continue
@@ -319,25 +323,18 @@ def main():
                 r = sess.run(None, dict(zip(ins, [x, mask, pos, *past])))
                 return r[0], r[1:]
 
-            gaps = []
-            for k, (p, (tokens, gap)) in enumerate(zip(prompts, refs)):
-                got, _ = greedy(ort_step, p, NEW)
-                if not np.array_equal(got, tokens):
-                    raise SystemExit(f"{d}: onnxruntime's greedy tokens differ from torch's: {got} vs {tokens}")
-                np.save(os.path.join(d, f"prompt_{k}.npy"), p)
-                np.save(os.path.join(d, f"tokens_{k}.npy"), tokens)
-                gaps.append(gap)
+            gap = check_and_save(d, ort_step, "onnxruntime's", prompts, refs)
             args = [a.numpy() for a in step_args(m, 3, 2)]
             for i, a in enumerate(args):
                 np.save(os.path.join(d, "step", f"input_{i}.npy"), a)
             for i, y in enumerate(sess.run(None, dict(zip(ins, args)))):
                 np.save(os.path.join(d, "step", f"output_{i}.npy"), y)
             meta = dict(CFG, layers=LAYERS, style=style, mask=mask, exporter=exporter, new_tokens=NEW,
-                        min_top2_gap=min(gaps), torch=torch.__version__, onnx_inputs=ins,
+                        min_top2_gap=gap, torch=torch.__version__, onnx_inputs=ins,
                         onnx_dims={i.name: i.shape for i in sess.get_inputs()})
             with open(os.path.join(d, "meta.json"), "w") as f:
                 json.dump(meta, f, indent=1)
-            rows.append(f"{style}_{exporter}: ok, min top-2 gap {min(gaps):.3f}, inputs {meta['onnx_dims']}")
+            rows.append(f"{style}_{exporter}: ok, min top-2 gap {gap:.3f}, inputs {meta['onnx_dims']}")
     print("\n".join(rows))
 
 
