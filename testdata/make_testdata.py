@@ -27,6 +27,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 RNG = np.random.default_rng(20261122)
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
+I32 = TensorProto.INT32
 B = TensorProto.BOOL
 
 
@@ -1092,6 +1093,37 @@ def ops():
               opset=23),
         [rand(1, 2, 3, 8), np.cos(angles[None, 4:7, :4]), np.sin(angles[None, 4:7, :4])],
     )
+    # com.microsoft GroupQueryAttention as onnxruntime-genai's builder writes it: the past is exactly the tokens
+    # before the new ones (seqlens_k + 1 - seq rows), total_sequence_length its length plus the new tokens.
+    def gqa_case(heads, kv_heads, head, past, seq, packed, half=0, **attrs):
+        total = past + seq
+        hidden, kv = heads * head, kv_heads * head
+        qkv = ["q", "k", "v"] if not packed else ["q", "", ""]
+        ins = [vi("q", F, [1, seq, hidden + (2 * kv if packed else 0)])]
+        if not packed:
+            ins += [vi("k", F, [1, seq, kv]), vi("v", F, [1, seq, kv])]
+        ins += [vi("pk", F, [1, kv_heads, past, head]), vi("pv", F, [1, kv_heads, past, head]),
+                vi("seqlens", I32, [1])]
+        inits = [init("total", np.array([total], np.int32))]
+        names = qkv + ["pk", "pv", "seqlens", "total"]
+        if half:
+            t = np.arange(32)[:, None] / (10000.0 ** (np.arange(half) / half))[None, :]
+            inits += [init("cos", np.cos(t).astype(np.float32)), init("sin", np.sin(t).astype(np.float32))]
+            names += ["cos", "sin"]
+            attrs["do_rotary"] = 1
+        node = helper.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"], domain="com.microsoft",
+                                num_heads=heads, kv_num_heads=kv_heads, **attrs)
+        data = [rand(1, seq, hidden + (2 * kv if packed else 0))]
+        if not packed:
+            data += [rand(1, seq, kv), rand(1, seq, kv)]
+        data += [rand(1, kv_heads, past, head), rand(1, kv_heads, past, head), np.array([total - 1], np.int32)]
+        return ms_model([node], ins, [vi("y", F, None), vi("present_k", F, None), vi("present_v", F, None)], inits), data
+
+    cases["gqa_packed_rotary"] = gqa_case(4, 2, 16, past=3, seq=2, packed=True, half=8)
+    cases["gqa_window_softcap_scale"] = gqa_case(4, 2, 16, past=4, seq=3, packed=False, local_window_size=2,
+                                                 softcap=5.0, scale=0.3)
+    cases["gqa_decode_interleaved_partial_rotary"] = gqa_case(2, 1, 32, past=6, seq=1, packed=True, half=8,
+                                                              rotary_interleaved=1)
     return cases
 
 

@@ -22,8 +22,26 @@ const CASES: [&str; 6] = [
 /// outputs paired with the cache inputs by position.
 const PT2_CASES: [&str; 2] = ["qwen2_export", "llama_export"];
 
+/// onnxruntime-genai's model builder (`scripts/make_genai.py`): GroupQueryAttention with packed QKV and rotary
+/// inside, the Skip/Simplified norms, no position_ids, the caches' head size a symbolic dim given by
+/// genai_config.json; fp32 for four architectures (and the CPU build of one), fp16 and int4 (MatMulNBits, the
+/// tied embedding through GatherBlockQuantized, float16 inputs and outputs).
+const GENAI_CASES: [&str; 7] = [
+    "genai/qwen2_fp32_webgpu",
+    "genai/qwen2_fp32_cpu",
+    "genai/llama_fp32_webgpu",
+    "genai/mistral_fp32_webgpu",
+    "genai/phi3_fp32_webgpu",
+    "genai/qwen2_fp16_webgpu",
+    "genai/qwen2_int4_webgpu",
+];
+
+/// A case by name: `suite/name`, or a name in testdata/decoders.
 fn case(name: &str) -> PathBuf {
-    common::testdata().join("decoders").join(name)
+    match name.split_once('/') {
+        Some((suite, n)) => common::testdata().join(suite).join(n),
+        None => common::testdata().join("decoders").join(name),
+    }
 }
 
 /// A case's model: its `.pt2` where it has one, else its ONNX file.
@@ -89,6 +107,48 @@ fn generation_gives_torchs_greedy_tokens() {
             if got.tokens != want[..stop] {
                 failures.push(format!("{name} prompt {k}, eos {eos}: {:?}, expected {:?}", got.tokens, &want[..stop]));
             }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The builder's models generate onnxruntime's greedy tokens (prompts of 1 and 5 tokens, the second in two prefill
+/// chunks, the last padded): the positions GroupQueryAttention derives from the attention mask's sum put every key
+/// at its position, which the layout proof accepts for the cache at positions (and refuses for the window).
+#[test]
+fn genai_builder_models_give_onnxruntimes_tokens() {
+    let mut failures = Vec::new();
+    for name in GENAI_CASES {
+        let (_dir, session) = compile(name, 46, 4);
+        let prefill = session.plan().decoder.as_ref().unwrap().steps.iter().find(|st| st.name == "prefill");
+        assert!(prefill.unwrap().cache_row.is_some(), "{name}: the prefill step writes its rows in place");
+        for k in 0..2 {
+            let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));
+            let want = ids(&npy(&case(name).join(format!("tokens_{k}.npy"))));
+            let opts = GenerateOptions { max_new_tokens: want.len() - prompt.len(), ..Default::default() };
+            let got = session.generate(&prompt, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            if got.tokens != want {
+                failures.push(format!("{name} prompt {k}: {:?}\n  onnxruntime {want:?}", got.tokens));
+            }
+        }
+    }
+    // Bindings too small for the fp32 build's 64 KiB table: the lookup reads a transposed copy of the LM head's
+    // [hidden, vocab] weight (how the builder ties them) in blocks, the head reads the weight's column blocks.
+    let name = "genai/qwen2_fp32_webgpu";
+    let out = tempfile::tempdir().unwrap();
+    let opts = wgslc::CompileOptions {
+        kv_cache: Some(wgslc::KvCache { capacity: 46, chunk: 4, state: vec![], fixed: Default::default() }),
+        limits: wgslc::Limits { max_storage_buffer_binding_size: 40000, ..Default::default() },
+        ..Default::default()
+    };
+    wgslc::compile(&case(name).join("model.onnx"), out.path(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let session = Session::load_with(out.path(), common::gpu()).unwrap();
+    for k in 0..2 {
+        let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));
+        let want = ids(&npy(&case(name).join(format!("tokens_{k}.npy"))));
+        let opts = GenerateOptions { max_new_tokens: want.len() - prompt.len(), ..Default::default() };
+        if session.generate(&prompt, &opts).unwrap().tokens != want {
+            failures.push(format!("{name} in blocks, prompt {k}"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -8,7 +8,8 @@
 //! the loop must own that input), and the step's own tokens come after the window, at rows `rows..rows+tokens`,
 //! where the model's causal mask (built from the shapes) places them. Attention over keys is invariant under
 //! moving keys together with their mask, so every real token sees exactly the keys it would see in a cache of
-//! `pos` rows; the model's positions come from `position_ids`, never from the window's shape. After a step the
+//! `pos` rows; the model's positions come from `position_ids` (or from the mask, where the driver's layout proof
+//! shows them right), never from the window's shape. After a step the
 //! runtime copies its new rows into the cache at `pos`.
 //!
 //! When every cache is written as `Concat(past, new)` and nothing else reads its data (Shape nodes may size masks
@@ -34,7 +35,7 @@
 
 use crate::PassError;
 use std::collections::{HashMap, HashSet};
-use wgslc_ir::{DType, Graph, NodeId, Op, Signature, Tensor, TensorType, ValueId};
+use wgslc_ir::{DType, Graph, NodeId, Op, ReduceOp, Signature, Tensor, TensorType, ValueId};
 
 /// The prefix of the prefill step's names.
 pub const PREFILL: &str = "prefill/";
@@ -153,8 +154,9 @@ impl StepKind {
 
 impl DecoderPlan {
     /// Checks the model's signature against what generation needs (its cache inputs paired with outputs, each
-    /// with one symbolic row axis after the batch; `input_ids`, `attention_mask` and `position_ids`; no other
-    /// run-time input) and sizes the steps.
+    /// with one symbolic row axis after the batch; `input_ids` and `attention_mask`; no other run-time input but
+    /// `position_ids` and `cache_position`) and sizes the steps. A model without `position_ids` derives its
+    /// positions from the mask or the shapes; the driver's layout proof checks them against the model's own.
     pub fn new(sig: &Signature, kv: &KvCache, cache: CacheLayout) -> Result<DecoderPlan, PassError> {
         if kv.capacity < 2 {
             return Err(bad(
@@ -178,7 +180,8 @@ impl DecoderPlan {
                 return Err(bad(
                     past,
                     format!(
-                        "a cache input needs exactly one symbolic dim after the batch dim (its length), it has {}",
+                        "a cache input needs exactly one symbolic dim after the batch dim (its length), it has {} \
+                         (bind the others with --dim NAME=SIZE)",
                         sym.len()
                     ),
                 ));
@@ -201,13 +204,6 @@ impl DecoderPlan {
                 };
                 return Err(bad(r, format!("--kv-cache needs a model input named '{r}': {why}")));
             }
-        }
-        if find("position_ids").is_none() {
-            return Err(bad(
-                "position_ids",
-                "--kv-cache needs a model input named 'position_ids': positions derived from the cache's length \
-                 would be the fixed capacity's, not the token's",
-            ));
         }
         let states: HashSet<&str> = pairs.iter().map(|(_, p)| p.as_str()).collect();
         let loop_input = |n: &str| states.contains(n) || ROLES.contains(&n) || kv.fixed.contains(n);
@@ -479,12 +475,23 @@ impl DecoderPlan {
         g.add_node("next_token", argmax, vec![Some(row)], vec![next])?;
         let temperature = g.add_value(TEMPERATURE, Some(TensorType::new(DType::F32, vec![1])));
         let sampling = g.add_value(SAMPLING, int64(2));
-        let position = input(g, "position_ids");
+        // The counter keying the draw's random numbers: the token's position, or without position_ids the
+        // number of keys the attention mask unmasks (it grows by one a token as well).
+        let position = match input(g, "position_ids") {
+            Some(p) => p,
+            None => {
+                let mask = input(g, "attention_mask").ok_or_else(|| bad("attention_mask", "the import lost it"))?;
+                let keys = g.add_value("wgslc.sample_counter", None);
+                let sum = Op::Reduce { op: ReduceOp::Sum, axes: None, keepdims: true, noop_with_empty_axes: false };
+                g.add_node("wgslc.sample_counter", sum, vec![Some(mask)], vec![keys])?;
+                keys
+            }
+        };
         let sampled = g.add_value("wgslc.sampled_token", None);
         g.add_node(
             "wgslc.sampled_token",
             Op::Sample,
-            vec![Some(row), Some(temperature), Some(sampling), position],
+            vec![Some(row), Some(temperature), Some(sampling), Some(position)],
             vec![sampled],
         )?;
         // The loop's inputs, typed as the step takes them.
@@ -766,10 +773,14 @@ mod tests {
         ins.push(("past_key_values.0.key", two_symbolic));
         let e = refused(&ins, &["logits", "present.0.key"]);
         assert!(e.starts_with("input 'past_key_values.0.key'") && e.contains("it has 2"), "{e}");
-        let mut ins = ROLES_2D[..2].to_vec();
+        let mut ins = ROLES_2D[..1].to_vec();
         ins.push(("past_key_values.0.key", CACHE));
         let e = refused(&ins, &["logits", "present.0.key"]);
-        assert!(e.starts_with("input 'position_ids'"), "{e}");
+        assert!(e.starts_with("input 'attention_mask'"), "{e}");
+        // Without position_ids (positions from the mask, as onnxruntime-genai's models derive them) it plans.
+        let mut ins = ROLES_2D[..2].to_vec();
+        ins.push(("past_key_values.0.key", CACHE));
+        assert!(DecoderPlan::new(&sig(&ins, &["logits", "present.0.key"]), &kv(), CacheLayout::Window).is_ok());
         let mut ins = ROLES_2D.to_vec();
         ins.extend([("past_key_values.0.key", CACHE), ("token_type_ids", &[None, None][..])]);
         let e = refused(&ins, &["logits", "present.0.key"]);

@@ -6,7 +6,7 @@
 use crate::eval::eval;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use wgslc_ir::{Graph, NodeId, Op, Tensor, ValueId};
+use wgslc_ir::{Graph, NodeId, Op, ReduceOp, Tensor, ValueId};
 
 /// The input of one Softmax with every product that computes its scores from data taken as zero: what the model
 /// adds to (or selects over) its attention scores, per query and key.
@@ -134,6 +134,33 @@ fn eval_extra(op: &Op, ins: &[&Tensor], types: &[wgslc_ir::TensorType]) -> Optio
                 out[i] = vals[i];
             }
             Some(vec![Tensor::from_f64(types[0].dtype, types[0].shape.clone(), out)])
+        }
+        // Sums, maxima and minima over resolved axes (a mask's count of real tokens, the lengths it implies).
+        Op::Reduce { op: op @ (ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min), axes: Some(axes), .. } => {
+            let x = ins[0];
+            let vals = x.to_f64();
+            let out = &types[0];
+            let reduced = |d: usize| axes.contains(&(d as i64));
+            // The output index of each input element: its coordinates with the reduced axes dropped.
+            let strides = wgslc_ir::contiguous_strides(&x.shape);
+            let kept: Vec<usize> = (0..x.shape.len()).filter(|&d| !reduced(d)).collect();
+            let kept_shape: Vec<usize> = kept.iter().map(|&d| x.shape[d]).collect();
+            let kept_strides = wgslc_ir::contiguous_strides(&kept_shape);
+            let init = match op {
+                ReduceOp::Sum => 0.0,
+                ReduceOp::Max => f64::NEG_INFINITY,
+                _ => f64::INFINITY,
+            };
+            let mut acc = vec![init; out.numel()];
+            for (i, &v) in vals.iter().enumerate() {
+                let o: usize = kept.iter().zip(&kept_strides).map(|(&d, &st)| (i / strides[d]) % x.shape[d] * st).sum();
+                acc[o] = match op {
+                    ReduceOp::Sum => acc[o] + v,
+                    ReduceOp::Max => acc[o].max(v),
+                    _ => acc[o].min(v),
+                };
+            }
+            Some(vec![Tensor::from_f64(out.dtype, out.shape.clone(), acc)])
         }
         _ => None,
     }

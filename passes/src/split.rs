@@ -12,7 +12,9 @@ use wgslc_ir::{BinaryOp, Builder, DType, Graph, NodeId, Op, Tensor, TensorType, 
 ///   elsewhere, summed;
 /// - `MatMul(x, W)` and `Gemm(x, W)`: one product per block of W's output columns (rows of W under `transB`, of E
 ///   under a transposing copy: a tied LM head), joined by a Concat along the last axis, which the scheduler then
-///   writes in place; `MatMul(W, x)`: blocks of W's rows, joined along the second-to-last axis.
+///   writes in place; `MatMul(W, x)`: blocks of W's rows, joined along the second-to-last axis;
+/// - a lookup in a transposing copy of W (a `[hidden, vocab]` LM head weight tied to the embedding): the
+///   transposed table stored as a constant of its own, split as any table.
 ///
 /// Requires: a legalized graph. Establishes: no constant is larger than `max_bytes`, or an error names the
 /// constant, its size, the limit and the reader that cannot address blocks; a weight's blocks are stored once,
@@ -53,14 +55,37 @@ pub fn split_weights(g: &mut Graph, max_bytes: u64, max_bindings: usize) -> Resu
                 (Op::StridedCopy { offset: 0, strides }, 0)
                     if rank == 2 && *strides == [1, g.ty(c).shape[1] as i64] =>
                 {
-                    // A transpose of the weight: every reader must be a MatMul reading it as B (a tied LM head).
+                    // A transpose of the weight: every reader must be a MatMul reading it as B (a tied LM head)
+                    // or a lookup in it (onnxruntime-genai's fp32 builds tie the embedding to the LM head's
+                    // [hidden, vocab] weight so).
                     let t = node.outputs[0];
                     let readers = g.consumers(t);
-                    let all_b = readers.iter().all(|&m| g.node(m).op == Op::MatMul && g.node(m).inputs[1] == Some(t));
-                    if readers.is_empty() || !all_b || g.outputs.contains(&t) {
+                    let is_b = |m: NodeId| g.node(m).op == Op::MatMul && g.node(m).inputs[1] == Some(t);
+                    let is_lookup =
+                        |m: NodeId| g.node(m).op == (Op::Gather { axis: 0 }) && g.node(m).inputs[0] == Some(t);
+                    let lookups: Vec<NodeId> = readers.iter().copied().filter(|&m| is_lookup(m)).collect();
+                    let products: Vec<NodeId> = readers.iter().copied().filter(|&m| is_b(m)).collect();
+                    let plain = g.const_data(c).is_some_and(|d| d.data.blocks().is_none());
+                    if readers.is_empty()
+                        || lookups.len() + products.len() != readers.len()
+                        || g.outputs.contains(&t)
+                        || (!lookups.is_empty() && !plain)
+                    {
                         return Err(refuse("its transpose is read by other than matrix products"));
                     }
-                    for m in readers {
+                    if !lookups.is_empty() {
+                        // The lookups read a transposed copy of the table, in blocks of rows (stored once more).
+                        let table = transposed(g.const_data(c).expect("a constant"));
+                        let name = format!("{}.transposed", g.value(c).name);
+                        let copy = g.add_const(name, table);
+                        for &m in &lookups {
+                            let mut inputs = g.node(m).inputs.clone();
+                            inputs[0] = Some(copy);
+                            g.set_inputs(m, inputs);
+                            gather(g, m, copy, max_bytes, max_bindings)?;
+                        }
+                    }
+                    for m in products {
                         transposed_product(g, m, r, c, max_bytes)?;
                     }
                     g.remove_node(r);
@@ -73,6 +98,18 @@ pub fn split_weights(g: &mut Graph, max_bytes: u64, max_bindings: usize) -> Resu
     // Each reader cut its own blocks; the readers of one weight (a tied table's lookup and LM head) share them.
     crate::dedupe_constants(g);
     Ok(())
+}
+
+/// A 2-D constant transposed.
+fn transposed(t: &Tensor) -> Tensor {
+    let (rows, cols) = (t.shape[0], t.shape[1]);
+    let data = match &t.data {
+        wgslc_ir::Data::F32(v) => {
+            wgslc_ir::Data::F32((0..rows * cols).map(|i| v[(i % rows) * cols + i / rows]).collect())
+        }
+        d => d.gather(&(0..rows * cols).map(|i| (i % rows) * cols + i / rows).collect::<Vec<_>>()),
+    };
+    Tensor { dtype: t.dtype, shape: vec![cols, rows], data }
 }
 
 /// Which way a product's constant operand is cut, and so along which output axis the blocks join.

@@ -213,12 +213,14 @@ impl Session {
                 prefill.input_ids,
                 words(input(prefill.input_ids).0, (0..n).map(|i| chunk.get(i).copied().unwrap_or(pad))),
             );
-            // A prefill step that writes in place sees every key at its position; otherwise its own keys come
-            // after the window's rows.
+            // A prefill step that writes in place sees every key at its position, the whole chunk unmasked (its
+            // padding comes after the real tokens, which causality hides from them: a mask derived from the
+            // attention mask's sum then puts the chunk at its positions); otherwise its own keys come after the
+            // window's rows.
             let at_positions = prefill.cache_row.is_some();
             let keys = if at_positions { d.capacity } else { d.rows + n };
             let mask = (0..keys).map(|j| {
-                i64::from(if at_positions { j < pos + real } else { j < pos || (j >= d.rows && j < d.rows + real) })
+                i64::from(if at_positions { j < pos + n } else { j < pos || (j >= d.rows && j < d.rows + real) })
             });
             write(prefill.attention_mask, words(input(prefill.attention_mask).0, mask));
             if let Some(p) = prefill.position_ids {

@@ -474,11 +474,11 @@ export class Session {
         const real = chunk.length;
         const pad = chunk[real - 1];
         write(prefill.input_ids, range(n, (i) => (i < real ? chunk[i] : pad)));
-        // A prefill step that writes in place sees every key at its position; otherwise its own keys come after
-        // the window's rows.
+        // A prefill step that writes in place sees every key at its position, the whole chunk unmasked (its padding
+        // after the real tokens, which causality hides from them); otherwise its own keys come after the window's rows.
         const atPositions = prefill.cache_row != null;
         const keys = atPositions ? d.capacity : d.rows + n;
-        write(prefill.attention_mask, range(keys, (j) => (atPositions ? j < pos + real : j < pos || (j >= d.rows && j < d.rows + real)) ? 1 : 0));
+        write(prefill.attention_mask, range(keys, (j) => (atPositions ? j < pos + n : j < pos || (j >= d.rows && j < d.rows + real)) ? 1 : 0));
         if (prefill.position_ids != null) write(prefill.position_ids, range(n, (i) => pos + Math.min(i, real - 1)));
         if (prefill.cache_position != null) write(prefill.cache_position, range(n, (i) => (atPositions ? pos : d.rows) + i));
         if (atPositions) write(prefill.cache_row, [pos]);

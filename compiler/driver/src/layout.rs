@@ -130,8 +130,9 @@ pub(crate) fn prove(
             // The compiled step, with what the runtimes write into its inputs (runtime/src/generate.rs).
             let n = step.tokens;
             let (mask, map, window): (Vec<bool>, Vec<usize>, usize) = if step.cache_row.is_some() {
-                // In place: every key at its position, the rows after the step's real tokens masked.
-                ((0..cache_rows).map(|j| j < total).collect(), (0..total).collect(), cache_rows)
+                // In place: every key at its position, the rows after the step's tokens masked (a prefill chunk's
+                // padding unmasked, after its real tokens).
+                ((0..cache_rows).map(|j| j < p.past + n).collect(), (0..total).collect(), cache_rows)
             } else {
                 let rows = layout.rows;
                 let mask = (0..rows + n).map(|j| j < p.past || (j >= rows && j < rows + p.real)).collect();

@@ -215,9 +215,12 @@ fn import_model(
     };
     // Each step imported at its shapes, then rewritten into one graph (`wgslc_passes::DecoderPlan`).
     let source = source::Source::open(model)?;
+    let mut io = io;
+    let genai = source.genai_dims(&io.dims);
+    io.dims.extend(genai);
     let mut kv = kv.clone();
     kv.fixed.extend(opts.constants.keys().cloned());
-    let plan = wgslc_passes::DecoderPlan::new(&source.signature()?, &kv, cache)?;
+    let plan = wgslc_passes::DecoderPlan::new(&source.signature(&io.dims)?, &kv, cache)?;
     let mut steps = Vec::new();
     for kind in [wgslc_passes::StepKind::Decode, wgslc_passes::StepKind::Prefill] {
         let mut io = io.clone();

@@ -3,7 +3,7 @@
 //! frontend reads it.
 
 use crate::CompileError;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use wgslc_ir::{Graph, ImportOptions, Signature};
@@ -35,12 +35,36 @@ impl Source {
         }
     }
 
-    /// The model's run-time inputs (each dim its size, or `None` where symbolic) and outputs.
-    pub(crate) fn signature(&self) -> Result<Signature, CompileError> {
+    /// The model's run-time inputs (each dim its size, or `None` where symbolic and not bound in `dims`) and
+    /// outputs.
+    pub(crate) fn signature(&self, dims: &HashMap<String, usize>) -> Result<Signature, CompileError> {
         Ok(match self {
-            Source::Onnx { proto, .. } => wgslc_onnx::signature(proto)?,
+            Source::Onnx { proto, .. } => wgslc_onnx::signature(proto, dims)?,
             Source::Pt2 { path } => wgslc_pt2::signature_file(path)?,
         })
+    }
+
+    /// onnxruntime-genai's convention: a model beside its `genai_config.json` declares the caches' head size as a
+    /// symbolic dim (`[batch_size, kv_heads, past_sequence_length, kv_cache_dim]`) and gives it in the config as
+    /// `model.decoder.head_size`. Returns that dim's binding where the config gives it and `dims` does not.
+    pub(crate) fn genai_dims(&self, dims: &HashMap<String, usize>) -> HashMap<String, usize> {
+        let Source::Onnx { proto, dir, .. } = self else { return HashMap::new() };
+        let Ok(text) = std::fs::read_to_string(dir.join("genai_config.json")) else { return HashMap::new() };
+        let config: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let decoder = &config["model"]["decoder"];
+        let Some(head) = decoder["head_size"].as_u64() else { return HashMap::new() };
+        let pattern = decoder["inputs"]["past_key_names"].as_str().unwrap_or("past_key_values.%d.key");
+        let prefix = pattern.split("%d").next().unwrap_or_default();
+        let graph_inputs = proto.graph.as_ref().map(|g| g.input.as_slice()).unwrap_or_default();
+        let mut bound = HashMap::new();
+        for input in graph_inputs.iter().filter(|i| !prefix.is_empty() && i.name.starts_with(prefix)) {
+            if let Some(Some(name)) = wgslc_onnx::dim_names(proto, &input.name).last() {
+                if !dims.contains_key(name) {
+                    bound.insert(name.clone(), head as usize);
+                }
+            }
+        }
+        bound
     }
 
     pub(crate) fn import(&self, io: &ImportOptions) -> Result<Graph, CompileError> {

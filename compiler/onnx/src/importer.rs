@@ -13,6 +13,9 @@ pub(crate) struct Importer<'a> {
     pub(crate) names: HashMap<String, ValueId>,
     pub(crate) opset: i64,
     pub(crate) model_dir: Option<&'a Path>,
+    /// Values lowerings compute once for every node that reads the same inputs (GroupQueryAttention's positions
+    /// and rotary rows, alike in every layer), by what they are and the values they come from.
+    pub(crate) shared: HashMap<(&'static str, Vec<ValueId>), ValueId>,
 }
 
 /// Attribute lookup for one node, with errors that name it.
@@ -196,6 +199,7 @@ impl Importer<'_> {
                     scale: a.get("scale").map(|x| x.f),
                     softcap: a.float("softcap", 0.0),
                     qk_matmul_output_mode: a.int("qk_matmul_output_mode", 0),
+                    own_key_seen: false,
                 })
             }
             "DepthToSpace" => Op::DepthToSpace {
@@ -254,7 +258,7 @@ impl Importer<'_> {
                 let (Ok(rotary_dim), Ok(num_heads)) = (usize::try_from(rotary), usize::try_from(heads)) else {
                     return Err(a.err(format!("rotary_embedding_dim {rotary} or num_heads {heads} is negative")));
                 };
-                Op::RotaryEmbedding { interleaved: a.int("interleaved", 0) != 0, rotary_dim, num_heads }
+                Op::RotaryEmbedding { interleaved: a.int("interleaved", 0) != 0, rotary_dim, num_heads, doubled: false }
             }
             "GroupNormalization" => {
                 if opset < 21 {

@@ -19,7 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use wgslc_ir::{Graph, Tensor, TensorType};
 
-pub use opaque::{signature, without_large_weights};
+pub use opaque::{dim_names, signature, without_large_weights};
 pub use tensor::dtype_from_onnx;
 pub use wgslc_ir::ImportOptions;
 
@@ -146,7 +146,13 @@ pub fn import_model(model: &ModelProto, model_dir: Option<&Path>, opts: &ImportO
             reason: "sparse initializers are not supported".into(),
         });
     }
-    let mut imp = Importer { g: Graph::new(), names: HashMap::new(), opset: default_opset(model), model_dir };
+    let mut imp = Importer {
+        g: Graph::new(),
+        names: HashMap::new(),
+        opset: default_opset(model),
+        model_dir,
+        shared: HashMap::new(),
+    };
 
     for init in &graph.initializer {
         let t = tensor::decode(init, imp.model_dir)?;
@@ -204,6 +210,17 @@ pub fn import_model(model: &ModelProto, model_dir: Option<&Path>, opts: &ImportO
                 for (i, (d, &v)) in declared.dim.iter().zip(s).enumerate() {
                     if let Some(f) = d.dim_value.filter(|&f| f >= 0 && f as usize != v) {
                         return Err(bad(format!("--shape {}={}: dim {i} is fixed at {f}", inp.name, shown(s))));
+                    }
+                    // A dim the shape gives is a binding's use, and must agree with it.
+                    if let Some((p, &b)) = d.dim_param.as_ref().and_then(|p| opts.dims.get_key_value(p)) {
+                        if b != v {
+                            return Err(bad(format!(
+                                "--shape {}={}: dim {i} is '{p}', bound to {b}",
+                                inp.name,
+                                shown(s)
+                            )));
+                        }
+                        used_bindings.insert(p.clone());
                     }
                 }
             }

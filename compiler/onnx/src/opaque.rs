@@ -7,15 +7,19 @@ use crate::ImportError;
 use std::collections::{HashMap, HashSet};
 
 /// The run-time inputs (graph inputs that are not initializers) with their dims (`None` where symbolic or
-/// unknown), and the outputs, as the model declares them.
-pub fn signature(model: &ModelProto) -> Result<wgslc_ir::Signature, ImportError> {
+/// unknown, a symbolic dim named in `bound` its size there), and the outputs, as the model declares them.
+pub fn signature(model: &ModelProto, bound: &HashMap<String, usize>) -> Result<wgslc_ir::Signature, ImportError> {
     let g = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
     let inits: HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
     let dims = |v: &ValueInfoProto| -> Vec<Option<usize>> {
-        let shape = v.r#type.as_ref().and_then(|t| t.tensor_type.as_ref()).and_then(|t| t.shape.as_ref());
-        shape.map_or_else(Vec::new, |s| {
-            s.dim.iter().map(|d| d.dim_value.filter(|&v| v >= 0).map(|v| v as usize)).collect()
-        })
+        dims_of(v)
+            .map(|d| {
+                d.dim_value
+                    .filter(|&v| v >= 0)
+                    .map(|v| v as usize)
+                    .or_else(|| d.dim_param.as_ref().and_then(|p| bound.get(p)).copied())
+            })
+            .collect()
     };
     Ok(wgslc_ir::Signature {
         inputs: g
@@ -26,6 +30,19 @@ pub fn signature(model: &ModelProto) -> Result<wgslc_ir::Signature, ImportError>
             .collect(),
         outputs: g.output.iter().map(|o| o.name.clone()).collect(),
     })
+}
+
+/// The names of an input's symbolic dims (`None` for a fixed or unnamed one); empty for a name that is no input.
+pub fn dim_names(model: &ModelProto, input: &str) -> Vec<Option<String>> {
+    let Some(g) = model.graph.as_ref() else { return Vec::new() };
+    g.input.iter().find(|i| i.name == input).map_or_else(Vec::new, |i| {
+        dims_of(i).map(|d| d.dim_param.clone().filter(|p| d.dim_value.is_none() && !p.is_empty())).collect()
+    })
+}
+
+fn dims_of(v: &ValueInfoProto) -> impl Iterator<Item = &Dimension> {
+    let shape = v.r#type.as_ref().and_then(|t| t.tensor_type.as_ref()).and_then(|t| t.shape.as_ref());
+    shape.into_iter().flat_map(|s| s.dim.iter())
 }
 
 /// The model as the cache-layout proof imports it at its probe shapes: every initializer of `min_elements` or more

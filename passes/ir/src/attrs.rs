@@ -10,6 +10,10 @@ pub struct AttentionAttrs {
     pub scale: Option<f32>,
     pub softcap: f32,
     pub qk_matmul_output_mode: i64,
+    /// onnxruntime's GroupQueryAttention: every query sees at least its own key (so no row is masked out whole
+    /// and none needs zeroing), and the scale multiplies the scores, as onnxruntime's kernels apply it, rather
+    /// than its square root each of Q and K.
+    pub own_key_seen: bool,
 }
 
 /// The cell of an ONNX recurrence (LSTM, GRU, RNN).

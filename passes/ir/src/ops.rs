@@ -474,10 +474,15 @@ pub enum Op {
     /// `[batch, seq, hidden]` of `num_heads` heads; the first `rotary_dim` elements of each head (all for 0)
     /// rotated by the cos and sin rows of each token's position (`position_ids` into `[positions, rotary/2]`
     /// caches, or the caches given per token as `[batch, seq, rotary/2]`), as halves or `interleaved` pairs.
+    ///
+    /// `doubled` is wgslc's own form (GroupQueryAttention's lowering builds it once for every layer): per-token
+    /// caches `[batch, seq, rotary]` whose halves are alike, so that the rotation is `x · cos + rotate_half(x) ·
+    /// sin`, one elementwise kernel that an attention kernel can fold; halves only, no `position_ids`.
     RotaryEmbedding {
         interleaved: bool,
         rotary_dim: usize,
         num_heads: usize,
+        doubled: bool,
     },
     InstanceNorm {
         epsilon: f32,

@@ -135,11 +135,19 @@ pub(super) fn attention(
         v4 = rep(b, v4, &vs)?;
     }
 
-    let sc = b.scalar(dt, scale);
-    let qs_ = b.bin(BinaryOp::Mul, q4, sc)?;
-    let ks_ = b.bin(BinaryOp::Mul, k4, sc)?;
-    let kt = b.transpose(ks_, &[0, 1, 3, 2])?;
-    let mut qk = b.op(Op::MatMul, &[Some(qs_), Some(kt)])?;
+    let mut qk = if at.own_key_seen {
+        // The scores scaled after the product (K read as it is: from the cache, by the attention kernel).
+        let kt = b.transpose(k4, &[0, 1, 3, 2])?;
+        let p = b.op(Op::MatMul, &[Some(q4), Some(kt)])?;
+        let sc = b.scalar(dt, scale * scale);
+        b.bin(BinaryOp::Mul, p, sc)?
+    } else {
+        let sc = b.scalar(dt, scale);
+        let qs_ = b.bin(BinaryOp::Mul, q4, sc)?;
+        let ks_ = b.bin(BinaryOp::Mul, k4, sc)?;
+        let kt = b.transpose(ks_, &[0, 1, 3, 2])?;
+        b.op(Op::MatMul, &[Some(qs_), Some(kt)])?
+    };
     let raw_qk = qk;
     if at.softcap > 0.0 {
         let c = b.scalar(dt, at.softcap as f64);
@@ -153,7 +161,7 @@ pub(super) fn attention(
         None => qk,
     };
     let mut p = b.op(Op::Softmax { axis: -1, legacy: false, log: false }, &[Some(with_bias)])?;
-    if let Some(m) = bias {
+    if let Some(m) = bias.filter(|_| !at.own_key_seen) {
         // Rows whose bias is -inf everywhere attend to nothing: zero them.
         let ax = b.ints(&[-1]);
         let mx = b.op(

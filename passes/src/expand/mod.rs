@@ -411,9 +411,7 @@ pub(crate) fn expand(g: &mut Graph, n: NodeId) -> Result<Vec<NodeId>, PassError>
             let on = b.op(Op::Slice, &[Some(values), Some(s1), Some(e2)])?;
             vec![Some(b.op(Op::Where, &[Some(hit), Some(on), Some(off)])?)]
         }
-        Op::RotaryEmbedding { interleaved, rotary_dim, num_heads } => {
-            vec![Some(rotary_embedding(&mut b, &node, &xt, *interleaved, *rotary_dim, *num_heads, &err)?)]
-        }
+        Op::RotaryEmbedding { .. } => vec![Some(rotary_embedding(&mut b, &node, &xt, &err)?)],
         Op::Hardmax { axis, legacy } => {
             let r = xt.rank() as i64;
             let a = if *axis < 0 { axis + r } else { *axis };
@@ -524,12 +522,15 @@ fn rotary_embedding(
     b: &mut Builder<'_>,
     node: &wgslc_ir::Node,
     xt: &TensorType,
-    interleaved: bool,
-    rotary_dim: usize,
-    num_heads: usize,
     err: &dyn Fn(String) -> PassError,
 ) -> Result<ValueId, PassError> {
+    let Op::RotaryEmbedding { interleaved, rotary_dim, num_heads, doubled } = node.op else {
+        unreachable!("a RotaryEmbedding node")
+    };
     let input = |i: usize| node.inputs.get(i).copied().flatten();
+    if doubled && (interleaved || input(3).is_some()) {
+        return Err(err("doubled tables rotate halves, per token".into()));
+    }
     let (Some(x), Some(cos), Some(sin)) = (input(0), input(1), input(2)) else {
         return Err(err("needs its input and the cos and sin caches".into()));
     };
@@ -549,13 +550,14 @@ fn rotary_embedding(
         return Err(err(format!("rotary_embedding_dim {rot} must be even and at most the head size {head}")));
     }
     let half = rot / 2;
-    // Each token's rows, [batch, seq, half], then broadcast over the heads axis.
+    let width = if doubled { rot } else { half };
+    // Each token's rows, [batch, seq, width], then broadcast over the heads axis.
     let rows = |b: &mut Builder<'_>, cache: ValueId| -> Result<ValueId, PassError> {
         let r = match input(3) {
             Some(p) => b.op(Op::Gather { axis: 0 }, &[Some(cache), Some(p)])?,
             None => cache,
         };
-        let mut shape = vec![batch, seq, half];
+        let mut shape = vec![batch, seq, width];
         shape.insert(heads_axis, 1);
         Ok(b.reshape(r, &shape)?)
     };
@@ -565,26 +567,33 @@ fn rotary_embedding(
         b.op(Op::Slice, &[Some(v), Some(st), Some(en), Some(ax), Some(sp)])
     };
     let rotated = if rot < head { slice(b, x4, 0, rot, 1)? } else { x4 };
-    let (x1, x2) = if interleaved {
-        (slice(b, rotated, 0, rot, 2)?, slice(b, rotated, 1, rot, 2)?)
+    let y = if doubled {
+        // x · [cos, cos] + rotate_half(x) · [sin, sin]: one elementwise expression.
+        let turned = b.op(Op::RotateHalf, &[Some(rotated)])?;
+        let (xc, ts) = (b.bin(BinaryOp::Mul, rotated, cos)?, b.bin(BinaryOp::Mul, turned, sin)?);
+        b.bin(BinaryOp::Add, xc, ts)?
     } else {
-        (slice(b, rotated, 0, half, 1)?, slice(b, rotated, half, rot, 1)?)
-    };
-    let (x1c, x2s) = (b.bin(BinaryOp::Mul, x1, cos)?, b.bin(BinaryOp::Mul, x2, sin)?);
-    let real = b.bin(BinaryOp::Sub, x1c, x2s)?;
-    let (x1s, x2c) = (b.bin(BinaryOp::Mul, x1, sin)?, b.bin(BinaryOp::Mul, x2, cos)?);
-    let imag = b.bin(BinaryOp::Add, x1s, x2c)?;
-    let mut part = shape4.clone();
-    part[3] = rot;
-    let y = if interleaved {
-        let mut pair = shape4.clone();
-        pair[3] = half;
-        pair.push(1);
-        let (r, i) = (b.reshape(real, &pair)?, b.reshape(imag, &pair)?);
-        let pairs = b.op(Op::Concat { axis: 4 }, &[Some(r), Some(i)])?;
-        b.reshape(pairs, &part)?
-    } else {
-        b.op(Op::Concat { axis: 3 }, &[Some(real), Some(imag)])?
+        let (x1, x2) = if interleaved {
+            (slice(b, rotated, 0, rot, 2)?, slice(b, rotated, 1, rot, 2)?)
+        } else {
+            (slice(b, rotated, 0, half, 1)?, slice(b, rotated, half, rot, 1)?)
+        };
+        let (x1c, x2s) = (b.bin(BinaryOp::Mul, x1, cos)?, b.bin(BinaryOp::Mul, x2, sin)?);
+        let real = b.bin(BinaryOp::Sub, x1c, x2s)?;
+        let (x1s, x2c) = (b.bin(BinaryOp::Mul, x1, sin)?, b.bin(BinaryOp::Mul, x2, cos)?);
+        let imag = b.bin(BinaryOp::Add, x1s, x2c)?;
+        if interleaved {
+            let mut pair = shape4.clone();
+            pair[3] = half;
+            pair.push(1);
+            let (r, i) = (b.reshape(real, &pair)?, b.reshape(imag, &pair)?);
+            let pairs = b.op(Op::Concat { axis: 4 }, &[Some(r), Some(i)])?;
+            let mut part = shape4.clone();
+            part[3] = rot;
+            b.reshape(pairs, &part)?
+        } else {
+            b.op(Op::Concat { axis: 3 }, &[Some(real), Some(imag)])?
+        }
     };
     let y = if rot < head {
         let passed = slice(b, x4, rot, head, 1)?;

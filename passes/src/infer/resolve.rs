@@ -312,7 +312,7 @@ pub(super) fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         }
         Op::RotateHalf => {
             let x = cx.ty(0)?.clone();
-            if x.dtype != DType::F32 || x.shape.last().is_none_or(|&w| w % 2 != 0) {
+            if !x.dtype.is_float() || x.shape.last().is_none_or(|&w| w % 2 != 0) {
                 return Err(cx.err("RotateHalf needs a float input with an even last dimension"));
             }
             one_input(cx, Op::RotateHalf, x)

@@ -319,6 +319,7 @@ impl Importer<'_> {
                     scale,
                     softcap: 0.0,
                     qk_matmul_output_mode: 0,
+                    own_key_seen: false,
                 };
                 self.finish(n, Op::Attention(attrs), &[Some(q), Some(k), Some(v), mask])
             }
