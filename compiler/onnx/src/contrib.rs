@@ -185,10 +185,10 @@ impl Importer<'_> {
             _ => return Err(a.err("key and value are given together, or neither (packed in query)")),
         };
         // The new tokens' positions [batch, seq]: seqlens_k + 1 - seq + i (alike in every layer: computed once).
-        let seq = self.emit(name, "seq", Op::Shape { start: 1, end: Some(2) }, &[Some(q)])?;
         let derived = match self.shared.get(&("positions", vec![seqlens])) {
             Some(&p) => p,
             None => {
+                let seq = self.emit(name, "seq", Op::Shape { start: 1, end: Some(2) }, &[Some(q)])?;
                 let (one, axes) = (ints(self, "one", &[1]), ints(self, "axes", &[1]));
                 let seqlens64 = self.emit(name, "seqlens", Op::cast(DType::I64), &[Some(seqlens)])?;
                 let seqlens64 = self.emit(name, "seqlens", Op::Unsqueeze, &[Some(seqlens64), Some(axes)])?;
@@ -218,7 +218,8 @@ impl Importer<'_> {
                 _ => return Err(a.err("cos_cache must be a 2-D initializer [positions, rotary / 2]")),
             };
             let positions = at(9).unwrap_or(derived);
-            // Each token's cos and sin rows [batch, seq, rotary / 2], looked up once for every layer.
+            // Each token's cos and sin rows [batch, seq, rotary / 2] (doubled: rotary), looked up once for every
+            // layer.
             let rows = |s: &mut Self, what: &'static str, table: ValueId| -> Result<ValueId, ImportError> {
                 let key = (what, vec![table, positions]);
                 if let Some(&r) = s.shared.get(&key) {
@@ -267,7 +268,6 @@ impl Importer<'_> {
             };
             present.push(out);
         }
-        // The mask [batch, 1, seq, keys]: key j seen by the query at position p iff p - window < j <= p.
         // The mask [batch, 1, seq, total]: key j seen by the query at position p iff p - window < j <= p, over
         // total_sequence_length keys (the present's length, past and new); without a window alike in every layer,
         // built once (a window may differ between layers: Gemma 2 alternates).
@@ -327,23 +327,9 @@ impl Importer<'_> {
         let node = self.g.node(self.g.value(v).producer?);
         let Op::Reshape { allowzero } = node.op else { return None };
         let (x, shape) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
-        let (x, shape) = (self.g.const_data(x)?, self.g.const_data(shape)?.to_f64());
-        let numel: usize = x.shape.iter().product();
-        let mut dims: Vec<Option<usize>> = shape
-            .iter()
-            .enumerate()
-            .map(|(i, &d)| match d as i64 {
-                0 if !allowzero => x.shape.get(i).copied(),
-                -1 => None,
-                d => usize::try_from(d).ok(),
-            })
-            .collect();
-        let known: usize = dims.iter().flatten().product();
-        if let Some(free) = dims.iter().position(Option::is_none) {
-            dims[free] = (known > 0 && numel.is_multiple_of(known)).then(|| numel / known);
-        }
-        let dims: Vec<usize> = dims.into_iter().collect::<Option<_>>()?;
-        (dims.iter().product::<usize>() == numel).then(|| Tensor { shape: dims, ..x.clone() })
+        let (x, spec) = (self.g.const_data(x)?, self.g.const_data(shape)?.to_i64());
+        let dims = wgslc_ir::reshape_target(&x.shape, &spec, allowzero).ok()?;
+        Some(Tensor { shape: dims, ..x.clone() })
     }
 
     /// A constant input, by slot: its tensor, or an error naming it.

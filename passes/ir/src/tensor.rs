@@ -183,6 +183,35 @@ impl Tensor {
     }
 }
 
+/// ONNX Reshape's output shape for an input of shape `input` and the shape input `spec`: a 0 copies the input's
+/// dim at that index (unless `allowzero`), one -1 takes what the others leave.
+pub fn reshape_target(input: &[usize], spec: &[i64], allowzero: bool) -> Result<Vec<usize>, String> {
+    let mut shape = Vec::with_capacity(spec.len());
+    let mut infer_at = None;
+    for (i, &s) in spec.iter().enumerate() {
+        match s {
+            -1 if infer_at.is_none() => {
+                infer_at = Some(i);
+                shape.push(1);
+            }
+            0 if !allowzero => {
+                shape.push(*input.get(i).ok_or_else(|| format!("shape[{i}] = 0 copies a dim the input lacks"))?)
+            }
+            s if s >= 0 => shape.push(s as usize),
+            _ => return Err(format!("invalid shape {spec:?}")),
+        }
+    }
+    let numel: usize = input.iter().product();
+    if let Some(i) = infer_at {
+        let known: usize = shape.iter().product();
+        if known == 0 || !numel.is_multiple_of(known) {
+            return Err(format!("cannot reshape {input:?} to {spec:?}"));
+        }
+        shape[i] = numel / known;
+    }
+    Ok(shape)
+}
+
 /// Row-major strides of a shape, in elements.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];

@@ -484,30 +484,7 @@ pub(super) fn resolve(cx: &Ctx) -> Result<Resolved, PassError> {
         Op::Reshape { allowzero } => {
             let x = cx.ty(0)?.clone();
             let spec = cx.const_input(1, "shape")?.ok_or_else(|| cx.err("missing shape"))?.to_i64();
-            let mut shape = Vec::with_capacity(spec.len());
-            let mut infer_at = None;
-            for (i, &s) in spec.iter().enumerate() {
-                match s {
-                    -1 if infer_at.is_none() => {
-                        infer_at = Some(i);
-                        shape.push(1);
-                    }
-                    0 if !allowzero => shape.push(
-                        *x.shape
-                            .get(i)
-                            .ok_or_else(|| cx.err(format!("shape[{i}] = 0 copies a dim the input lacks")))?,
-                    ),
-                    s if s >= 0 => shape.push(s as usize),
-                    _ => return Err(cx.err(format!("invalid shape {spec:?}"))),
-                }
-            }
-            if let Some(i) = infer_at {
-                let known: usize = shape.iter().product();
-                if known == 0 || x.numel() % known != 0 {
-                    return Err(cx.err(format!("cannot reshape {:?} to {spec:?}", x.shape)));
-                }
-                shape[i] = x.numel() / known;
-            }
+            let shape = wgslc_ir::reshape_target(&x.shape, &spec, allowzero).map_err(|e| cx.err(e))?;
             alias(cx, shape)
         }
         Op::Flatten { axis } => {
