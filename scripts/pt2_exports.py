@@ -8,11 +8,15 @@ Each model is exported the way the PyTorch docs say to: `ep = torch.export.expor
 .run_decompositions(); torch.export.save(ep, "model.pt2")` (the core ATen dialect). Some are also saved
 - without `run_decompositions()` (`*_training_ir`: the default training-IR dialect, aten.linear, aten.layer_norm,
   aten.softmax.int, ...);
-- in the archive layout of torch 2.6/2.7 (`*_layout26`: a flat ZIP of `serialized_exported_program.json` and a
-  `torch.save` pickle `serialized_state_dict.pt`) and of torch 2.8 (`*_layout28`: today's layout with the weights as
-  one pickle `data/weights/model.pt`). These are written with this torch's own serializer in the older layouts (the
-  graph JSON is the same schema family, major version 8), since one device cannot hold two torch versions;
 - with a dynamic batch dim (`mlp_dynamic`: meta.json binds the symbol torch names, e.g. `s77`).
+
+`--versioned` names each case after the torch that runs the script (`mlp_torch26`, ...) and writes only the core
+ATen cases and `mlp_dynamic`: run it under each torch version users have, so that the archives are the ones that
+version writes (torch 2.6/2.7: a flat ZIP of `serialized_exported_program.json` and `torch.save` pickles, non-finite
+floats as bare `-Infinity` in the JSON; torch 2.8: `<root>/models/model.json` with the weights as one pickle; torch
+≥ 2.9: one raw file per weight). testdata/pt2's `*_torch26` and `*_torch28` cases were written by torch 2.6.0 and
+2.8.0 from PyPI on CPU, `--models mlp,cnn,nanogpt,llama_block` (transformers 4.57's GPT-2 and Llama do not
+export under those versions).
 
 OUT_DIR/<case>/ gets testdata's case layout: model.pt2, input_<i>.npy, output_<i>.npy (torch's eager outputs, fp32),
 and meta.json where a dim must be bound (or where the .pt2 and ONNX dispatch counts are known to differ: that
@@ -32,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import traceback
-import zipfile
 
 import numpy as np
 import torch
@@ -133,34 +136,6 @@ def models(names):
             raise SystemExit(f"unknown model '{name}' (known: {', '.join(DEFAULT + EXTRA)})")
 
 
-def legacy_archive(ep, path, layout):
-    from torch._export.serde.schema import SCHEMA_VERSION
-    from torch._export.serde.serialize import serialize
-
-    art = serialize(ep)
-    if layout == "26":
-        with zipfile.ZipFile(path, "w") as z:
-            z.writestr("serialized_exported_program.json", art.exported_program)
-            z.writestr("serialized_state_dict.pt", art.state_dict)
-            z.writestr("serialized_constants.pt", art.constants)
-            z.writestr("serialized_example_inputs.pt", art.example_inputs)
-            z.writestr("version", ".".join(map(str, SCHEMA_VERSION)))
-        return
-    # 2.8: today's archive, the weights and constants as one pickle each.
-    tmp = path + ".new"
-    torch.export.save(ep, tmp)
-    with zipfile.ZipFile(tmp) as src, zipfile.ZipFile(path, "w") as dst:
-        root = src.namelist()[0].split("/")[0]
-        for info in src.infolist():
-            rel = info.filename[len(root) + 1:]
-            if rel.startswith("data/weights/") or rel.startswith("data/constants/"):
-                continue
-            dst.writestr(info, src.read(info.filename))
-        dst.writestr(f"{root}/data/weights/model.pt", art.state_dict)
-        dst.writestr(f"{root}/data/constants/model.pt", art.constants)
-    os.remove(tmp)
-
-
 def write_case(d, path_writer, args, ref, meta=None):
     # A known .pt2-vs-ONNX dispatch difference, written into meta.json by hand with its reason, is kept.
     try:
@@ -182,8 +157,9 @@ def write_case(d, path_writer, args, ref, meta=None):
             json.dump(meta, f, indent=1)
 
 
-def cases(names, onnx):
+def cases(names, onnx, versioned):
     """Yields (case dir name, writer, args, reference outputs, meta, onnx writer or None)."""
+    tag = "_torch" + "".join(torch.__version__.split("+")[0].split(".")[:2]) if versioned else ""
     for name, model, args in models(names):
         model.eval()
         with torch.no_grad():
@@ -195,19 +171,16 @@ def cases(names, onnx):
             torch.onnx.export(model, args, path, dynamo=True, opset_version=20, external_data=False,
                               input_names=[f"input_{i}" for i in range(len(args))], output_names=["output_0"])
 
-        yield name, (lambda p, ep=ep: torch.export.save(ep, p)), args, ref, None, onnx_writer if onnx else None
-        if name in ("nanogpt", "llama"):
+        onnx_writer = onnx_writer if onnx and not versioned else None
+        yield name + tag, (lambda p, ep=ep: torch.export.save(ep, p)), args, ref, None, onnx_writer
+        if name in ("nanogpt", "llama") and not versioned:
             yield f"{name}_training_ir", (lambda p, ep=ep_train: torch.export.save(ep, p)), args, ref, None, None
-        if name in ("mlp", "cnn"):
-            for layout in ("26", "28"):
-                yield (f"{name}_layout{layout}", (lambda p, ep=ep, lay=layout: legacy_archive(ep, p, lay)), args,
-                       ref, None, None)
         if name == "mlp":
             batch = torch.export.Dim("batch", min=1, max=64)
             ep_dyn = torch.export.export(model, args, dynamic_shapes=({0: batch},)).run_decompositions()
             syms = sorted(ep_dyn.range_constraints, key=str)
             meta = {"dims": {getattr(s, "name", str(s)): int(args[0].shape[0]) for s in syms}}
-            yield f"{name}_dynamic", (lambda p, ep=ep_dyn: torch.export.save(ep, p)), args, ref, meta, None
+            yield f"{name}_dynamic{tag}", (lambda p, ep=ep_dyn: torch.export.save(ep, p)), args, ref, meta, None
 
 
 def dispatches(wgslc, model, art, dims):
@@ -227,10 +200,12 @@ def main():
     ap.add_argument("--wgslc")
     ap.add_argument("--models", default=",".join(DEFAULT), help="comma-separated model names")
     ap.add_argument("--onnx", action="store_true", help="also export each model to ONNX (dynamo, opset 20)")
+    ap.add_argument("--versioned", action="store_true",
+                    help="name the cases after this torch (mlp_torch26, ...): the archives this version writes")
     a = ap.parse_args()
     print("torch", torch.__version__)
     rows = []
-    for case, writer, args, ref, meta, onnx_writer in cases(a.models.split(","), a.onnx or bool(a.wgslc)):
+    for case, writer, args, ref, meta, onnx_writer in cases(a.models.split(","), a.onnx or bool(a.wgslc), a.versioned):
         d = os.path.join(a.out, case)
         try:
             write_case(d, writer, args, ref, meta)

@@ -32,7 +32,8 @@ fn torch_exports_match_onnxruntime() {
 
 /// Programs saved by `torch.export.save` (`scripts/pt2_exports.py`), compiled from the .pt2 with torch's eager
 /// outputs as the reference: torch 2.11's archives in the core ATen dialect, one in the training-IR dialect, one
-/// with a dynamic batch bound by `--dim`, and the archive layouts of torch 2.6/2.7 and 2.8 (pickled weights).
+/// with a dynamic batch bound by `--dim`, and archives written by torch 2.6 and 2.8 themselves (`*_torch26`,
+/// `*_torch28`: pickled weights, bare `-Infinity` in torch 2.6's JSON).
 #[test]
 fn pt2_exports_match_torch() {
     common::run_suite("pt2");

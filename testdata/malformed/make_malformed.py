@@ -44,11 +44,11 @@ def rezip(src, dst, edit, compress=None):
 
 
 def pt2_cases(cases):
-    """Hostile .pt2 archives, derived from testdata/pt2/mlp (torch ≥ 2.9 layout) and mlp_layout26 (pickles)."""
+    """Hostile .pt2 archives, derived from testdata/pt2/mlp (torch ≥ 2.9 layout) and mlp_torch26 (torch 2.6: pickles)."""
     import io
     import zipfile
     src = os.path.join(D, "..", "pt2", "mlp", "model.pt2")
-    src26 = os.path.join(D, "..", "pt2", "mlp_layout26", "model.pt2")
+    src26 = os.path.join(D, "..", "pt2", "mlp_torch26", "model.pt2")
 
     def case(name, expect, edit=None, raw=None, base=src, compress=None):
         path = os.path.join(D, name)

@@ -5,6 +5,7 @@
 //! naming it.
 
 use serde::{Deserialize, Deserializer};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// The schema major version this reader knows (torch 2.6 to 2.11+ write 8).
@@ -221,6 +222,45 @@ impl<'de> Deserialize<'de> for Float {
     }
 }
 
+/// The program JSON with the bare `NaN`, `Infinity` and `-Infinity` that Python's `json` writes for non-finite
+/// floats (torch 2.6/2.7 serialize float arguments that way; JSON has no such numbers, so serde_json refuses them)
+/// quoted as strings, which [`Float`] reads. Outside strings, valid JSON holds no other `N` or `I`, so the rewrite
+/// changes nothing else; JSON without them is returned as it is.
+pub fn quote_non_finite(json: &[u8]) -> Cow<'_, [u8]> {
+    const TOKENS: [&[u8]; 3] = [b"NaN", b"Infinity", b"-Infinity"];
+    let mut out: Option<Vec<u8>> = None;
+    let (mut i, mut copied, mut in_string) = (0, 0, false);
+    while i < json.len() {
+        let c = json[i];
+        if in_string {
+            match c {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else if c == b'"' {
+            in_string = true;
+        } else if let Some(t) = TOKENS.iter().find(|t| json[i..].starts_with(t)) {
+            let o = out.get_or_insert_with(|| Vec::with_capacity(json.len() + 64));
+            o.extend_from_slice(&json[copied..i]);
+            o.push(b'"');
+            o.extend_from_slice(t);
+            o.push(b'"');
+            i += t.len();
+            copied = i;
+            continue;
+        }
+        i += 1;
+    }
+    match out {
+        None => Cow::Borrowed(json),
+        Some(mut o) => {
+            o.extend_from_slice(&json[copied..]);
+            Cow::Owned(o)
+        }
+    }
+}
+
 /// A size, stride or offset: an integer or a sympy expression over the program's symbols.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -266,4 +306,32 @@ pub struct PayloadMeta {
     #[serde(default)]
     pub use_pickle: bool,
     pub tensor_meta: Option<TensorMeta>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Python's `json.dumps(float("-inf"))` is `-Infinity`: quoted where it is a value, left alone inside strings.
+    #[test]
+    fn non_finite_numbers_read_as_floats() {
+        let json = br#"{"a": [-Infinity, Infinity, NaN, 1.5], "s": "NaN \"Infinity\" -Infinity", "t": true}"#;
+        let quoted = quote_non_finite(json);
+        assert_eq!(
+            std::str::from_utf8(&quoted).unwrap(),
+            r#"{"a": ["-Infinity", "Infinity", "NaN", 1.5], "s": "NaN \"Infinity\" -Infinity", "t": true}"#
+        );
+        #[derive(Deserialize)]
+        struct Doc {
+            a: Vec<Float>,
+            s: String,
+        }
+        let doc: Doc = serde_json::from_slice(&quoted).unwrap();
+        assert_eq!(doc.a[0].0, f64::NEG_INFINITY);
+        assert_eq!(doc.a[1].0, f64::INFINITY);
+        assert!(doc.a[2].0.is_nan());
+        assert_eq!(doc.s, "NaN \"Infinity\" -Infinity");
+        let plain = br#"{"a": 1}"#;
+        assert!(matches!(quote_non_finite(plain), Cow::Borrowed(_)));
+    }
 }
