@@ -118,6 +118,8 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
     }
     // Two of onnxruntime-genai's builder models: fp32, and int4 with float16 inputs and outputs.
     names.extend(["genai/qwen2_fp32_webgpu".to_string(), "genai/qwen2_int4_webgpu".to_string()]);
+    // And an optimum merged decoder (an If on use_cache_branch, the branch with past inputs compiled).
+    names.push("optimum/qwen2_optimum_merged".to_string());
     names.sort();
     let testdata = common::testdata();
     // One decoder also with bindings too small for its embedding table, LM head and gate/up weight: their blocks

@@ -154,6 +154,52 @@ fn genai_builder_models_give_onnxruntimes_tokens() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// optimum's merged decoders (`scripts/make_optimum.py`: `decoder_model_merged.onnx`, one `If` on
+/// `use_cache_branch` between the exports with and without past inputs) generate onnxruntime's greedy tokens (run
+/// as optimum runs them: the prompt's step without past, then with) without the user binding `use_cache_branch`:
+/// the in-place cache always gives a past, so the branch with past inputs is compiled (and written in place, as the
+/// export with past alone is: the If's outputs, Identities of the branch's Concats, are seen through). The `--legacy` export,
+/// which counts positions from the past's length (no `position_ids`), is refused before anything is written: the
+/// layout proof finds its rotary positions differ (they silently did before the proof compared constants).
+#[test]
+fn optimum_merged_decoders_give_onnxruntimes_tokens() {
+    let root = common::testdata().join("optimum");
+    let mut names: Vec<String> =
+        std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["llama_optimum_merged", "qwen2_optimum_legacy", "qwen2_optimum_merged"]);
+    let mut failures = Vec::new();
+    for name in &names {
+        let dir = root.join(name);
+        if std::fs::read_to_string(dir.join("meta.json")).unwrap().contains("\"kv_cache\": \"refused\"") {
+            let tmp = tempfile::tempdir().unwrap();
+            let art = tmp.path().join("art");
+            let s = |p: &Path| p.to_str().unwrap().to_string();
+            let r = wgslc(&["compile", &s(&dir.join("model.onnx")), "-o", &s(&art), "--kv-cache", "46"]);
+            let err = String::from_utf8_lossy(&r.stderr);
+            if r.status.success() || !err.contains("rotary tables") || !err.contains("needs position_ids") {
+                failures.push(format!("{name}: not refused for its positions: {err}"));
+            }
+            assert!(!art.exists(), "{name}: a refused compile wrote {}", art.display());
+            continue;
+        }
+        let (_dir, session) = compile(&format!("optimum/{name}"), 46, 4);
+        // The If's outputs are Identities of its branch's Concats: the decode step still writes in place.
+        let decode = session.plan().decoder.as_ref().unwrap().steps.iter().find(|st| st.name == "decode");
+        assert!(decode.unwrap().cache_row.is_some(), "{name}: the decode step writes its rows in place");
+        for k in 0..2 {
+            let prompt = ids(&npy(&dir.join(format!("prompt_{k}.npy"))));
+            let want = ids(&npy(&dir.join(format!("tokens_{k}.npy"))));
+            let opts = GenerateOptions { max_new_tokens: want.len() - prompt.len(), ..Default::default() };
+            let got = session.generate(&prompt, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            if got.tokens != want {
+                failures.push(format!("{name} prompt {k}: {:?}\n  onnxruntime {want:?}", got.tokens));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Bindings too small for the 64 KiB embedding table and the merged gate/up weight: split into blocks, the decode
 /// step looks the token up in one kernel over the table's blocks and runs the tied LM head and the gate/up
 /// product each as one kernel over their blocks, and the tokens are still torch's.

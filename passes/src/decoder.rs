@@ -110,6 +110,21 @@ pub struct StepLayout {
 }
 
 const ROLES: [&str; 4] = ["input_ids", "attention_mask", "position_ids", "cache_position"];
+/// optimum's merged decoders (`decoder_model_merged.onnx`) choose between their two exports with this input: an
+/// `If` runs the export that reads the past when it is true and the one without past inputs otherwise.
+const USE_CACHE_BRANCH: &str = "use_cache_branch";
+
+/// The inputs a decoder convention fixes that the user has not bound (`bound`): optimum's `use_cache_branch`, set
+/// true. The in-place cache always gives a step a past (its unused rows masked out), so every step runs the branch
+/// exported with past inputs — the graph the layout proof checks; the other branch is the same model exported
+/// without them, which optimum's exporter validated against the first (a prompt's first step with an empty past).
+pub fn convention_constants(sig: &Signature, bound: &HashSet<String>) -> Vec<(String, Tensor)> {
+    sig.inputs
+        .iter()
+        .filter(|(n, d)| n == USE_CACHE_BRANCH && !bound.contains(n) && d.iter().all(|&s| s == Some(1)))
+        .map(|(n, d)| (n.clone(), Tensor::bool(d.iter().flatten().copied().collect(), vec![true])))
+        .collect()
+}
 
 fn bad(name: &str, reason: impl Into<String>) -> PassError {
     PassError::Input { name: name.to_string(), reason: reason.into() }
@@ -356,6 +371,10 @@ impl DecoderPlan {
                 return Err(bad(past, format!("the imported model has no output '{present}' or no input '{past}'")));
             };
             let mut at = g.value(p).producer;
+            // Through Identities (an If's outputs are its branch's results under the node's names).
+            while let Some(n) = at.filter(|&n| matches!(g.node(n).op, Op::Identity)) {
+                at = g.node(n).inputs[0].and_then(|x| g.value(x).producer);
+            }
             if let Some(n) = at.filter(|&n| matches!(g.node(n).op, Op::Cast { to: DType::F32, .. })) {
                 if let Some(x) = g.node(n).inputs[0] {
                     if g.value(x).producer.is_some_and(|c| matches!(g.node(c).op, Op::Concat { .. })) {

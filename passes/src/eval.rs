@@ -1,7 +1,9 @@
 //! The host evaluator used by constant folding: resolved elementwise and layout ops on host tensors.
 //! Floats compute in f64 and round to the declared dtype; integers compute in i64 with wrapping arithmetic.
 
-use wgslc_ir::{broadcast_shapes, broadcast_strides, strided_indices, BinaryOp, DType, Data, Op, Tensor, UnaryOp};
+use wgslc_ir::{
+    broadcast_shapes, broadcast_strides, strided_indices, BinaryOp, DType, Data, Op, ScatterReduction, Tensor, UnaryOp,
+};
 
 /// Evaluates a resolved op on constant inputs; `None` if the op is not host-evaluable.
 pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorType]) -> Option<Vec<Tensor>> {
@@ -100,6 +102,8 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
             }
             Tensor::from_f64(out.dtype, out.shape.clone(), y)
         }
+        // ScatterND: the in-place slice assignment of a mask (`mask[..., :n] = mask[..., :n].masked_fill(..)`).
+        Op::Scatter { axis: None, reduction } => scatter_nd(inputs[0], inputs[1], inputs[2], *reduction)?,
         // Computed on the device only: constant inputs to these stay kernels (or are rewritten into the ops above
         // by shape inference first).
         wgslc_ir::import_level!()
@@ -125,10 +129,62 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out_types: &[wgslc_ir::TensorTyp
         | Op::CacheWrite { .. }
         | Op::GatherBlocks { .. }
         | Op::Recurrence(_)
-        | Op::Scatter { .. }
+        | Op::Scatter { axis: Some(_), .. }
         | Op::TileCopy => return None,
     };
     Some(vec![t])
+}
+
+/// ScatterND(data, indices, updates): each index tuple (the last axis of `indices`, `k` long, negative counting
+/// from the end) names a slice of `data` that the matching slice of `updates` replaces (or is combined with);
+/// `None` where an index is out of range or the shapes disagree.
+fn scatter_nd(data: &Tensor, indices: &Tensor, updates: &Tensor, reduction: ScatterReduction) -> Option<Tensor> {
+    let (&k, batch) = indices.shape.split_last()?;
+    if k == 0 || k > data.shape.len() || updates.shape[..] != [batch, &data.shape[k..]].concat()[..] {
+        return None;
+    }
+    let slice: usize = data.shape[k..].iter().product();
+    let strides = wgslc_ir::contiguous_strides(&data.shape);
+    let idx = indices.to_i64();
+    // Where each output element comes from: the data (its own index) or an update (data.len() + its index).
+    let mut source: Vec<usize> = (0..data.numel()).collect();
+    let mut writes: Vec<(usize, usize)> = Vec::new();
+    for (t, tuple) in idx.chunks(k.max(1)).enumerate().take(batch.iter().product()) {
+        let mut base = 0;
+        for (d, &i) in tuple.iter().enumerate().take(k) {
+            let n = data.shape[d] as i64;
+            let i = if i < 0 { i + n } else { i };
+            if !(0..n).contains(&i) {
+                return None;
+            }
+            base += i as usize * strides[d];
+        }
+        for e in 0..slice {
+            writes.push((base + e, t * slice + e));
+        }
+    }
+    if reduction == ScatterReduction::None {
+        for &(at, from) in &writes {
+            source[at] = data.numel() + from;
+        }
+        let all = Data::concat(&[&data.data, &updates.data]);
+        return Some(Tensor { dtype: data.dtype, shape: data.shape.clone(), data: all.gather(&source) });
+    }
+    if data.dtype == DType::Bool {
+        return None;
+    }
+    let (mut y, u) = (data.to_f64(), updates.to_f64());
+    for &(at, from) in &writes {
+        let (a, b) = (y[at], u[from]);
+        y[at] = match reduction {
+            ScatterReduction::Add => a + b,
+            ScatterReduction::Mul => a * b,
+            ScatterReduction::Max => a.max(b),
+            ScatterReduction::Min => a.min(b),
+            ScatterReduction::None => b,
+        };
+    }
+    Some(Tensor::from_f64(data.dtype, data.shape.clone(), y))
 }
 
 /// Batched, broadcasting MatMul on the host, for at most 2^22 multiply-adds.

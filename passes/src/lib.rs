@@ -22,7 +22,9 @@ mod schedule;
 mod split;
 mod tabulate;
 
-pub use decoder::{CacheLayout, DecoderLayout, DecoderPlan, KvCache, StepKind, StepLayout, PREFILL};
+pub use decoder::{
+    convention_constants, CacheLayout, DecoderLayout, DecoderPlan, KvCache, StepKind, StepLayout, PREFILL,
+};
 pub use dedupe::dedupe_constants;
 pub use infer::infer_shapes;
 pub use lower::{

@@ -27,8 +27,8 @@ pub struct SoftmaxBias {
 pub struct Probed {
     /// Every Softmax that `within` accepts, in graph order.
     pub softmaxes: Vec<SoftmaxBias>,
-    /// Values computed from the given inputs that a node computing from other data reads outside the Softmax score
-    /// chains (positions, rotary tables, masks used elsewhere), by value name.
+    /// Values computed from the given inputs, and float constants, that a node computing from other data reads
+    /// outside the Softmax score chains (positions, rotary tables, masks used elsewhere), by value name.
     pub frontier: Vec<(String, Arc<Tensor>)>,
 }
 
@@ -57,15 +57,26 @@ pub fn probe(g: &Graph, given: &[(ValueId, Tensor)], within: impl Fn(&str) -> bo
         known.insert(*v, Arc::new(t.clone()));
         derived.insert(*v);
     }
+    // Constants computed here from constants alone.
+    let mut computed: HashSet<ValueId> = HashSet::new();
     let order = g.topo_order()?;
     for &n in &order {
         let node = g.node(n);
         let ins: Option<Vec<&Tensor>> = node.inputs.iter().flatten().map(|v| known.get(v).map(|t| &**t)).collect();
         let Some(ins) = ins else { continue };
+        let types: Vec<_> = node.outputs.iter().map(|&o| g.ty(o).clone()).collect();
         if !node.inputs.iter().flatten().any(|v| derived.contains(v)) {
+            // Constants alone: shape inference folded what `eval` computes, but not the ops it leaves to kernels
+            // (a Trilu over a constant causal mask): those are computed here, and what reads them, as constants.
+            let after_extra = node.inputs.iter().flatten().any(|v| computed.contains(v));
+            let outs = eval_extra(&node.op, &ins, &types)
+                .or_else(|| after_extra.then(|| eval(&node.op, &ins, &types)).flatten());
+            for (&o, t) in node.outputs.iter().zip(outs.into_iter().flatten()) {
+                known.insert(o, Arc::new(t));
+                computed.insert(o);
+            }
             continue;
         }
-        let types: Vec<_> = node.outputs.iter().map(|&o| g.ty(o).clone()).collect();
         let Some(outs) = eval(&node.op, &ins, &types).or_else(|| eval_extra(&node.op, &ins, &types)) else { continue };
         for (&o, t) in node.outputs.iter().zip(outs) {
             known.insert(o, Arc::new(t));
@@ -100,7 +111,10 @@ pub fn probe(g: &Graph, given: &[(ValueId, Tensor)], within: impl Fn(&str) -> bo
             continue;
         }
         for v in node.inputs.iter().flatten() {
-            if derived.contains(v) && seen.insert(*v) {
+            // Float constants too: a model may compute its positions, and so its rotary tables, from the cache's
+            // length (a Shape of the past), which the compiled steps fix; those fold into constants that differ.
+            let float_constant = known.contains_key(v) && g.ty(*v).dtype.is_float();
+            if (derived.contains(v) || float_constant) && seen.insert(*v) {
                 probed.frontier.push((g.value(*v).name.clone(), known[v].clone()));
             }
         }

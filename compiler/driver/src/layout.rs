@@ -267,8 +267,9 @@ fn compare(
         let Some(c) = compiled_frontier.get(format!("{prefix}{name}").as_str()) else { continue };
         if !same_over_real(r, c, p.real) {
             return Err(format!(
-                "'{name}', computed from the loop's inputs (positions, masks), differs between the model's own cache \
-                 and the compiled cache layout: wgslc has no cache layout for this model"
+                "'{name}', computed from the loop's inputs or the cache's shape (positions, masks, rotary tables), \
+                 differs between the model's own cache and the compiled cache layout: wgslc has no cache layout for \
+                 this model (a model that counts positions from the past's length needs position_ids as an input)"
             ));
         }
     }

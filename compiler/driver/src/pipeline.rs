@@ -197,6 +197,24 @@ impl<'a> Run<'a> {
     }
 }
 
+/// With `--kv-cache`, the options with the inputs a decoder convention fixes bound as constants (optimum's
+/// `use_cache_branch`, [`wgslc_passes::convention_constants`]) where the user has not bound them; `None` when
+/// there are none.
+fn decoder_conventions(model: &Path, opts: &CompileOptions) -> Result<Option<CompileOptions>, CompileError> {
+    if opts.kv_cache.is_none() {
+        return Ok(None);
+    }
+    let source = crate::source::Source::open(model)?;
+    let bound = opts.constants.keys().cloned().collect();
+    let fixed = wgslc_passes::convention_constants(&source.signature(&opts.dims)?, &bound);
+    if fixed.is_empty() {
+        return Ok(None);
+    }
+    let mut opts = opts.clone();
+    opts.constants.extend(fixed);
+    Ok(Some(opts))
+}
+
 /// Runs the pipeline on a model file up to and including stage `stop_after` (every stage when `None`).
 pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Result<Compiled, CompileError> {
     if let Some(s) = stop_after.filter(|s| !stages().contains(s)) {
@@ -204,6 +222,8 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     }
     let ranged_opts = check_ranges(opts)?;
     let opts = ranged_opts.as_ref().unwrap_or(opts);
+    let conventional = decoder_conventions(model, opts)?;
+    let opts = conventional.as_ref().unwrap_or(opts);
     let mut r = Run::new(model, opts, Graph::new(), None);
     r.stages(None, stop_after)?;
     if stop_after.is_none() {

@@ -52,6 +52,31 @@ fn constant_arithmetic_folds_and_runtime_arithmetic_stays() {
     assert_eq!(g.const_data(ab).unwrap().to_f64(), vec![10.0, 20.0, 30.0]);
 }
 
+/// A ScatterND of constants folds (a mask's slice assignment), negative indices counting from the end; the
+/// reductions combine with the data.
+#[test]
+fn constant_scatter_nd_folds() {
+    for (reduction, want) in [
+        (wgslc_ir::ScatterReduction::None, vec![1.0, 2.0, 7.0, 8.0, 5.0, 6.0]),
+        (wgslc_ir::ScatterReduction::Add, vec![1.0, 2.0, 10.0, 12.0, 5.0, 6.0]),
+    ] {
+        let mut g = Graph::new();
+        let x = f32_input(&mut g, "x", &[3, 2]);
+        let data = g.add_const("data", Tensor::f32(vec![3, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        let idx = g.add_const("idx", Tensor::i64(vec![1, 1], vec![-2]));
+        let upd = g.add_const("upd", Tensor::f32(vec![1, 2], vec![7.0, 8.0]));
+        let s = g.add_value("s", None);
+        let op = Op::Scatter { axis: None, reduction };
+        g.add_node("scatter", op, vec![Some(data), Some(idx), Some(upd)], vec![s]).unwrap();
+        let y = g.add_value("y", None);
+        g.add_node("add", Op::Binary(BinaryOp::Add), vec![Some(x), Some(s)], vec![y]).unwrap();
+        g.outputs.push(y);
+        run_pipeline(&mut g, None).unwrap();
+        assert_eq!(g.num_nodes(), 1);
+        assert_eq!(g.const_data(s).unwrap().to_f64(), want);
+    }
+}
+
 #[test]
 fn runtime_shape_input_is_a_clear_error() {
     let mut g = Graph::new();
