@@ -22,6 +22,11 @@ const CASES: [&str; 6] = [
 /// outputs paired with the cache inputs by position.
 const PT2_CASES: [&str; 2] = ["qwen2_export", "llama_export"];
 
+/// transformers' own Qwen2 and Llama classes exported by torch.onnx's dynamo exporter at opset 23
+/// (`scripts/make_hf_decoders.py`), which writes the ONNX-domain Attention, RotaryEmbedding and RMSNormalization,
+/// with transformers' greedy tokens.
+const HF_CASES: [&str; 2] = ["qwen2_hf_dynamo23", "llama_hf_dynamo23"];
+
 /// onnxruntime-genai's model builder (`scripts/make_genai.py`): GroupQueryAttention with packed QKV and rotary
 /// inside, the Skip/Simplified norms, no position_ids, the caches' head size a symbolic dim given by
 /// genai_config.json; fp32 for four architectures (and the CPU build of one), fp16 and int4 (MatMulNBits, the
@@ -77,12 +82,12 @@ fn compile(name: &str, capacity: usize, chunk: usize) -> (tempfile::TempDir, Ses
 }
 
 /// Prompts of 1 and 5 tokens (the 5-token one in two prefill chunks, the second padded), 40 new tokens, several
-/// steps per submit and one; with an end-of-sequence token, generation stops right after it. ONNX exports and
-/// torch.export archives alike.
+/// steps per submit and one; with an end-of-sequence token, generation stops right after it. ONNX exports (opsets
+/// 17, 20 and 23) and torch.export archives alike.
 #[test]
 fn generation_gives_torchs_greedy_tokens() {
     let mut failures = Vec::new();
-    for name in CASES.into_iter().chain(PT2_CASES) {
+    for name in CASES.into_iter().chain(PT2_CASES).chain(HF_CASES) {
         let (_dir, session) = compile(name, 46, 4);
         for k in 0..2 {
             let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));

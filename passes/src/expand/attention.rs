@@ -142,10 +142,11 @@ pub(super) fn attention(
         let sc = b.scalar(dt, scale * scale);
         b.bin(BinaryOp::Mul, p, sc)?
     } else {
-        let sc = b.scalar(dt, scale);
+        // Q scaled by the whole scale (the reference scales Q and K by its square root each; equal up to
+        // rounding), so K is read as it is: from the cache, by the attention kernel.
+        let sc = b.scalar(dt, scale * scale);
         let qs_ = b.bin(BinaryOp::Mul, q4, sc)?;
-        let ks_ = b.bin(BinaryOp::Mul, k4, sc)?;
-        let kt = b.transpose(ks_, &[0, 1, 3, 2])?;
+        let kt = b.transpose(k4, &[0, 1, 3, 2])?;
         b.op(Op::MatMul, &[Some(qs_), Some(kt)])?
     };
     let raw_qk = qk;
@@ -161,14 +162,10 @@ pub(super) fn attention(
         None => qk,
     };
     let mut p = b.op(Op::Softmax { axis: -1, legacy: false, log: false }, &[Some(with_bias)])?;
-    if let Some(m) = bias.filter(|_| !at.own_key_seen) {
-        // Rows whose bias is -inf everywhere attend to nothing: zero them.
-        let ax = b.ints(&[-1]);
-        let mx = b.op(
-            Op::Reduce { op: ReduceOp::Max, axes: None, keepdims: true, noop_with_empty_axes: false },
-            &[Some(m), Some(ax)],
-        )?;
-        let dead = b.un(Op::Unary(UnaryOp::IsInf(false, true)), mx)?;
+    if bias.is_some() && !at.own_key_seen {
+        // Rows whose bias is -inf everywhere attend to nothing: their softmax is NaN (-inf minus its -inf
+        // maximum), zeroed as PyTorch's SDPA export guards it, the form the fused attention kernel takes.
+        let dead = b.un(Op::Unary(UnaryOp::IsNaN), p)?;
         let zero = b.scalar(dt, 0.0);
         p = b.op(Op::Where, &[Some(dead), Some(zero), Some(p)])?;
     }

@@ -515,9 +515,10 @@ fn out_len(n: usize, k: usize, s: usize, p0: usize, p1: usize, d: usize, ceil: b
 }
 
 /// RotaryEmbedding (`Op::RotaryEmbedding`) over a 4-D view `[batch, heads, seq, head]` (a 3-D input viewed as
-/// `[batch, seq, heads, head]`): each token's cos and sin rows broadcast over the heads, the rotated part split
-/// into halves (or even and odd elements), `(x1·cos − x2·sin, x1·sin + x2·cos)` put back in place, the rest of
-/// each head passed through.
+/// `[batch, seq, heads, head]`): each token's cos and sin rows broadcast over the heads; halves rotate as
+/// `x·[cos, cos] + rotate_half(x)·[sin, sin]` (one elementwise expression, as exporters write rotary without the
+/// op), even and odd elements as `(x1·cos − x2·sin, x1·sin + x2·cos)` put back in place; the rest of each head
+/// passed through.
 fn rotary_embedding(
     b: &mut Builder<'_>,
     node: &wgslc_ir::Node,
@@ -567,33 +568,40 @@ fn rotary_embedding(
         b.op(Op::Slice, &[Some(v), Some(st), Some(en), Some(ax), Some(sp)])
     };
     let rotated = if rot < head { slice(b, x4, 0, rot, 1)? } else { x4 };
-    let y = if doubled {
-        // x · [cos, cos] + rotate_half(x) · [sin, sin]: one elementwise expression.
+    // [.., half] rows as [.., rot] = [rows, rows]: a broadcast view (Expand over a new axis), which the elementwise
+    // kernel reading it indexes, not a copy.
+    let twice = |b: &mut Builder<'_>, rows: ValueId| -> Result<ValueId, PassError> {
+        let mut shape = vec![batch, seq];
+        shape.insert(heads_axis, 1);
+        let last = half;
+        let pairs: Vec<usize> = shape.iter().copied().chain([1, last]).collect();
+        let r = b.reshape(rows, &pairs)?;
+        let target: Vec<i64> = shape.iter().map(|&d| d as i64).chain([2, last as i64]).collect();
+        let t = b.ints(&target);
+        let e = b.op(Op::Expand, &[Some(r), Some(t)])?;
+        Ok(b.reshape(e, &shape.iter().copied().chain([2 * last]).collect::<Vec<_>>())?)
+    };
+    let y = if doubled || !interleaved {
+        // x · [cos, cos] + rotate_half(x) · [sin, sin]: one elementwise expression (the halves' tables doubled
+        // here, from each token's rows: for a decode step they are part of its position table).
+        let (cos, sin) = if doubled { (cos, sin) } else { (twice(b, cos)?, twice(b, sin)?) };
         let turned = b.op(Op::RotateHalf, &[Some(rotated)])?;
         let (xc, ts) = (b.bin(BinaryOp::Mul, rotated, cos)?, b.bin(BinaryOp::Mul, turned, sin)?);
         b.bin(BinaryOp::Add, xc, ts)?
     } else {
-        let (x1, x2) = if interleaved {
-            (slice(b, rotated, 0, rot, 2)?, slice(b, rotated, 1, rot, 2)?)
-        } else {
-            (slice(b, rotated, 0, half, 1)?, slice(b, rotated, half, rot, 1)?)
-        };
+        let (x1, x2) = (slice(b, rotated, 0, rot, 2)?, slice(b, rotated, 1, rot, 2)?);
         let (x1c, x2s) = (b.bin(BinaryOp::Mul, x1, cos)?, b.bin(BinaryOp::Mul, x2, sin)?);
         let real = b.bin(BinaryOp::Sub, x1c, x2s)?;
         let (x1s, x2c) = (b.bin(BinaryOp::Mul, x1, sin)?, b.bin(BinaryOp::Mul, x2, cos)?);
         let imag = b.bin(BinaryOp::Add, x1s, x2c)?;
-        if interleaved {
-            let mut pair = shape4.clone();
-            pair[3] = half;
-            pair.push(1);
-            let (r, i) = (b.reshape(real, &pair)?, b.reshape(imag, &pair)?);
-            let pairs = b.op(Op::Concat { axis: 4 }, &[Some(r), Some(i)])?;
-            let mut part = shape4.clone();
-            part[3] = rot;
-            b.reshape(pairs, &part)?
-        } else {
-            b.op(Op::Concat { axis: 3 }, &[Some(real), Some(imag)])?
-        }
+        let mut pair = shape4.clone();
+        pair[3] = half;
+        pair.push(1);
+        let (r, i) = (b.reshape(real, &pair)?, b.reshape(imag, &pair)?);
+        let pairs = b.op(Op::Concat { axis: 4 }, &[Some(r), Some(i)])?;
+        let mut part = shape4.clone();
+        part[3] = rot;
+        b.reshape(pairs, &part)?
     };
     let y = if rot < head {
         let passed = slice(b, x4, rot, head, 1)?;
