@@ -268,7 +268,7 @@ impl Importer<'_> {
             };
             present.push(out);
         }
-        // The mask [batch, 1, seq, total]: key j seen by the query at position p iff p - window < j <= p, over
+        // The bias [batch, 1, seq, total]: key j seen by the query at position p iff p - window < j <= p, over
         // total_sequence_length keys (the present's length, past and new); without a window alike in every layer,
         // built once (a window may differ between layers: Gemma 2 alternates).
         let key = ("mask", vec![derived, total]);
@@ -292,6 +292,19 @@ impl Importer<'_> {
                         self.emit(name, "window", Op::Binary(BinaryOp::GreaterOrEqual), &[Some(keys), Some(from)])?;
                     mask = self.emit(name, "window", Op::Binary(BinaryOp::And), &[Some(mask), Some(inside)])?;
                 }
+                // Additive (0 where seen, -inf elsewhere, in the query's type), so that the layers share the
+                // conversion too.
+                let (zero, ninf) = {
+                    let mut b = Builder::new(&mut self.g, name);
+                    (
+                        b.const_named("zero", Tensor::f32(vec![], vec![0.0])),
+                        b.const_named("ninf", Tensor::f32(vec![], vec![f32::NEG_INFINITY])),
+                    )
+                };
+                let like = Op::CastLike { saturate: false };
+                let zero = self.emit(name, "mask_zero", like.clone(), &[Some(zero), Some(q)])?;
+                let ninf = self.emit(name, "mask_ninf", like, &[Some(ninf), Some(q)])?;
+                let mask = self.emit(name, "mask", Op::Where, &[Some(mask), Some(zero), Some(ninf)])?;
                 if window <= 0 {
                     self.shared.insert(key, mask);
                 }

@@ -9,8 +9,9 @@ use wgslc_ir::{NodeId, Op};
 /// Merges each group anchored on a `CacheWrite` with the closest earlier one that writes the same row
 /// ([`Fold::CacheWrite`]): a lone cache write (no folds, no epilogue) joins the other's kernel, which then stands
 /// where the later one was. Taken only when the two are independent (neither reads the other's cache) and no
-/// group between them reads the earlier one's cache, so moving it later changes no value any kernel reads;
-/// and within the binding limit.
+/// group of their step between them reads the earlier one's cache, so moving it later changes no value any kernel
+/// of the step reads (a decoder's two steps each replay only the dispatches their outputs need); and within the
+/// binding limit.
 pub(in crate::schedule) fn fuse(f: &mut Fuse) {
     f.merge_into_later(|f, ci| {
         let g = f.g;
@@ -34,7 +35,12 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
         if reads_cache(later, early_cache) || reads_cache(earlier, late_cache) {
             return None;
         }
-        if ks[i + 1..ci].iter().any(|k| reads_cache(k, early_cache)) {
+        // A group of the other step (a decoder's prefill between two decode writes) never runs in the same step
+        // as these: each step replays only the dispatches its outputs need.
+        let prefill = |n: NodeId| g.node(n).name.starts_with(crate::PREFILL);
+        let step = prefill(earlier.anchor.expect("anchored"));
+        let same_step = |k: &KernelGroup| k.nodes().into_iter().any(|n| prefill(n) == step);
+        if ks[i + 1..ci].iter().any(|k| same_step(k) && reads_cache(k, early_cache)) {
             return None;
         }
         let merged = host.with(Fold::CacheWrite(guest.anchor.expect("anchored")));

@@ -77,13 +77,22 @@ fn row_operand_of(f: &Fuse, n: NodeId) -> Option<usize> {
     whole_elementwise_result(f, n, 0)
 }
 
-/// The group of the elementwise kernel whose result node `n` reads as input `slot` directly (no view between),
+/// The group of the elementwise kernel whose result node `n` reads as input `slot` directly (no view between but
+/// Aliases of the same shape),
 /// when that kernel is nothing but elementwise nodes and `n` its only reader: a kernel `n`'s own kernel can
 /// compute as it loads the value ([`Fold::RowOperand`]). A cache write takes the one that computes its new rows
 /// (rotary on K: the rotated rows go straight into the cache).
 fn whole_elementwise_result(f: &Fuse, n: NodeId, slot: usize) -> Option<usize> {
     let g = f.g;
-    let a = g.node(n).inputs.get(slot).copied().flatten()?;
+    let mut a = g.node(n).inputs.get(slot).copied().flatten()?;
+    // Through Aliases that change nothing (an expansion's output binding: RotaryEmbedding's rotated rows).
+    while let Some(al) = g.value(a).producer.filter(|&al| g.node(al).op == Op::Alias) {
+        let src = g.node(al).inputs[0]?;
+        if g.ty(src).shape != g.ty(a).shape || f.is_output(a) {
+            break;
+        }
+        a = src;
+    }
     let p = g.value(a).producer?;
     let gp = *f.group_of.get(&p)?;
     let k = &f.sched.kernels[gp];
