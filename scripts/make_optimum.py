@@ -39,6 +39,9 @@ import onnxruntime as ort
 import torch
 import transformers
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_seeds import widest_gap_model  # noqa: E402
+
 NEW = 40
 VOCAB = 256
 SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -52,32 +55,9 @@ ARCHS = {
 PROMPTS = [np.array([[17]], np.int64), np.array([[3, 141, 59, 26, 53]], np.int64)]
 
 
-def hf_greedy(m):
-    """transformers' greedy tokens from each prompt, and the smallest gap between the two best logits along them
-    relative to the logits' spread."""
-    tokens, gap = [], float("inf")
-    with torch.no_grad():
-        for p in PROMPTS:
-            x = torch.tensor(p)
-            r = m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW,
-                           do_sample=False, output_logits=True, return_dict_in_generate=True)
-            tokens.append(r.sequences.numpy())
-            for step in r.logits:
-                top = torch.topk(step[0].double(), 2).values
-                gap = min(gap, float((top[0] - top[1]) / step[0].double().std()))
-    return tokens, gap
-
-
 def hf_model(arch, d):
     cfg_cls, model_cls, extra = ARCHS[arch]
-    best = None
-    for seed in range(SEEDS):
-        torch.manual_seed(seed)
-        m = model_cls(cfg_cls(**SHAPE, **extra)).eval()
-        tokens, gap = hf_greedy(m)
-        if best is None or gap > best[2]:
-            best = (m, tokens, gap, seed)
-    m, tokens, _, seed = best
+    m, tokens, _, seed = widest_gap_model(lambda: model_cls(cfg_cls(**SHAPE, **extra)), PROMPTS, NEW, SEEDS)
     m.save_pretrained(d)
     return tokens, seed
 
