@@ -2,7 +2,7 @@
 """Makes testdata/genai: tiny decoders written by onnxruntime-genai's model builder, the format onnxruntime's WebGPU
 provider and many onnx-community repositories ship, with onnxruntime's greedy token ids on each.
 
-    PYTHONPATH=<onnxruntime_genai wheel, unpacked> python3 scripts/make_genai.py OUT_DIR   # needs torch, transformers
+    PYTHONPATH=<onnxruntime_genai wheel, unpacked> python3 scripts/make_genai.py OUT_DIR [CASE...]  # torch, transformers
 
 For each architecture (transformers' own config and model class, random weights — of SEEDS initializations the one
 whose greedy paths have the widest smallest top-2 logit gap —, 2 layers, 4 query / 2 KV heads of
@@ -51,6 +51,10 @@ ARCHS = {
     # The original context equal to the context, so the builder writes plain rotary (not LongRoPE).
     "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM,
              dict(tie_word_embeddings=False, original_max_position_embeddings=128)),
+    # Softcapped scores and logits, and a sliding window shorter than the generation on alternate layers.
+    "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM,
+               dict(tie_word_embeddings=True, head_dim=16, sliding_window=8, attn_logit_softcapping=50.0,
+                    final_logit_softcapping=30.0, query_pre_attn_scalar=16)),
 }
 CASES = [
     ("qwen2", "fp32", "webgpu"),
@@ -60,6 +64,7 @@ CASES = [
     ("qwen2", "int4", "webgpu"),
     ("qwen2", "fp16", "webgpu"),
     ("phi3", "fp32", "webgpu"),
+    ("gemma2", "fp32", "webgpu"),
 ]
 PROMPTS = [np.array([[17]], np.int64), np.array([[3, 141, 59, 26, 53]], np.int64)]
 
@@ -115,12 +120,14 @@ def reference_session(path):
 
 
 def main():
-    out = sys.argv[1]
+    out, only = sys.argv[1], set(sys.argv[2:])
     import onnxruntime_genai  # noqa: F401  (the builder's package must be importable)
 
     rows, hf_tokens = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for arch, prec, ep in CASES:
+            if only and f"{arch}_{prec}_{ep}" not in only:
+                continue
             hf = os.path.join(tmp, arch)
             if not os.path.exists(hf):
                 hf_tokens[arch] = hf_model(arch, hf)

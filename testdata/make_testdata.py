@@ -1124,6 +1124,47 @@ def ops():
                                                  softcap=5.0, scale=0.3)
     cases["gqa_decode_interleaved_partial_rotary"] = gqa_case(2, 1, 32, past=6, seq=1, packed=True, half=8,
                                                               rotary_interleaved=1)
+    # com.microsoft RotaryEmbedding (inputs: input, position_ids, cos_cache, sin_cache): a one-element position_ids
+    # (the first token's position) with the heads left to the caches' width, the 4-D form interleaved, and a
+    # partial rotary_embedding_dim.
+    def ms_rotary(x, pos, half, **attrs):
+        node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft", **attrs)
+        inits = [init("cos", np.cos(angles[:, :half])), init("sin", np.sin(angles[:, :half]))]
+        return ms_model([node], [vi("x", F, list(x.shape)), vi("pos", I64, list(pos.shape))], [vi("y", F, None)],
+                        inits), [x, pos]
+
+    cases["ms_rotary_offset_3d"] = ms_rotary(rand(2, 3, 32), np.array([5], np.int64), 4)
+    cases["ms_rotary_4d_interleaved"] = ms_rotary(rand(2, 2, 3, 8), np.array([[0, 4, 9], [3, 2, 1]], np.int64), 4,
+                                                  interleaved=1)
+    cases["ms_rotary_partial"] = ms_rotary(rand(1, 4, 32), np.array([[6, 7, 8, 9]], np.int64), 2, num_heads=4,
+                                           rotary_embedding_dim=4)
+
+    # com.microsoft MultiHeadAttention as onnxruntime's transformers optimizer writes it (no row fully masked:
+    # onnxruntime's finite mask_filter_value then averages over every key).
+    def mha_case(names, data, outs=("y",), **attrs):
+        types = [vi(n, I32 if x.dtype == np.int32 else F, list(x.shape)) for n, x in zip(names, data) if n]
+        node = helper.make_node("MultiHeadAttention", list(names), list(outs), domain="com.microsoft", **attrs)
+        return ms_model([node], types, [vi(o, F, None) for o in outs], []), [x for n, x in zip(names, data) if n]
+
+    b, s, n, hd, p = 2, 3, 2, 4, 5
+    d = n * hd
+    padding = np.ones((b, p + s), np.int32)
+    padding[1, :2] = 0
+    padding[0, -1] = 0
+    cases["mha_causal_past_bias"] = mha_case(
+        ["q", "k", "v", "bias", "", "", "pk", "pv"],
+        [rand(b, s, d), rand(b, s, d), rand(b, s, d), rand(3 * d), None, None, rand(b, n, p, hd), rand(b, n, p, hd)],
+        outs=("y", "present_k", "present_v"), num_heads=n, unidirectional=1)
+    cases["mha_padding_bias_past_scale"] = mha_case(
+        ["q", "k", "v", "", "mask", "attn_bias", "pk", "pv"],
+        [rand(b, s, d), rand(b, s, d), rand(b, s, d), None, padding, rand(1, n, s, p + s), rand(b, n, p, hd),
+         rand(b, n, p, hd)],
+        outs=("y", "present_k", "present_v"), num_heads=n, unidirectional=1, mask_filter_value=-1e9, scale=0.3)
+    cases["mha_cross_heads_first"] = mha_case(["q", "k", "v"], [rand(b, s, d), rand(b, n, 7, hd), rand(b, n, 7, hd)],
+                                              num_heads=n)
+    cases["mha_cross_key_lengths_bias"] = mha_case(
+        ["q", "k", "v", "bias", "lengths"],
+        [rand(b, s, d), rand(b, 7, d), rand(b, 7, d), rand(3 * d), np.array([6, 3], np.int32)], num_heads=n)
     return cases
 
 

@@ -29,14 +29,16 @@ const HF_CASES: [&str; 2] = ["qwen2_hf_dynamo23", "llama_hf_dynamo23"];
 
 /// onnxruntime-genai's model builder (`scripts/make_genai.py`): GroupQueryAttention with packed QKV and rotary
 /// inside, the Skip/Simplified norms, no position_ids, the caches' head size a symbolic dim given by
-/// genai_config.json; fp32 for four architectures (and the CPU build of one), fp16 and int4 (MatMulNBits, the
+/// genai_config.json; fp32 for five architectures (and the CPU build of one; Gemma 2 with softcapped scores and
+/// logits and an 8-token window on alternate layers, shorter than the generation), fp16 and int4 (MatMulNBits, the
 /// tied embedding through GatherBlockQuantized, float16 inputs and outputs).
-const GENAI_CASES: [&str; 7] = [
+const GENAI_CASES: [&str; 8] = [
     "genai/qwen2_fp32_webgpu",
     "genai/qwen2_fp32_cpu",
     "genai/llama_fp32_webgpu",
     "genai/mistral_fp32_webgpu",
     "genai/phi3_fp32_webgpu",
+    "genai/gemma2_fp32_webgpu",
     "genai/qwen2_fp16_webgpu",
     "genai/qwen2_int4_webgpu",
 ];

@@ -218,6 +218,24 @@ def main():
                 helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 2, 4, 4])],
         nodes=[helper.make_node("Attention", ["q", "k", "k"], ["y"], q_num_heads=2, kv_num_heads=2)],
         opset=23), "Q, K and V must have one rank")
+    # onnxruntime's attention ops in forms wgslc refuses by node name: MultiHeadAttention with QKV packed into the
+    # query (no key or value), RotaryEmbedding with position_ids of another sequence length.
+    def ms_model(inputs, node, inits=()):
+        m = relu_model(inputs=inputs, nodes=[node], inits=inits)
+        m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        return m
+
+    model("mha_packed_qkv.onnx", ms_model(
+        [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, 2, 3, 8])],
+        helper.make_node("MultiHeadAttention", ["q"], ["y"], domain="com.microsoft", num_heads=2)),
+        "packed QKV or KV")
+    model("rotary_positions_shape.onnx", ms_model(
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16]),
+         helper.make_tensor_value_info("pos", TensorProto.INT64, [1, 5])],
+        helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft"),
+        [numpy_helper.from_array(np.ones((8, 4), np.float32), "cos"),
+         numpy_helper.from_array(np.ones((8, 4), np.float32), "sin")]),
+        "position_ids are [1, 5], not [1, 3]")
     # Found by fuzzing (third session): a loss node without outputs (its import wrote output 0 directly).
     model("loss_without_outputs.onnx", relu_model(
         inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5]),

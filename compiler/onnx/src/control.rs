@@ -169,12 +169,22 @@ impl Importer<'_> {
 
     /// The shape of `v` (inferring over a copy of the graph imported so far).
     fn shape_of(&self, v: ValueId) -> Result<Vec<usize>, String> {
-        if let Some(t) = &self.g.value(v).ty {
-            return Ok(t.shape.clone());
+        Ok(self.shapes_of(&[v])?.remove(0))
+    }
+
+    /// The shapes of `vs`, inferring over a copy of the graph imported so far once, where any is not yet known.
+    pub(crate) fn shapes_of(&self, vs: &[ValueId]) -> Result<Vec<Vec<usize>>, String> {
+        let known = |g: &Graph| -> Option<Vec<Vec<usize>>> {
+            vs.iter()
+                .map(|&v| g.value(v).ty.as_ref().or(g.const_data(v).map(|t| t.ty()).as_ref()).map(|t| t.shape.clone()))
+                .collect()
+        };
+        if let Some(s) = known(&self.g) {
+            return Ok(s);
         }
         let mut probe = self.g.clone();
         wgslc_passes::infer_shapes(&mut probe).map_err(|e| e.to_string())?;
-        probe.value(v).ty.as_ref().map(|t| t.shape.clone()).ok_or_else(|| "its shape is unknown".to_string())
+        known(&probe).ok_or_else(|| "its shape is unknown".to_string())
     }
 
     fn value_of(&self, node: &str, s: &str) -> Result<ValueId, ImportError> {

@@ -283,3 +283,47 @@ fn nodes_out_of_topological_order_are_imported_in_data_order() {
     let e = import(&cycle, &ImportOptions::default()).unwrap_err().to_string();
     assert!(e.contains("which no node, input or initializer defines"), "{e}");
 }
+
+/// The layout proof's probe model of onnxruntime-genai's int4 build (testdata/genai, the builder's own file): every
+/// MatMulNBits and the tied embedding's GatherBlockQuantized (over a Reshape of the LM head's codes) read float
+/// weights of the decoded shapes that are unknown inputs, so no probe decodes a code; the model still imports.
+#[test]
+fn probe_models_read_quantized_weights_as_unknown_floats() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/genai/qwen2_int4_webgpu");
+    let mut m = decode_model(&std::fs::read(dir.join("model.onnx")).unwrap()).unwrap();
+    let quantized =
+        |m: &ModelProto| m.graph.as_ref().unwrap().node.iter().filter(|n| n.op_type == "MatMulNBits").count();
+    let before = quantized(&m);
+    let names = without_large_weights(&mut m, 1 << 12);
+    let g = m.graph.as_ref().unwrap();
+    let ops: Vec<&str> = g.node.iter().map(|n| n.op_type.as_str()).collect();
+    // The o-projections' codes (512 bytes in this tiny model) are under the size that goes.
+    assert_eq!((before, quantized(&m)), (11, 2), "{ops:?}");
+    assert!(!ops.contains(&"GatherBlockQuantized") && !ops.contains(&"Reshape"), "{ops:?}");
+    let lm_head = g.input.iter().find(|i| i.name == "lm_head.MatMul.weight_Q4.dequantized").expect("the LM head");
+    let dims: Vec<i64> = lm_head
+        .r#type
+        .as_ref()
+        .unwrap()
+        .tensor_type
+        .as_ref()
+        .unwrap()
+        .shape
+        .as_ref()
+        .unwrap()
+        .dim
+        .iter()
+        .map(|d| d.dim_value.unwrap())
+        .collect();
+    assert_eq!(dims, [64, 256], "[K, N]");
+    assert!(names.contains("lm_head.MatMul.weight_Q4.dequantized"));
+    assert!(names.contains("/model/embed_tokens/Reshape/output_0.dequantized"));
+    assert!(!g.initializer.iter().any(|t| t.name == "lm_head.MatMul.weight_Q4"), "the codes are not imported");
+    let mut io = ImportOptions::default();
+    io.dims.insert("batch_size".into(), 1);
+    io.dims.insert("sequence_length".into(), 1);
+    io.dims.insert("past_sequence_length".into(), 2);
+    io.dims.insert("total_sequence_length".into(), 3);
+    io.dims.insert("kv_cache_dim".into(), 16);
+    import_model(&m, Some(&dir), &io).unwrap();
+}

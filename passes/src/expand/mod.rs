@@ -536,6 +536,12 @@ fn rotary_embedding(
         return Err(err("needs its input and the cos and sin caches".into()));
     };
     let s = &xt.shape;
+    // onnxruntime's contrib form may leave num_heads out of a 3-D input: the heads are then as wide as the cache
+    // rows say (two of each row's values per pair).
+    let num_heads = match (num_heads, rotary_dim, s.len(), b.g.ty(cos).shape.last()) {
+        (0, 0, 3, Some(&w)) if w > 0 && !doubled && s[2].is_multiple_of(2 * w) => s[2] / (2 * w),
+        _ => num_heads,
+    };
     let (x4, shape4, heads_axis) = match s.len() {
         4 => (x, s.clone(), 1),
         3 if num_heads > 0 && s[2].is_multiple_of(num_heads) => {
@@ -552,13 +558,29 @@ fn rotary_embedding(
     }
     let half = rot / 2;
     let width = if doubled { rot } else { half };
-    // Each token's rows, [batch, seq, width], then broadcast over the heads axis.
+    // The positions, [batch, seq] or [1, seq]: as given, or from a one-element position_ids, the first token's
+    // position (onnxruntime's contrib form; the others follow it).
+    let positions = match input(3) {
+        Some(p) if b.g.ty(p).rank() <= 1 && b.g.ty(p).numel() == 1 => {
+            let first = b.reshape(p, &[1])?;
+            let iota = b.ints(&(0..seq as i64).collect::<Vec<_>>());
+            let all = b.bin(BinaryOp::Add, first, iota)?;
+            Some((b.reshape(all, &[1, seq])?, 1))
+        }
+        Some(p) => match b.g.ty(p).shape[..] {
+            [pb, ps] if (pb == batch || pb == 1) && ps == seq => Some((p, pb)),
+            ref other => return Err(err(format!("position_ids are {other:?}, not [{batch}, {seq}]"))),
+        },
+        None => None,
+    };
+    // Each token's rows, [batch or 1, seq, width], then broadcast over the heads axis.
+    let rb = positions.map_or(batch, |(_, pb)| pb);
     let rows = |b: &mut Builder<'_>, cache: ValueId| -> Result<ValueId, PassError> {
-        let r = match input(3) {
-            Some(p) => b.op(Op::Gather { axis: 0 }, &[Some(cache), Some(p)])?,
+        let r = match positions {
+            Some((p, _)) => b.op(Op::Gather { axis: 0 }, &[Some(cache), Some(p)])?,
             None => cache,
         };
-        let mut shape = vec![batch, seq, width];
+        let mut shape = vec![rb, seq, width];
         shape.insert(heads_axis, 1);
         Ok(b.reshape(r, &shape)?)
     };
@@ -571,15 +593,14 @@ fn rotary_embedding(
     // [.., half] rows as [.., rot] = [rows, rows]: a broadcast view (Expand over a new axis), which the elementwise
     // kernel reading it indexes, not a copy.
     let twice = |b: &mut Builder<'_>, rows: ValueId| -> Result<ValueId, PassError> {
-        let mut shape = vec![batch, seq];
+        let mut shape = vec![rb, seq];
         shape.insert(heads_axis, 1);
-        let last = half;
-        let pairs: Vec<usize> = shape.iter().copied().chain([1, last]).collect();
+        let pairs: Vec<usize> = shape.iter().copied().chain([1, half]).collect();
         let r = b.reshape(rows, &pairs)?;
-        let target: Vec<i64> = shape.iter().map(|&d| d as i64).chain([2, last as i64]).collect();
+        let target: Vec<i64> = shape.iter().map(|&d| d as i64).chain([2, half as i64]).collect();
         let t = b.ints(&target);
         let e = b.op(Op::Expand, &[Some(r), Some(t)])?;
-        Ok(b.reshape(e, &shape.iter().copied().chain([2 * last]).collect::<Vec<_>>())?)
+        Ok(b.reshape(e, &shape.iter().copied().chain([2 * half]).collect::<Vec<_>>())?)
     };
     let y = if doubled || !interleaved {
         // x · [cos, cos] + rotate_half(x) · [sin, sin]: one elementwise expression (the halves' tables doubled

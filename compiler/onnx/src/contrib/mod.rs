@@ -3,13 +3,16 @@
 //! weight one block-quantized constant (`wgslc_ir::Blocks`) that the kernels reading it decode, the op itself the
 //! plain MatMul or Gather it computes; and the norms `SimplifiedLayerNormalization` (registered in the default
 //! domain), `SkipLayerNormalization` and `SkipSimplifiedLayerNormalization` (`com.microsoft`), which become the
-//! IR's LayerNorm (an RMSNorm for the simplified ones) of the input, plus the residual for the Skip forms.
+//! IR's LayerNorm (an RMSNorm for the simplified ones) of the input, plus the residual for the Skip forms. The
+//! attention ops are in [`attention`].
+
+mod attention;
 
 use crate::importer::{Attrs, Importer};
 use crate::proto::NodeProto;
 use crate::ImportError;
 use std::sync::Arc;
-use wgslc_ir::{AttentionAttrs, BinaryOp, Blocks, Builder, DType, Data, Op, Quantized, Tensor, ValueId, Zeros};
+use wgslc_ir::{BinaryOp, Blocks, Builder, DType, Data, Op, Quantized, Tensor, UnaryOp, ValueId, Zeros};
 
 /// The `com.microsoft` ops wgslc imports.
 pub(crate) const CONTRIB_OPS: &[&str] = &[
@@ -18,6 +21,12 @@ pub(crate) const CONTRIB_OPS: &[&str] = &[
     "SkipLayerNormalization",
     "SkipSimplifiedLayerNormalization",
     "GroupQueryAttention",
+    "MultiHeadAttention",
+    "RotaryEmbedding",
+    "BiasGelu",
+    "FastGelu",
+    "Gelu",
+    "QuickGelu",
 ];
 
 /// onnxruntime's default epsilon of the Skip norms.
@@ -35,6 +44,9 @@ impl Importer<'_> {
             "GatherBlockQuantized" => self.gather_block_quantized(a, node, inputs),
             "SkipLayerNormalization" | "SkipSimplifiedLayerNormalization" => self.skip_layer_norm(a, node, inputs),
             "GroupQueryAttention" => self.group_query_attention(a, node, inputs),
+            "MultiHeadAttention" => self.multi_head_attention(a, node, inputs),
+            "RotaryEmbedding" => self.contrib_rotary_embedding(a, node, inputs),
+            "BiasGelu" | "FastGelu" | "Gelu" | "QuickGelu" => self.contrib_gelu(a, node, inputs),
             other => Err(ImportError::UnsupportedOp { node: a.name.to_string(), op: other.to_string() }),
         }
     }
@@ -56,6 +68,34 @@ impl Importer<'_> {
         let op = Op::LayerNorm { axis: a.int("axis", -1), epsilon: a.float("epsilon", 1e-5), rms: true };
         let outs = self.define_outputs(a.name, &node.output[..1], &op)?;
         self.emit_into(a, "", op, &[Some(x), Some(scale)], outs)
+    }
+
+    /// The transformers optimizer's activations: `Gelu` (erf), `BiasGelu` (erf, of `A + B`), `FastGelu` (tanh
+    /// approximation, of `X + bias` where a bias is given) and `QuickGelu` (`x · sigmoid(alpha · x)`).
+    fn contrib_gelu(&mut self, a: &Attrs, node: &NodeProto, inputs: Vec<Option<ValueId>>) -> Result<(), ImportError> {
+        let name = a.name;
+        let x = inputs.first().copied().flatten().ok_or_else(|| a.err("missing its input"))?;
+        let bias = inputs.get(1).copied().flatten();
+        let x = match (node.op_type.as_str(), bias) {
+            ("BiasGelu", None) => return Err(a.err("needs its bias")),
+            ("BiasGelu" | "FastGelu", Some(b)) => {
+                self.emit(name, "bias", Op::Binary(BinaryOp::Add), &[Some(x), Some(b)])?
+            }
+            (_, None) => x,
+            (op, Some(_)) => return Err(a.err(format!("{op} takes one input"))),
+        };
+        let out = self.define_outputs(name, &node.output[..1], &Op::Unary(UnaryOp::Gelu))?;
+        match node.op_type.as_str() {
+            "QuickGelu" => {
+                let alpha = self.scalar_const(name, "alpha", a.float("alpha", 1.702));
+                let alpha = self.emit(name, "alpha", Op::CastLike { saturate: false }, &[Some(alpha), Some(x)])?;
+                let ax = self.emit(name, "scaled", Op::Binary(BinaryOp::Mul), &[Some(x), Some(alpha)])?;
+                let gate = self.emit(name, "gate", Op::Unary(UnaryOp::Sigmoid), &[Some(ax)])?;
+                self.emit_into(a, "", Op::Binary(BinaryOp::Mul), &[Some(x), Some(gate)], out)
+            }
+            "FastGelu" => self.emit_into(a, "", Op::Unary(UnaryOp::GeluTanh), &[Some(x)], out),
+            _ => self.emit_into(a, "", Op::Unary(UnaryOp::Gelu), &[Some(x)], out),
+        }
     }
 
     /// `SkipLayerNormalization` (inputs: input, skip, gamma, beta, bias) and `SkipSimplifiedLayerNormalization`
@@ -102,237 +142,6 @@ impl Importer<'_> {
         let ins: Vec<Option<ValueId>> =
             [Some(sum), Some(gamma), beta].into_iter().take(if beta.is_some() { 3 } else { 2 }).collect();
         self.emit_into(a, "", op, &ins, outs)
-    }
-
-    /// `GroupQueryAttention` (onnxruntime-genai's builder writes one per layer): query, key and value `[batch, seq,
-    /// heads · head]` (or the three packed in `query`), past key and value `[batch, kv_heads, past, head]`,
-    /// `seqlens_k` (each sequence's total length less one), `total_sequence_length`, and for `do_rotary` the
-    /// `cos_cache`/`sin_cache` tables `[positions, rotary / 2]`. Written out with the ops the exporters write, so
-    /// that `--kv-cache` finds each cache as the `Concat(past, new)` it rewrites:
-    /// - the new tokens' positions `seqlens_k + 1 - seq + i` (or the `position_ids` input), rotary applied to the
-    ///   query and the new keys there (`RotaryEmbedding`);
-    /// - `present = Concat(past, new)` along the sequence axis, outputs 1 and 2;
-    /// - `Attention` over the present keys with a boolean mask that lets the query at position `p` see the keys
-    ///   at indices `p - local_window_size + 1 ..= p` (`..= p` without a window), scale and softcap as given, the KV
-    ///   heads shared by groups of query heads.
-    ///
-    /// So a key's index in `present` must be its position: the past holds exactly the tokens before the new ones
-    /// (`past = seqlens_k + 1 - seq`, the attention mask all ones), which is how onnxruntime-genai runs the model
-    /// without a shared buffer and how `--kv-cache` lays the cache out (each model's layout is proved). A right-padded
-    /// past (a preallocated buffer of `max_length` rows, `past_present_share_buffer`) is not this op's semantics
-    /// here.
-    fn group_query_attention(
-        &mut self,
-        a: &Attrs,
-        node: &NodeProto,
-        inputs: Vec<Option<ValueId>>,
-    ) -> Result<(), ImportError> {
-        let name = a.name;
-        let at = |i: usize| inputs.get(i).copied().flatten();
-        let heads = usize::try_from(a.int("num_heads", 0)).unwrap_or(0);
-        let kv_heads = usize::try_from(a.int("kv_num_heads", 0)).unwrap_or(0);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
-            return Err(a.err(format!("num_heads {heads} must be a positive multiple of kv_num_heads {kv_heads}")));
-        }
-        for (attr, what) in [("smooth_softmax", "smooth softmax"), ("qk_output", "the QK output")] {
-            if a.int(attr, 0) != 0 {
-                return Err(a.err(format!("{what} ({attr}) is not supported")));
-            }
-        }
-        for (i, what) in [(10, "attention_bias"), (11, "head_sink")] {
-            if at(i).is_some() {
-                return Err(a.err(format!("the {what} input is not supported")));
-            }
-        }
-        if node.output.len() > 3 && node.output[3..].iter().any(|o| !o.is_empty()) {
-            return Err(a.err("only the output and the present key and value are supported"));
-        }
-        let (Some(query), Some(seqlens), Some(total)) = (at(0), at(5), at(6)) else {
-            return Err(a.err("needs query, seqlens_k and total_sequence_length"));
-        };
-        let window = a.int("local_window_size", -1);
-        let ints = |s: &mut Self, what: &str, v: &[i64]| s.ints_const(name, what, v.to_vec());
-        let slice = |s: &mut Self, part: &str, x: ValueId, axis: i64, start: i64, end: i64| {
-            let (st, en, ax) = (ints(s, "start", &[start]), ints(s, "end", &[end]), ints(s, "axis", &[axis]));
-            s.emit(name, part, Op::Slice, &[Some(x), Some(st), Some(en), Some(ax)])
-        };
-        let reshape = |s: &mut Self, part: &str, x: ValueId, shape: &[i64]| {
-            let sh = ints(s, "shape", shape);
-            s.emit(name, part, Op::Reshape { allowzero: false }, &[Some(x), Some(sh)])
-        };
-        // 0, 1, …, len - 1 for a scalar len.
-        let range = |s: &mut Self, part: &str, len: ValueId| {
-            let mut b = Builder::new(&mut s.g, name);
-            let (zero, step) = (
-                b.const_named("zero", Tensor::i64(vec![], vec![0])),
-                b.const_named("step", Tensor::i64(vec![], vec![1])),
-            );
-            s.emit(name, part, Op::Range, &[Some(zero), Some(len), Some(step)])
-        };
-        // Query, key and value as [batch, seq, heads · head].
-        let (q, k, v) = match (at(1), at(2)) {
-            (Some(k), Some(v)) => (query, k, v),
-            (None, None) => {
-                let (h, kh) = (heads as i64, kv_heads as i64);
-                let packed = reshape(self, "packed", query, &[0, 0, h + 2 * kh, -1])?;
-                let mut parts = Vec::new();
-                for (part, from, to) in [("q", 0, h), ("k", h, h + kh), ("v", h + kh, h + 2 * kh)] {
-                    let p = slice(self, part, packed, 2, from, to)?;
-                    parts.push(reshape(self, part, p, &[0, 0, -1])?);
-                }
-                (parts[0], parts[1], parts[2])
-            }
-            _ => return Err(a.err("key and value are given together, or neither (packed in query)")),
-        };
-        // The new tokens' positions [batch, seq]: seqlens_k + 1 - seq + i (alike in every layer: computed once).
-        let derived = match self.shared.get(&("positions", vec![seqlens])) {
-            Some(&p) => p,
-            None => {
-                let seq = self.emit(name, "seq", Op::Shape { start: 1, end: Some(2) }, &[Some(q)])?;
-                let (one, axes) = (ints(self, "one", &[1]), ints(self, "axes", &[1]));
-                let seqlens64 = self.emit(name, "seqlens", Op::cast(DType::I64), &[Some(seqlens)])?;
-                let seqlens64 = self.emit(name, "seqlens", Op::Unsqueeze, &[Some(seqlens64), Some(axes)])?;
-                let total = self.emit(name, "total", Op::Binary(BinaryOp::Add), &[Some(seqlens64), Some(one)])?;
-                let first = self.emit(name, "first", Op::Binary(BinaryOp::Sub), &[Some(total), Some(seq)])?;
-                let len = self.emit(name, "len", Op::Squeeze, &[Some(seq)])?;
-                let iota = range(self, "iota", len)?;
-                let p = self.emit(name, "positions", Op::Binary(BinaryOp::Add), &[Some(first), Some(iota)])?;
-                self.shared.insert(("positions", vec![seqlens]), p);
-                p
-            }
-        };
-        // [batch, heads, seq, head].
-        let heads_first = |s: &mut Self, part: &str, x: ValueId, h: usize| -> Result<ValueId, ImportError> {
-            let r = reshape(s, part, x, &[0, 0, h as i64, -1])?;
-            s.emit(name, part, Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[Some(r)])
-        };
-        let q4 = heads_first(self, "q", q, heads)?;
-        let (k4, v4) = (heads_first(self, "k", k, kv_heads)?, heads_first(self, "v", v, kv_heads)?);
-        // Rotary at the new tokens' positions, over [batch, heads, seq, head] as the exporters apply it.
-        let (q4, k4) = if a.int("do_rotary", 0) != 0 {
-            let (Some(cos), Some(sin)) = (at(7), at(8)) else {
-                return Err(a.err("do_rotary needs cos_cache and sin_cache"));
-            };
-            let half = match self.g.value(cos).ty.as_ref().or(self.g.const_data(cos).map(|t| t.ty()).as_ref()) {
-                Some(t) if t.shape.len() == 2 => t.shape[1],
-                _ => return Err(a.err("cos_cache must be a 2-D initializer [positions, rotary / 2]")),
-            };
-            let positions = at(9).unwrap_or(derived);
-            // Each token's cos and sin rows [batch, seq, rotary / 2] (doubled: rotary), looked up once for every
-            // layer.
-            let rows = |s: &mut Self, what: &'static str, table: ValueId| -> Result<ValueId, ImportError> {
-                let key = (what, vec![table, positions]);
-                if let Some(&r) = s.shared.get(&key) {
-                    return Ok(r);
-                }
-                // Doubled: the table's halves alike (a constant, folded), then one lookup.
-                let table = if what.ends_with("doubled") {
-                    s.emit(name, what, Op::Concat { axis: -1 }, &[Some(table), Some(table)])?
-                } else {
-                    table
-                };
-                let r = s.emit(name, what, Op::Gather { axis: 0 }, &[Some(table), Some(positions)])?;
-                s.shared.insert(key, r);
-                Ok(r)
-            };
-            let interleaved = a.int("rotary_interleaved", 0) != 0;
-            // Halves rotate as x · [cos, cos] + rotate_half(x) · [sin, sin]: the rows doubled once, too.
-            let doubled = !interleaved;
-            let (cos, sin) = if doubled {
-                (rows(self, "cos_rows_doubled", cos)?, rows(self, "sin_rows_doubled", sin)?)
-            } else {
-                (rows(self, "cos_rows", cos)?, rows(self, "sin_rows", sin)?)
-            };
-            let mut rotate = |x: ValueId, part: &str, num_heads: usize| {
-                let op = Op::RotaryEmbedding { interleaved, rotary_dim: 2 * half, num_heads, doubled };
-                self.emit(name, part, op, &[Some(x), Some(cos), Some(sin)])
-            };
-            (rotate(q4, "rotary_q", heads)?, rotate(k4, "rotary_k", kv_heads)?)
-        } else {
-            (q4, k4)
-        };
-        let mut present = Vec::new();
-        for (i, (new, past)) in [(k4, at(3)), (v4, at(4))].into_iter().enumerate() {
-            let (op, ins) = match past {
-                Some(p) => (Op::Concat { axis: 2 }, vec![Some(p), Some(new)]),
-                None => (Op::Identity, vec![Some(new)]),
-            };
-            let part = ["present_key", "present_value"][i];
-            let out = match node.output.get(i + 1).filter(|o| !o.is_empty()) {
-                Some(o) => {
-                    let out = self.define_outputs(name, std::slice::from_ref(o), &op)?;
-                    self.emit_into(a, part, op, &ins, out.clone())?;
-                    out[0]
-                }
-                None => self.emit(name, part, op, &ins)?,
-            };
-            present.push(out);
-        }
-        // The bias [batch, 1, seq, total]: key j seen by the query at position p iff p - window < j <= p, over
-        // total_sequence_length keys (the present's length, past and new); without a window alike in every layer,
-        // built once (a window may differ between layers: Gemma 2 alternates).
-        let key = ("mask", vec![derived, total]);
-        let mask = match self.shared.get(&key).filter(|_| window <= 0) {
-            Some(&m) => m,
-            None => {
-                let axes = ints(self, "axes", &[1, 3]);
-                let positions = self.emit(name, "mask_positions", Op::Unsqueeze, &[Some(derived), Some(axes)])?;
-                let total64 = self.emit(name, "keys", Op::cast(DType::I64), &[Some(total)])?;
-                let scalar = ints(self, "scalar", &[]);
-                let total64 =
-                    self.emit(name, "keys", Op::Reshape { allowzero: false }, &[Some(total64), Some(scalar)])?;
-                let keys = range(self, "keys", total64)?;
-                let mut mask =
-                    self.emit(name, "causal", Op::Binary(BinaryOp::LessOrEqual), &[Some(keys), Some(positions)])?;
-                if window > 0 {
-                    // The query's own key and the window - 1 before it (onnxruntime 1.31's CPU kernel).
-                    let w = ints(self, "window", &[window - 1]);
-                    let from = self.emit(name, "window", Op::Binary(BinaryOp::Sub), &[Some(positions), Some(w)])?;
-                    let inside =
-                        self.emit(name, "window", Op::Binary(BinaryOp::GreaterOrEqual), &[Some(keys), Some(from)])?;
-                    mask = self.emit(name, "window", Op::Binary(BinaryOp::And), &[Some(mask), Some(inside)])?;
-                }
-                // Additive (0 where seen, -inf elsewhere, in the query's type), so that the layers share the
-                // conversion too.
-                let (zero, ninf) = {
-                    let mut b = Builder::new(&mut self.g, name);
-                    (
-                        b.const_named("zero", Tensor::f32(vec![], vec![0.0])),
-                        b.const_named("ninf", Tensor::f32(vec![], vec![f32::NEG_INFINITY])),
-                    )
-                };
-                let like = Op::CastLike { saturate: false };
-                let zero = self.emit(name, "mask_zero", like.clone(), &[Some(zero), Some(q)])?;
-                let ninf = self.emit(name, "mask_ninf", like, &[Some(ninf), Some(q)])?;
-                let mask = self.emit(name, "mask", Op::Where, &[Some(mask), Some(zero), Some(ninf)])?;
-                if window <= 0 {
-                    self.shared.insert(key, mask);
-                }
-                mask
-            }
-        };
-        let scale = a.float("scale", 0.0);
-        let softcap = a.float("softcap", 0.0);
-        let attrs = AttentionAttrs {
-            is_causal: false,
-            q_num_heads: None,
-            kv_num_heads: None,
-            scale: (scale != 0.0).then_some(scale),
-            softcap: softcap.max(0.0),
-            qk_matmul_output_mode: 0,
-            own_key_seen: true,
-        };
-        let y4 = self.emit(
-            name,
-            "attention",
-            Op::Attention(attrs),
-            &[Some(q4), Some(present[0]), Some(present[1]), Some(mask)],
-        )?;
-        let y = self.emit(name, "output", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[Some(y4)])?;
-        let sh = ints(self, "shape", &[0, 0, -1]);
-        let op = Op::Reshape { allowzero: false };
-        let out = self.define_outputs(name, &node.output[..1], &op)?;
-        self.emit_into(a, "output", op, &[Some(y), Some(sh)], out)
     }
 
     /// A value computed by a Reshape of an initializer by a constant shape: that initializer, reshaped.
@@ -396,7 +205,9 @@ impl Importer<'_> {
                 b.dtype, b.shape
             )));
         }
-        let packed: Vec<u8> = b.to_i64().into_iter().map(|x| x as u8).collect();
+        let Data::I64(packed) = &b.data else {
+            return Err(a.err("B's bytes are not integers"));
+        };
         let s = self.const_input(a, &inputs, 2, "scales")?.ok_or_else(|| a.err("missing input scales"))?;
         if !s.dtype.is_float() || s.numel() != n * kb {
             return Err(a.err(format!("scales are {}{:?}, not {n}x{kb} floats", s.dtype, s.shape)));
@@ -404,9 +215,15 @@ impl Importer<'_> {
         let scales: Vec<f32> = s.to_f64().into_iter().map(|x| x as f32).collect();
         let out_dtype = s.dtype;
         let per_byte = 8 / bits as usize;
-        let code =
-            |bytes: &[u8], i: usize| (bytes[i / per_byte] >> ((i % per_byte) as u32 * bits)) & ((1 << bits) - 1) as u8;
-        let codes: Vec<u8> = (0..n * k).map(|i| code(&packed, (i / k) * kb * block + i % k)).collect();
+        let mask = ((1u16 << bits) - 1) as u8;
+        let code = |bytes: &[i64], i: usize| ((bytes[i / per_byte] as u8) >> ((i % per_byte) as u32 * bits)) & mask;
+        // Each row's codes lie in order in its kb · blob bytes, low bits first (the last block padded past K).
+        let mut codes: Vec<u8> = Vec::with_capacity(n * k);
+        for row in packed.chunks_exact(kb * blob) {
+            let unpacked =
+                row.iter().flat_map(|&byte| (0..per_byte).map(move |j| ((byte as u8) >> (j as u32 * bits)) & mask));
+            codes.extend(unpacked.take(k));
+        }
         // Zero points: packed codes per row, floats (decoded below), or the default 2^(bits-1).
         let mut float_zeros = None;
         let zeros = match self.const_input(a, &inputs, 3, "zero_points")? {
@@ -416,7 +233,7 @@ impl Importer<'_> {
                 if z.numel() != n * row {
                     return Err(a.err(format!("zero_points are uint8{:?}, not {n}x{row} packed codes", z.shape)));
                 }
-                let zb: Vec<u8> = z.to_i64().into_iter().map(|x| x as u8).collect();
+                let zb = z.to_i64();
                 Zeros::Blocks((0..n * kb).map(|i| code(&zb, (i / kb) * row * per_byte + i % kb)).collect())
             }
             Some(z) if z.dtype.is_float() && z.numel() == n * kb => {
