@@ -64,3 +64,44 @@ pub fn dedupe_constants(g: &mut Graph) {
         }
     }
 }
+
+/// Nodes computing the same op on the same inputs into values of the same types computed once: each later one's readers read the first one's
+/// outputs instead, and dead-code elimination removes it (torch's opset-23 exporter writes each layer's rotary
+/// Cos and Sin of one angle table twice, for Q and for K; GroupQueryAttention's lowering keeps its shared values
+/// itself). Not merged: cache writes (each writes its own cache in place), nodes whose outputs are graph outputs,
+/// and nodes of a decoder's two steps (each step replays only the dispatches its own outputs need).
+///
+/// Requires: an inferred graph. Establishes: no two such nodes remain with one op and the same inputs.
+pub fn dedupe_nodes(g: &mut Graph) -> Result<(), crate::PassError> {
+    // (op, output types, inputs, prefill step)
+    type Key = (String, String, Vec<Option<ValueId>>, bool);
+    let mut first: HashMap<Key, wgslc_ir::NodeId> = HashMap::new();
+    for n in g.topo_order()? {
+        let node = g.node(n);
+        let effects = matches!(node.op, wgslc_ir::Op::CacheWrite { .. });
+        if effects || node.outputs.is_empty() || node.outputs.iter().any(|o| g.outputs.contains(o)) {
+            continue;
+        }
+        // The output types too: a view (Alias, StridedCopy) takes its extents from its output's shape.
+        let types: Vec<_> = node.outputs.iter().map(|&o| g.value(o).ty.clone()).collect();
+        let key = (
+            format!("{:?}", node.op),
+            format!("{types:?}"),
+            node.inputs.clone(),
+            node.name.starts_with(crate::PREFILL),
+        );
+        match first.get(&key) {
+            Some(&m) => {
+                let pairs: Vec<(ValueId, ValueId)> =
+                    node.outputs.iter().copied().zip(g.node(m).outputs.iter().copied()).collect();
+                for (old, new) in pairs {
+                    g.replace_uses(old, new);
+                }
+            }
+            None => {
+                first.insert(key, n);
+            }
+        }
+    }
+    Ok(())
+}

@@ -25,7 +25,7 @@ mod tabulate;
 pub use decoder::{
     convention_constants, CacheLayout, DecoderLayout, DecoderPlan, KvCache, StepKind, StepLayout, PREFILL,
 };
-pub use dedupe::dedupe_constants;
+pub use dedupe::{dedupe_constants, dedupe_nodes};
 pub use infer::infer_shapes;
 pub use lower::{
     alias_root, eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, kmajor_weights, legalize,
@@ -160,12 +160,14 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
     },
     GraphPass {
         name: "merge",
-        about: "sibling MatMuls on one input (Q, K, V) → one MatMul over concatenated weights; the exporters' \
+        about: "one op on the same inputs computed once; sibling MatMuls on one input (Q, K, V) → one MatMul \
+                over concatenated weights; the exporters' \
                 RMSNorm chain → one RMSNormalization; scalar factors on MatMul operands → the product's epilogue; \
                 rotary's Concat(Neg(slice), slice) → RotateHalf; a long ArgMax row (a vocabulary) → ArgChunks → \
                 ArgMerge",
         without_fusion: false,
         run: |g| {
+            dedupe_nodes(g)?;
             merge_sibling_matmuls(g)?;
             fuse_rms_norm(g)?;
             hoist_matmul_scalars(g)?;

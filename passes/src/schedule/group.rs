@@ -186,6 +186,8 @@ impl Fold {
         match self {
             Fold::Operand { node, .. } => vec![*node],
             Fold::Expand(f) | Fold::Depthwise(f) => f.then.clone(),
+            // The guard's zero is a literal of the attention templates.
+            Fold::Attention(t) => t.nan_to_zero.map(|(i, w)| vec![i, w]).unwrap_or_default(),
             _ => vec![],
         }
     }

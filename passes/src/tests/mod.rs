@@ -311,3 +311,29 @@ fn a_matmul_chain_alternates_arenas_and_binds_inputs_read_only() {
         assert_eq!(binding_access(&plan, &b), b.iter().map(|&(_, w)| w).collect::<Vec<_>>());
     }
 }
+
+/// One op on the same inputs computes once (an opset-23 export's per-layer Cos of one angle table, twice); a node
+/// of a decoder's prefill step stays apart from the decode step's.
+#[test]
+fn identical_nodes_compute_once_within_a_step() {
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[4]);
+    let cos = |g: &mut Graph, name: &str| {
+        let v = g.add_value(name, None);
+        g.add_node(name, Op::Unary(wgslc_ir::UnaryOp::Cos), vec![Some(x)], vec![v]).unwrap();
+        v
+    };
+    let (a, b, p) = (cos(&mut g, "cos_q"), cos(&mut g, "cos_k"), cos(&mut g, &format!("{PREFILL}cos")));
+    let sum = g.add_value("sum", None);
+    g.add_node("sum", Op::Binary(BinaryOp::Add), vec![Some(a), Some(b)], vec![sum]).unwrap();
+    let y = g.add_value("y", None);
+    g.add_node("y", Op::Binary(BinaryOp::Add), vec![Some(sum), Some(p)], vec![y]).unwrap();
+    g.outputs.push(y);
+    infer_shapes(&mut g).unwrap();
+    dedupe_nodes(&mut g).unwrap();
+    eliminate_dead_code(&mut g);
+    let names: Vec<String> = g.topo_order().unwrap().iter().map(|&n| g.node(n).name.clone()).collect();
+    assert_eq!(names.iter().filter(|n| n.contains("cos")).count(), 2, "{names:?}");
+    let s = g.node(g.value(sum).producer.unwrap());
+    assert_eq!(s.inputs, [Some(a), Some(a)]);
+}

@@ -36,13 +36,32 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
                 reshapes.push((r, probs));
                 probs = src;
             }
-            let bi = *group_of.get(&g.value(probs).producer?)?;
+            // SDPA's guard `Where(IsNaN(p), 0, p)` between the softmax and the V product, wherever grouping put it:
+            // the softmax's epilogue, an elementwise kernel of its own, or the V product's row operand.
+            let guard = g.value(probs).producer.and_then(|w| {
+                let nw = g.node(w);
+                let (cond, soft) = (nw.inputs.first().copied().flatten()?, nw.inputs.get(2).copied().flatten()?);
+                let i = g.value(cond).producer?;
+                let ni = g.node(i);
+                let zero = nw.inputs.get(1).copied().flatten().and_then(|z| g.const_data(z));
+                let ok = nw.op == Op::Where
+                    && ni.op == Op::Unary(wgslc_ir::UnaryOp::IsNaN)
+                    && ni.inputs[0] == Some(soft)
+                    && zero.is_some_and(|z| z.to_f64().iter().all(|&x| x == 0.0));
+                ok.then_some((i, w, soft))
+            });
+            let soft = guard.map_or(probs, |(_, _, s)| s);
+            let bi = *group_of.get(&g.value(soft).producer?)?;
             let b = &sched.kernels[bi];
             let sm = b.anchor?;
             let Op::Softmax { axis, log: false, .. } = g.node(sm).op else { return None };
             let scores = g.node(sm).inputs[0]?;
             let st = g.ty(scores);
-            if axis as usize + 1 != st.rank() || st.rank() < 2 || b.has(FoldKind::Operand) {
+            if axis as usize + 1 != st.rank()
+                || st.rank() < 2
+                || b.has(FoldKind::Operand)
+                || g.node(sm).outputs[0] != soft
+            {
                 return None;
             }
             // One query row (a decode step) runs as a kernel of its own shape (a workgroup per row, every score in
@@ -55,28 +74,39 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
             if one_row && !(1..=ATTENTION_ROW_MAX_KEYS).contains(&st.shape[st.rank() - 1]) {
                 return None;
             }
-            let soft = g.node(sm).outputs[0];
-            let nan_to_zero = match b.elementwise[..] {
-                [] => None,
-                [i, w] => {
-                    let (ni, nw) = (g.node(i), g.node(w));
-                    let zero = nw.inputs.get(1).copied().flatten().and_then(|z| g.const_data(z));
-                    let ok = ni.op == Op::Unary(wgslc_ir::UnaryOp::IsNaN)
-                        && ni.inputs[0] == Some(soft)
-                        && nw.op == Op::Where
-                        && nw.inputs[0] == Some(ni.outputs[0])
-                        && nw.inputs[2] == Some(soft)
-                        && zero.is_some_and(|z| z.to_f64().iter().all(|&x| x == 0.0))
-                        && nw.outputs[0] == probs;
+            // The guard's group: the softmax's (its whole epilogue), the V product's (its only fold), or its own.
+            let mut guard_group = None;
+            let nan_to_zero = match guard {
+                None if b.elementwise.is_empty() && !c.has(FoldKind::RowOperand) => None,
+                None => return None,
+                Some((i, w, _)) => {
                     let inside = |v: ValueId, rs: &[NodeId]| {
                         !f.is_output(v) && readers.get(&v).is_some_and(|r| r.iter().all(|(n, _)| rs.contains(n)))
                     };
-                    if !ok || !inside(soft, &[i, w]) || !inside(ni.outputs[0], &[w]) {
+                    if !inside(soft, &[i, w]) || !inside(g.node(i).outputs[0], &[w]) {
+                        return None;
+                    }
+                    let gi = *group_of.get(&i)?;
+                    let k = &sched.kernels[gi];
+                    let pair = [i, w];
+                    let placed = if gi == bi {
+                        b.elementwise[..] == pair
+                    } else if gi == ci {
+                        b.elementwise.is_empty() && matches!(&k.folds[..], [Fold::RowOperand(ns)] if ns[..] == pair)
+                    } else {
+                        guard_group = Some(gi);
+                        b.elementwise.is_empty()
+                            && k.anchor.is_none()
+                            && k.folds.is_empty()
+                            && k.elementwise[..] == pair
+                            && bi < gi
+                            && gi < ci
+                    };
+                    if !placed || (gi != ci && c.has(FoldKind::RowOperand)) {
                         return None;
                     }
                     Some((i, w))
                 }
-                _ => return None,
             };
             let qk_last = g.value(scores).producer?;
             let ai = *group_of.get(&qk_last)?;
@@ -128,11 +158,15 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
             if !f.fits(&merged) {
                 return None;
             }
-            Some((ai, bi, merged))
+            Some((ai, bi, guard_group, merged))
         })();
-        if let Some((ai, bi, merged)) = merged {
-            // Remove the score and softmax groups; the merged group takes the V product's place.
+        if let Some((ai, bi, guard_group, merged)) = merged {
+            // Remove the score, softmax (and guard) groups; the merged group takes the V product's place.
             f.sched.kernels[ci] = merged;
+            if let Some(gi) = guard_group {
+                f.sched.kernels.remove(gi);
+                ci -= 1;
+            }
             f.sched.kernels.remove(bi);
             f.sched.kernels.remove(ai);
             ci -= 2;

@@ -35,12 +35,9 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
         if reads_cache(later, early_cache) || reads_cache(earlier, late_cache) {
             return None;
         }
-        // A group of the other step (a decoder's prefill between two decode writes) never runs in the same step
-        // as these: each step replays only the dispatches its outputs need.
-        let prefill = |n: NodeId| g.node(n).name.starts_with(crate::PREFILL);
-        let step = prefill(earlier.anchor.expect("anchored"));
-        let same_step = |k: &KernelGroup| k.nodes().into_iter().any(|n| prefill(n) == step);
-        if ks[i + 1..ci].iter().any(|k| same_step(k) && reads_cache(k, early_cache)) {
+        // A group of the other step (a decoder's prefill between two decode writes) never runs between these.
+        let anchor = earlier.anchor.expect("anchored");
+        if ks[i + 1..ci].iter().any(|k| f.same_step(anchor, k) && reads_cache(k, early_cache)) {
             return None;
         }
         let merged = host.with(Fold::CacheWrite(guest.anchor.expect("anchored")));

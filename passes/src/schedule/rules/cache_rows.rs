@@ -12,7 +12,7 @@ use wgslc_ir::{contiguous_strides, Graph, NodeId, Op};
 /// ([`Fold::CacheRows`]): the attention kernel writes the rows and reads each head's new key and value from
 /// workgroup memory. Taken when the attention reads every key of each cache at its row (the product's key
 /// axis is the cache's axis, its other coordinates stay within a row or step over whole caches), the writes'
-/// outputs are read by the attention alone, nothing between the two groups reads either cache, and the merged
+/// outputs are read by the attention alone, nothing of the same step between the two groups reads either cache, and the merged
 /// kernel fits the binding limit. The attention group stays where it was (after everything the writes read).
 pub(in crate::schedule) fn fuse(f: &mut Fuse) {
     f.merge_into_later(|f, ci| {
@@ -59,12 +59,13 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
         if !only_here(wk) || !only_here(wv) {
             return None;
         }
-        // Nothing between the two reads either cache (the writes move to the later kernel).
+        // Nothing of this step between the two reads either cache (the writes move to the later kernel; a group
+        // of the other step never runs between them).
         let caches = [storage_root(g, g.node(wk).outputs[0]), storage_root(g, g.node(wv).outputs[0])];
         let sched = &f.sched;
         let reads_cache =
             |k: &KernelGroup| group_io(g, sched, k).0.iter().any(|&r| caches.contains(&storage_root(g, r)));
-        if ks[wi + 1..ci].iter().any(reads_cache) {
+        if ks[wi + 1..ci].iter().any(|k| f.same_step(qk, k) && reads_cache(k)) {
             return None;
         }
         let operand = w.row_operand().map(<[NodeId]>::to_vec).unwrap_or_default();

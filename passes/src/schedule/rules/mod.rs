@@ -63,6 +63,15 @@ pub(super) const RULES: &[Rule] = &[
 ];
 
 impl Fuse<'_> {
+    /// Whether group `k` runs in the same decoder step as node `n` (a two-step decoder graph: the prefill step's
+    /// nodes are named under [`crate::PREFILL`]). Each step replays only the dispatches its outputs need, so a
+    /// group of the other step between two of this step's never runs between them.
+    pub fn same_step(&self, n: NodeId, k: &KernelGroup) -> bool {
+        let prefill = |n: NodeId| self.g.node(n).name.starts_with(crate::PREFILL);
+        let step = prefill(n);
+        k.nodes().into_iter().any(|m| prefill(m) == step)
+    }
+
     pub fn bindings(&self, k: &KernelGroup) -> usize {
         bindings(self.g, &self.sched.folded, k)
     }
