@@ -105,13 +105,8 @@ impl Importer<'_> {
                 p
             }
         };
-        // [batch, heads, seq, head].
-        let heads_first = |s: &mut Self, part: &str, x: ValueId, h: usize| -> Result<ValueId, ImportError> {
-            let r = reshape(s, part, x, &[0, 0, h as i64, -1])?;
-            s.emit(name, part, Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[Some(r)])
-        };
-        let q4 = heads_first(self, "q", q, heads)?;
-        let (k4, v4) = (heads_first(self, "k", k, kv_heads)?, heads_first(self, "v", v, kv_heads)?);
+        let q4 = self.split_heads(name, "q", q, heads)?;
+        let (k4, v4) = (self.split_heads(name, "k", k, kv_heads)?, self.split_heads(name, "v", v, kv_heads)?);
         // Rotary at the new tokens' positions, over [batch, heads, seq, head] as the exporters apply it.
         let (q4, k4) = if a.int("do_rotary", 0) != 0 {
             let (Some(cos), Some(sin)) = (at(7), at(8)) else {
@@ -316,19 +311,14 @@ impl Importer<'_> {
             let piece = s.emit(name, part, Op::Slice, &[Some(b), Some(st), Some(en), Some(ax)])?;
             s.emit(name, part, Op::Binary(BinaryOp::Add), &[Some(x), Some(piece)])
         };
-        let split = |s: &mut Self, part: &str, x: ValueId| -> Result<ValueId, ImportError> {
-            let sh = ints(s, "shape", &[0, 0, heads as i64, -1]);
-            let r = s.emit(name, part, Op::Reshape { allowzero: false }, &[Some(x), Some(sh)])?;
-            s.emit(name, part, Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[Some(r)])
-        };
         let h = hidden as i64;
         let qb = biased(self, "q", q, 0, h)?;
-        let q4 = split(self, "q", qb)?;
+        let q4 = self.split_heads(name, "q", qb, heads)?;
         let (k4, v4) = if heads_first {
             (k, v)
         } else {
             let (kb, vb) = (biased(self, "k", k, h, 2 * h)?, biased(self, "v", v, 2 * h, i64::MAX)?);
-            (split(self, "k", kb)?, split(self, "v", vb)?)
+            (self.split_heads(name, "k", kb, heads)?, self.split_heads(name, "v", vb, heads)?)
         };
         let present = self.presents(a, node, [(k4, past.map(|p| p.0)), (v4, past.map(|p| p.1))])?;
         // Which keys each query may see, [batch or 1, 1, seq or 1, total]; then onnxruntime's additive mask.
@@ -427,6 +417,13 @@ impl Importer<'_> {
             };
         }
         Ok(present)
+    }
+
+    /// `[batch, seq, heads · head]` as the heads-first `[batch, heads, seq, head]`.
+    fn split_heads(&mut self, name: &str, part: &str, x: ValueId, heads: usize) -> Result<ValueId, ImportError> {
+        let sh = self.ints_const(name, "shape", vec![0, 0, heads as i64, -1]);
+        let r = self.emit(name, part, Op::Reshape { allowzero: false }, &[Some(x), Some(sh)])?;
+        self.emit(name, part, Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[Some(r)])
     }
 
     /// Output 0: the heads-first attention result `[batch, heads, seq, head]` as `[batch, seq, heads · head]`.
