@@ -4,7 +4,7 @@
 median tok/s and whether the two builds' tokens are equal. For measuring a decode-speed change in one device run.
 
     python3 scripts/decode_ab.py OUT_DIR MODEL.onnx PROMPT.npy BIN_A BIN_B [--variants fp32,f16,q4] [--rounds 3]
-        [--capacity 512] [--chunk 32] [--new 128]
+        [--capacity 512] [--chunk 32] [--new 128] [--steps-per-submit 1[,16]]
 
 MODEL.onnx and PROMPT.npy as scripts/decode_bench.py writes them (its --out directory).
 """
@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--capacity", type=int, default=512)
     ap.add_argument("--chunk", type=int, default=32)
     ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--steps-per-submit", default="1", help="comma-separated: each is measured")
     a = ap.parse_args()
     builds = {"A": a.bin_a, "B": a.bin_b}
     variants = [v for v in a.variants.split(",") if v]
@@ -46,27 +47,28 @@ def main():
             plan = json.load(open(os.path.join(art, "plan.json")))
             dec = next(s for s in plan["decoder"]["steps"] if s["name"] == "decode")
             arts[b, v], dispatches[b, v] = art, len(dec["dispatches"])
-    speeds = {k: [] for k in arts}
+    submits = [int(x) for x in a.steps_per_submit.split(",") if x]
+    runs = [(v, n) for v in variants for n in submits]
+    speeds = {(b, v, n): [] for b in builds for v, n in runs}
     tokens = {}
     for _ in range(a.rounds):
-        for v in variants:
+        for v, n in runs:
             for b, exe in builds.items():
                 outd = os.path.join(a.out, f"gen_{b}_{v}")
                 r = subprocess.run([exe, "--quiet", "generate", arts[b, v], "--input-ids", a.prompt,
-                                    "--max-new-tokens", str(a.new), "--steps-per-submit", "1", "-o", outd],
+                                    "--max-new-tokens", str(a.new), "--steps-per-submit", str(n), "-o", outd],
                                    capture_output=True, text=True)
                 if r.returncode:
                     sys.exit(f"build {b} generate {v} failed: {r.stderr[-2000:]}")
-                speeds[b, v].append(json.loads(r.stdout.strip().splitlines()[-1])["tokens_per_s"])
-                tokens[b, v] = np.load(os.path.join(outd, "tokens.npy"))[0].tolist()
-    for v in variants:
+                speeds[b, v, n].append(json.loads(r.stdout.strip().splitlines()[-1])["tokens_per_s"])
+                tokens[b, v, n] = np.load(os.path.join(outd, "tokens.npy"))[0].tolist()
+    for v, n in runs:
         for b in builds:
-            s = speeds[b, v]
-            print(f"{v:5} build {b}: {dispatches[b, v]:4} decode dispatches, median {statistics.median(s):7.1f} tok/s "
-                  f"(runs {', '.join(f'{x:.1f}' for x in s)})")
-        same = tokens["A", v] == tokens["B", v]
-        print(f"{v:5} tokens of A and B {'equal' if same else 'DIFFER'}")
-
+            s = speeds[b, v, n]
+            print(f"{v:5} {n:2} steps/submit build {b}: {dispatches[b, v]:4} decode dispatches, median "
+                  f"{statistics.median(s):7.1f} tok/s (runs {', '.join(f'{x:.1f}' for x in s)})")
+        same = tokens["A", v, n] == tokens["B", v, n]
+        print(f"{v:5} {n:2} steps/submit tokens of A and B {'equal' if same else 'DIFFER'}")
 
 if __name__ == "__main__":
     main()

@@ -608,7 +608,7 @@ fn bench_decode(
             "ms_per_token": round(ms_per_token),
             "host_ms_per_token": round(g.host_ms / steps),
             "prefill_ms": round(g.prefill_ms),
-            "dispatches_per_token": step.dispatches.len(),
+            "dispatches_per_token": step.dispatches.len() + usize::from(step.advance.is_some()),
             "copies_per_token": round(g.copies as f64 / steps),
             "gpu_ms_per_token": round(gpu_ms),
             "gpu_time": if p.timestamps { "gpu timestamps in one pass" } else { "one submit per dispatch" },

@@ -2,12 +2,13 @@
 //! inputs the loop fills, which outputs hold each step's new cache rows and its chosen token, and which
 //! dispatches each step replays (see `wgslc_artifact::Decoder`).
 //!
-//! **Architecture Invariant:** after the prompt is written, nothing goes through the host per token. The token a
-//! step chooses (an ArgMax inside the plan) is copied on the GPU into the next step's `input_ids` and into a token
-//! history; the cache rows a step adds are written into the cache by the step itself (a decode step with a
-//! `cache_row`) or copied on the GPU into the cache; `position_ids`, the cache row and the mask's new row come
-//! from small constant buffers written once per generation. The host encodes `steps_per_submit` steps
-//! per submit and reads the history back only between submits when it must stop at an end-of-sequence token.
+//! **Architecture Invariant:** after the prompt is written, nothing goes through the host per token. A decode step
+//! that writes its cache in place is followed, in the same compute pass, by the plan's advance kernel, which puts
+//! its chosen token into the next step's `input_ids` and the token history and moves the cache row, position and
+//! mask word on: a submit's steps are one compute pass. A step that copies its rows instead has its token copied
+//! on the GPU into `input_ids` and the history, its rows into the cache and its position and mask word from small
+//! constant buffers written once per generation. The host encodes `steps_per_submit` steps per submit and reads
+//! the history back only between submits when it must stop at an end-of-sequence token.
 
 use crate::{RuntimeError, Session};
 use wgslc_artifact::{Decoder, Step, StorageType, TensorSpec};
@@ -151,15 +152,24 @@ impl Session {
         };
         let (decode_token, decode_dispatches) = choice(decode)?;
         let (prefill_token, prefill_dispatches) = choice(prefill)?;
+        let recompile = |what: &str| {
+            RuntimeError::Invalid(format!("this artifact was compiled before wgslc {what}: compile it again"))
+        };
+        let history = d.tokens.ok_or_else(|| recompile("kept the token history on the GPU"))?;
+        // A decode step that writes in place advances on the GPU (its advance kernel after it, in the same pass).
+        let advance = match (decode.cache_row, decode.advance) {
+            (Some(_), None) => return Err(recompile("advanced the decode loop on the GPU")),
+            (_, a) => a.map(|a| if opts.sampling.is_some() { a.sample } else { a.greedy }),
+        };
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
         let gpu = &self.gpu;
         let dev = &gpu.device;
         let input = |i: usize| (&self.plan.inputs[i], &self.buffers[self.plan.inputs[i].buffer]);
         let output = |i: usize| (&self.plan.outputs[i], &self.buffers[self.plan.outputs[i].buffer]);
 
-        // Per generation: the token history, one mask word of 1, the positions 0..capacity and, for a decode step
-        // that writes the cache in place, its rows 0..capacity.
-        let (history, readback, one, iota, rows) = gpu.scoped("generation buffers", || {
+        // Per generation: the history's read-back and, for a decode step that copies its rows, one mask word of 1
+        // and the positions 0..capacity.
+        let (readback, window) = gpu.scoped("generation buffers", || {
             let buf = |label: &str, size: u64, usage| {
                 dev.create_buffer(&wgpu::BufferDescriptor {
                     label: Some(label),
@@ -170,13 +180,11 @@ impl Session {
             };
             let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
             let bytes = 4 * d.capacity as u64;
-            (
-                buf("wgslc tokens", bytes, storage),
-                buf("wgslc tokens read-back", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST),
-                buf("wgslc mask one", 4, storage),
-                buf("wgslc positions", bytes, storage),
-                decode.cache_row.map(|_| buf("wgslc cache rows", bytes, storage)),
-            )
+            let readback =
+                buf("wgslc tokens read-back", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            let window =
+                advance.is_none().then(|| (buf("wgslc mask one", 4, storage), buf("wgslc positions", bytes, storage)));
+            (readback, window)
         })?;
         if let (Some(s), Some(sm)) = (&opts.sampling, &decode.sample) {
             let (t, p) = (input(sm.temperature), input(sm.params));
@@ -185,17 +193,14 @@ impl Session {
             gpu.queue.write_buffer(p.1, 0, &words(p.0, [s.top_k as i64, i64::from(seed as i32)]));
         }
         let (mask_spec, mask_buf) = input(decode.attention_mask);
-        gpu.queue.write_buffer(&one, 0, &word(mask_spec, 1));
-        if let Some(p) = decode.position_ids {
-            gpu.queue.write_buffer(&iota, 0, &words(input(p).0, 0..d.capacity as i64));
+        if let Some((one, iota)) = &window {
+            gpu.queue.write_buffer(one, 0, &word(mask_spec, 1));
+            if let Some(p) = decode.position_ids {
+                gpu.queue.write_buffer(iota, 0, &words(input(p).0, 0..d.capacity as i64));
+            }
         }
-        // The rows buffer and the input each step's row is copied into.
-        let rows_iota = rows.zip(decode.cache_row).map(|(b, r)| {
-            gpu.queue.write_buffer(&b, 0, &words(input(r).0, 0..d.capacity as i64));
-            (b, input(r).1)
-        });
-
-        gpu.queue.write_buffer(&history, 0, &words(&self.plan.outputs[decode.next_token], prompt.iter().copied()));
+        let (history_spec, history) = input(history);
+        gpu.queue.write_buffer(history, 0, &words(history_spec, prompt.iter().copied()));
 
         // Prefill, one submit per chunk; the cache starts zeroed.
         let start = std::time::Instant::now();
@@ -243,7 +248,7 @@ impl Session {
                 self.copy_rows(&mut enc, d, prefill, pos, real);
                 if pos + real == prompt.len() {
                     let (_, next) = output(prefill_token);
-                    enc.copy_buffer_to_buffer(next, 0, &history, 4 * prompt.len() as u64, 4);
+                    enc.copy_buffer_to_buffer(next, 0, history, 4 * prompt.len() as u64, 4);
                     enc.copy_buffer_to_buffer(next, 0, input(decode.input_ids).1, 0, 4);
                 }
                 gpu.queue.submit([enc.finish()]);
@@ -253,22 +258,30 @@ impl Session {
         gpu.check_lost()?;
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
 
-        // Decode: the mask holds the prompt's rows and the step's own. A step writing in place adds its row
-        // (its token's position) before it runs; otherwise the step's token is at row `rows` and its row is added
-        // after it runs, when its cache rows are copied there.
+        // Decode: the mask holds the prompt's rows and the step's own. A step that advances on the GPU starts at
+        // the prompt's end (row, position and mask word there), and each step's advance kernel moves them on;
+        // otherwise the step's token is at row `rows` and its row is added after it runs, when its cache rows are
+        // copied there.
         let start = std::time::Instant::now();
-        let in_place = rows_iota.is_some();
-        let mask = (0..d.rows + 1).map(|j| i64::from(j < prompt.len() || (j == d.rows && !in_place)));
+        let first = prompt.len(); // the position of the first decode step's token
+        let at = |i: Option<usize>| i.map(input);
+        let mask = (0..d.rows + 1)
+            .map(|j| i64::from(j < first || (advance.is_some() && j == first) || (j == d.rows && advance.is_none())));
         gpu.queue.write_buffer(mask_buf, 0, &words(mask_spec, mask));
-        if let Some(p) = decode.cache_position {
-            gpu.queue.write_buffer(input(p).1, 0, &words(input(p).0, [d.rows as i64]));
+        if let Some((spec, buf)) = at(decode.cache_position) {
+            gpu.queue.write_buffer(buf, 0, &words(spec, [d.rows as i64]));
+        }
+        if advance.is_some() {
+            for (spec, buf) in [at(decode.cache_row), at(decode.position_ids)].into_iter().flatten() {
+                gpu.queue.write_buffer(buf, 0, &words(spec, [first as i64]));
+            }
         }
         let mut produced = prompt.len() + 1; // tokens in the history
         let mut steps = 0;
         let mut submits = 0;
         let mut tokens: Option<Vec<i64>> = None;
         if opts.eos.is_some() {
-            tokens = self.read_tokens(&history, &readback, produced)?.into();
+            tokens = self.read_tokens(history, &readback, produced)?.into();
         }
         let mut host = std::time::Duration::ZERO;
         let mut copies = 0;
@@ -279,25 +292,32 @@ impl Session {
                 let mut enc =
                     dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc decode") });
                 let mut copies = 0;
-                for i in 0..k {
+                if let Some(a) = advance {
+                    // The submit's steps in one compute pass.
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some(&decode.name),
+                        timestamp_writes: None,
+                    });
+                    for _ in 0..k {
+                        self.dispatch(&mut pass, &decode_dispatches);
+                        self.dispatch(&mut pass, &[a]);
+                    }
+                }
+                for i in (0..k).filter(|_| advance.is_none()) {
+                    let (one, iota) = window.as_ref().expect("a decode step that copies its rows");
                     let pos = produced + i - 1; // the position of the token this step reads
                     if let Some(p) = decode.position_ids {
-                        enc.copy_buffer_to_buffer(&iota, 4 * pos as u64, input(p).1, 0, 4);
+                        enc.copy_buffer_to_buffer(iota, 4 * pos as u64, input(p).1, 0, 4);
                         copies += 1;
-                    }
-                    if let Some((rows, row)) = &rows_iota {
-                        enc.copy_buffer_to_buffer(rows, 4 * pos as u64, row, 0, 4);
-                        enc.copy_buffer_to_buffer(&one, 0, mask_buf, 4 * pos as u64, 4);
-                        copies += 2;
                     }
                     self.encode_step(&mut enc, &decode.name, &decode_dispatches);
                     let (_, next) = output(decode_token);
-                    enc.copy_buffer_to_buffer(next, 0, &history, 4 * (pos + 1) as u64, 4);
+                    enc.copy_buffer_to_buffer(next, 0, history, 4 * (pos + 1) as u64, 4);
                     enc.copy_buffer_to_buffer(next, 0, input(decode.input_ids).1, 0, 4);
                     copies += 2;
-                    if pos < d.rows && !in_place {
+                    if pos < d.rows {
                         copies += self.copy_rows(&mut enc, d, decode, pos, 1);
-                        enc.copy_buffer_to_buffer(&one, 0, mask_buf, 4 * pos as u64, 4);
+                        enc.copy_buffer_to_buffer(one, 0, mask_buf, 4 * pos as u64, 4);
                         copies += 1;
                     }
                 }
@@ -309,12 +329,12 @@ impl Session {
             steps += k;
             submits += 1;
             if opts.eos.is_some() {
-                tokens = Some(self.read_tokens(&history, &readback, produced)?);
+                tokens = Some(self.read_tokens(history, &readback, produced)?);
             }
         }
         let mut tokens = match tokens {
             Some(t) => t,
-            None => self.read_tokens(&history, &readback, produced)?,
+            None => self.read_tokens(history, &readback, produced)?,
         };
         let decode_ms = start.elapsed().as_secs_f64() * 1e3;
         if let Some(eos) = opts.eos {
@@ -330,6 +350,11 @@ impl Session {
     fn encode_step(&self, enc: &mut wgpu::CommandEncoder, label: &str, dispatches: &[usize]) {
         let mut pass =
             enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None });
+        self.dispatch(&mut pass, dispatches);
+    }
+
+    /// Kernels in order, into an open compute pass.
+    fn dispatch(&self, pass: &mut wgpu::ComputePass, dispatches: &[usize]) {
         for &d in dispatches {
             let k = &self.plan.kernels[d];
             pass.set_pipeline(&self.pipelines[d]);

@@ -15,9 +15,10 @@ export const VERSION = 2;
 // ---- generated from docs/plan.schema.json by cli/tests/schemas.rs (WGSLC_UPDATE_SCHEMAS=1 rewrites it) ----
 // Each object's fields and each enum's values, as the Rust runtime's serde types accept them.
 const FIELDS = {
+  Advance: ["greedy", "sample"],
   Binding: ["access", "binding", "buffer", "offset", "size"],
   Buffer: ["kind", "name", "size"],
-  Decoder: ["capacity", "rows", "state", "steps"],
+  Decoder: ["capacity", "rows", "state", "steps", "tokens"],
   DimRange: ["max", "min", "name"],
   GridScale: ["axis", "dim"],
   Kernel: ["bindings", "entry_point", "name", "scale", "wgsl", "workgroups"],
@@ -26,8 +27,8 @@ const FIELDS = {
   RangedAxis: ["axis", "dim", "factor"],
   Ranges: ["buffer", "dims"],
   StateSpec: ["axis", "input"],
-  Step: ["attention_mask", "cache_position", "cache_row", "dispatches", "input_ids", "last_index", "logits", "name",
-    "next_token", "position_ids", "present", "sample", "tokens"],
+  Step: ["advance", "attention_mask", "cache_position", "cache_row", "dispatches", "input_ids", "last_index",
+    "logits", "name", "next_token", "position_ids", "present", "sample", "tokens"],
   StepSample: ["dispatches", "params", "temperature", "token"],
   TensorSpec: ["buffer", "dtype", "name", "ranged", "shape", "storage"],
   WeightSpec: ["buffer", "name", "offset", "shape", "storage"],
@@ -441,19 +442,21 @@ export class Session {
       temp.push(b);
       return b;
     };
+    const recompile = (what) => new Error(`artifact: this artifact was compiled before wgslc ${what}: compile it again`);
+    if (d.tokens == null) throw recompile("kept the token history on the GPU");
+    // A decode step that writes in place advances on the GPU (its advance kernel after it, in the same pass).
+    if (decode.cache_row != null && !decode.advance) throw recompile("advanced the decode loop on the GPU");
+    const advance = decode.advance ? (sampling ? decode.advance.sample : decode.advance.greedy) : null;
     try {
-      const history = make("wgslc tokens", bytes, storage);
+      const history = input(d.tokens).buf;
       const readback = make("wgslc tokens read-back", bytes, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
-      const one = make("wgslc mask one", 4, storage);
-      const iota = make("wgslc positions", bytes, storage);
       const mask = input(decode.attention_mask);
-      device.queue.writeBuffer(one, 0, words(mask.spec, [1]));
-      if (decode.position_ids != null) device.queue.writeBuffer(iota, 0, words(input(decode.position_ids).spec, range(d.capacity, (i) => i)));
-      // A decode step that writes the cache in place reads its row from the rows 0..capacity.
-      const inPlace = decode.cache_row != null;
-      const rowsIota = inPlace ? make("wgslc cache rows", bytes, storage) : null;
-      if (inPlace) device.queue.writeBuffer(rowsIota, 0, words(input(decode.cache_row).spec, range(d.capacity, (i) => i)));
-      device.queue.writeBuffer(history, 0, Int32Array.from(prompt));
+      // A decode step that copies its rows takes its mask word and position from these.
+      const one = advance === null ? make("wgslc mask one", 4, storage) : null;
+      const iota = advance === null ? make("wgslc positions", bytes, storage) : null;
+      if (one) device.queue.writeBuffer(one, 0, words(mask.spec, [1]));
+      if (iota && decode.position_ids != null) device.queue.writeBuffer(iota, 0, words(input(decode.position_ids).spec, range(d.capacity, (i) => i)));
+      write(d.tokens, prompt);
       if (sampling) {
         // The seed folded to 32 bits as the Rust runtime does (seed ^ seed >> 32).
         const big = BigInt(seed);
@@ -500,11 +503,15 @@ export class Session {
       const prefillMs = performance.now() - t0;
 
       const t1 = performance.now();
-      // The mask holds the prompt's rows and the step's own. A step writing in place adds its row (its token's
-      // position) before it runs; otherwise its token is at row `rows` and its row is added after it runs, when
-      // its cache rows are copied there.
-      device.queue.writeBuffer(mask.buf, 0, words(mask.spec, range(d.rows + 1, (j) => (j < prompt.length || (j === d.rows && !inPlace) ? 1 : 0))));
+      // The mask holds the prompt's rows and the step's own. A step that advances on the GPU starts at the
+      // prompt's end (row, position and mask word there), and each step's advance kernel moves them on; otherwise
+      // the step's token is at row `rows` and its row is added after it runs, when its cache rows are copied there.
+      const first = prompt.length;
+      device.queue.writeBuffer(mask.buf, 0, words(mask.spec, range(d.rows + 1, (j) => (j < first || (advance !== null && j === first) || (j === d.rows && advance === null) ? 1 : 0))));
       if (decode.cache_position != null) write(decode.cache_position, [d.rows]);
+      if (advance !== null) {
+        for (const i of [decode.cache_row, decode.position_ids]) if (i != null) write(i, [first]);
+      }
       const read = async (count) => {
         const enc = device.createCommandEncoder();
         enc.copyBufferToBuffer(history, 0, readback, 0, 4 * count);
@@ -533,17 +540,22 @@ export class Session {
         await scoped(device, "decode", () => {
           const enc = device.createCommandEncoder({ label: "wgslc decode" });
           const next = output(decodeChoice.token).buf;
-          for (let i = 0; i < k; i++) {
+          if (advance !== null) {
+            // The submit's steps in one compute pass.
+            const pass = enc.beginComputePass({ label: decode.name });
+            for (let i = 0; i < k; i++) {
+              this.#dispatch(pass, decodeChoice.dispatches);
+              this.#dispatch(pass, [advance]);
+            }
+            pass.end();
+          }
+          for (let i = 0; advance === null && i < k; i++) {
             const pos = produced + i - 1;
             if (decode.position_ids != null) enc.copyBufferToBuffer(iota, 4 * pos, input(decode.position_ids).buf, 0, 4);
-            if (inPlace) {
-              enc.copyBufferToBuffer(rowsIota, 4 * pos, input(decode.cache_row).buf, 0, 4);
-              enc.copyBufferToBuffer(one, 0, mask.buf, 4 * pos, 4);
-            }
             this.#encodeStep(enc, decode.name, decodeChoice.dispatches);
             enc.copyBufferToBuffer(next, 0, history, 4 * (pos + 1), 4);
             enc.copyBufferToBuffer(next, 0, input(decode.input_ids).buf, 0, 4);
-            if (pos < d.rows && !inPlace) {
+            if (pos < d.rows) {
               this.#copyRows(enc, decode, pos, 1);
               enc.copyBufferToBuffer(one, 0, mask.buf, 4 * pos, 4);
             }
@@ -580,15 +592,20 @@ export class Session {
 
   // One decoder step's dispatches in one compute pass.
   #encodeStep(enc, label, dispatches) {
-    const { plan, pipelines, bindGroups } = this.#s;
     const pass = enc.beginComputePass({ label });
+    this.#dispatch(pass, dispatches);
+    pass.end();
+  }
+
+  // Kernels in order, into an open compute pass.
+  #dispatch(pass, dispatches) {
+    const { plan, pipelines, bindGroups } = this.#s;
     for (const d of dispatches) {
       const w = plan.kernels[d].workgroups;
       pass.setPipeline(pipelines[d]);
       pass.setBindGroup(0, bindGroups[d]);
       pass.dispatchWorkgroups(w[0], w[1], w[2]);
     }
-    pass.end();
   }
 
   // Copies the step's first `count` new rows of every cache into the cache at row `pos`.
@@ -709,7 +726,17 @@ export function parsePlan(text) {
   const caches = dec && Array.isArray(dec.steps) && dec.steps.some((st) => st.cache_row != null) && Array.isArray(dec.state)
     ? dec.state.map((s) => plan.inputs[s.input]?.buffer)
     : [];
-  for (const k of plan.kernels) {
+  // A step's advance kernels write its loop inputs and the token history, and only those.
+  const advancers = [];
+  const loopInputs = [];
+  for (const st of dec && Array.isArray(dec.steps) ? dec.steps : []) {
+    if (!st.advance) continue;
+    advancers.push(st.advance.greedy, st.advance.sample);
+    for (const i of [st.input_ids, st.cache_row, st.attention_mask, st.position_ids, dec.tokens]) {
+      if (i != null && plan.inputs[i]) loopInputs.push(plan.inputs[i].buffer);
+    }
+  }
+  for (const [ki, k] of plan.kernels.entries()) {
     if (typeof k.wgsl !== "string" || k.wgsl.startsWith("/") || k.wgsl.split("/").some((c) => c === ".." || c === "." || c === "")) {
       bad(`kernel '${k.name}' has a path outside the artifact: '${k.wgsl}'`);
     }
@@ -722,7 +749,8 @@ export function parsePlan(text) {
         bad(`kernel '${k.name}' binding ${b.binding} (${b.offset}+${b.size}) is outside buffer '${buf.name}' (${buf.size} bytes) or misaligned`);
       }
       const cache = buf.kind === "input" && caches.includes(b.buffer);
-      if (b.access === "read_write" && (buf.kind === "weight" || buf.kind === "input") && !cache) {
+      const advanced = advancers.includes(ki) && loopInputs.includes(b.buffer);
+      if (b.access === "read_write" && (buf.kind === "weight" || buf.kind === "input") && !cache && !advanced) {
         bad(`kernel '${k.name}' writes ${buf.kind === "weight" ? "Weight" : "Input"} buffer '${buf.name}'`);
       }
     }
@@ -792,6 +820,10 @@ function checkDecoder(plan, known) {
       bad(`state input ${s.input} is not a float cache of ${cacheRows} rows`);
     }
   }
+  if (d.tokens != null) {
+    const t = plan.inputs[d.tokens];
+    if (!(t && len(t) === d.capacity && t.storage !== "f32")) bad(`the token history (input ${d.tokens}) is not ${d.capacity} integers`);
+  }
   for (const st of d.steps) {
     known(`decoder step '${st.name}'`, st, FIELDS.Step);
     const n = st.tokens;
@@ -821,6 +853,13 @@ function checkDecoder(plan, known) {
         p && len(p) === 2 && p.storage !== "f32" && Array.isArray(sm.dispatches) &&
         sm.dispatches.every((k) => k >= 0 && k < plan.kernels.length);
       if (!fits) bad(`step '${st.name}': the sampling token, inputs or dispatches are not valid`);
+    }
+    if (st.advance) {
+      known(`the advance of step '${st.name}'`, st.advance, FIELDS.Advance);
+      const own = (k) => Number.isInteger(k) && k >= 0 && k < plan.kernels.length && !plan.dispatches.includes(k);
+      if (!(n === 1 && st.cache_row != null && d.tokens != null && own(st.advance.greedy) && own(st.advance.sample))) {
+        bad(`step '${st.name}' advances on the GPU: it needs one token, a cache row, the token history and advance kernels of its own`);
+      }
     }
     if (st.cache_row != null) {
       const r = plan.inputs[st.cache_row];

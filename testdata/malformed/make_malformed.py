@@ -371,6 +371,16 @@ def main():
                                    "attention_mask": 1, "logits": 0, "next_token": 1, "present": [], "cache_row": 2}]}
     artifact("artifact_decoder_mask_stored_as_float", decoder, "a loop input is missing or not of the step's length")
 
+    # A decode step whose advance kernel (which may write the loop's inputs) is one of the plan's dispatches.
+    def advance_dispatched(p):
+        decoder(p)
+        p["inputs"][1]["storage"] = "i32"
+        p["buffers"].append({"name": "tokens", "size": 8, "kind": "input"})
+        p["inputs"].append({"name": "wgslc.tokens", "dtype": "int64", "shape": [2], "storage": "i32", "buffer": 7})
+        p["decoder"]["tokens"] = 4
+        p["decoder"]["steps"][0]["advance"] = {"greedy": 0, "sample": 0}
+    artifact("artifact_decoder_advance_dispatched", advance_dispatched, "advances on the GPU")
+
     def conv_transpose(name, w_shape, expect, **attrs):
         node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])

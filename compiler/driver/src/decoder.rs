@@ -13,13 +13,56 @@ use wgslc_emit::Validated;
 use wgslc_ir::{Graph, ValueId};
 use wgslc_passes::DecoderLayout;
 
+/// The advance kernels of a decode step that writes in place (see `wgslc_artifact::Advance`): one reading the
+/// greedy token, one the sampled token; none for a step that copies its rows.
+pub(crate) fn advance_kernels(
+    g: &Graph,
+    mem: &wgslc_passes::MemoryPlan,
+    layout: &DecoderLayout,
+    limits: &wgslc_emit::Limits,
+) -> Result<Vec<Validated>, CompileError> {
+    let err = |m: String| CompileError::Decoder(m);
+    let value = |name: &str, among: &[ValueId]| {
+        among
+            .iter()
+            .copied()
+            .find(|&v| g.value(v).name == name)
+            .ok_or_else(|| err(format!("the compiled graph has no input or output '{name}'")))
+    };
+    let Some(s) = layout.steps.iter().find(|s| s.tokens == 1 && s.cache_row.is_some()) else {
+        return Ok(vec![]);
+    };
+    let ins = &g.inputs;
+    let mut out = Vec::new();
+    for (what, token) in [("greedy", &s.next_token), ("sample", &s.sampled_token)] {
+        let a = wgslc_emit::Advance {
+            name: format!("wgslc.advance/{what}"),
+            token: value(token, &g.outputs)?,
+            tokens: value(&layout.tokens, ins)?,
+            input_ids: value(&s.input_ids, ins)?,
+            cache_row: value(s.cache_row.as_deref().expect("an in-place step"), ins)?,
+            attention_mask: value(&s.attention_mask, ins)?,
+            // A loop input the model ignores was removed with the code that read it.
+            position_ids: s.position_ids.as_deref().and_then(|p| value(p, ins).ok()),
+            capacity: layout.rows + 1,
+        };
+        out.push(wgslc_emit::validate(wgslc_emit::advance(g, mem, &a)?, limits)?);
+    }
+    Ok(out)
+}
+
+/// `kernels`: the plan's, the first `dispatched` of them in `Plan::dispatches`, then the advance kernels.
 pub(crate) fn section(
     g: &Graph,
     plan: &art::Plan,
     kernels: &[Validated],
+    dispatched: usize,
     mem: &wgslc_passes::MemoryPlan,
     layout: &DecoderLayout,
 ) -> Result<art::Decoder, CompileError> {
+    let advance =
+        (kernels.len() == dispatched + 2).then_some(art::Advance { greedy: dispatched, sample: dispatched + 1 });
+    let kernels = &kernels[..dispatched];
     // Values are compared by the value they are views of (an output may alias the value a kernel writes); not by
     // storage, which would tell a cache written in place from the cache it was before the write (the prefill
     // step reads the cache, the decode step's in-place write is no part of it).
@@ -87,7 +130,9 @@ pub(crate) fn section(
                 .collect::<Result<_, CompileError>>()?,
             cache_row: s.cache_row.as_deref().map(need_in).transpose()?,
             sample: Some(sample),
+            advance: advance.filter(|_| s.tokens == 1 && s.cache_row.is_some()),
         });
     }
-    Ok(art::Decoder { capacity: layout.rows + 1, rows: layout.rows, state, steps })
+    let tokens = Some(need_in(&layout.tokens)?);
+    Ok(art::Decoder { capacity: layout.rows + 1, rows: layout.rows, state, steps, tokens })
 }

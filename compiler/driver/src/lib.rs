@@ -186,6 +186,9 @@ pub struct Compiled {
     pub schedule: Option<Schedule>,
     pub memory: Option<MemoryPlan>,
     pub kernels: Option<Vec<Validated>>,
+    /// `--kv-cache` with a decode step that writes in place: its advance kernels (greedy, then sampling), which
+    /// the plan holds after `kernels` and dispatches only between decode steps.
+    pub advance: Vec<Validated>,
     /// `--weights`: each weight stored narrower, with its bytes and error.
     pub weights: Vec<WeightChange>,
 }
@@ -245,8 +248,10 @@ fn import_model(
 /// hold a previous artifact, which is replaced (files of the user's in it are never touched); see `out_dir.rs`.
 pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
     let target = out_dir::check(out_dir, opts.force)?;
-    let Compiled { graph: g, decoder, ranged, schedule, memory, kernels, weights } = run(model, opts, None)?;
-    let (sched, mem, kernels) = (schedule.expect("scheduled"), memory.expect("planned"), kernels.expect("emitted"));
+    let Compiled { graph: g, decoder, ranged, schedule, memory, kernels, advance, weights } = run(model, opts, None)?;
+    let (sched, mem, mut kernels) = (schedule.expect("scheduled"), memory.expect("planned"), kernels.expect("emitted"));
+    let dispatched = kernels.len();
+    kernels.extend(advance);
     let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
     // Written beside the target first: a failure leaves the target as it was (see out_dir.rs).
     opts.progress.stage("write");
@@ -254,8 +259,9 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     let written = (|| {
         // plan.json's one author: the emitter's plan with the decoder and ranges sections, written once.
         let mut plan = wgslc_emit::build_plan(&g, &mem, &kernels);
+        plan.dispatches.truncate(dispatched);
         if let Some(layout) = &decoder {
-            plan.decoder = Some(decoder::section(&g, &plan, &kernels, &mem, layout)?);
+            plan.decoder = Some(decoder::section(&g, &plan, &kernels, dispatched, &mem, layout)?);
             plan.check().map_err(|e| CompileError::Decoder(format!("the decoder section is invalid: {e}")))?;
         }
         if let Some(r) = &ranged {

@@ -82,6 +82,7 @@ impl<'a> Run<'a> {
             schedule: None,
             memory: None,
             kernels: None,
+            advance: Vec::new(),
             weights: Vec::new(),
         };
         Run { model, opts, g, c, last_pass, probes: None, ranged: None }
@@ -168,6 +169,9 @@ impl<'a> Run<'a> {
                 let (sched, mem) =
                     (self.c.schedule.as_ref().expect("scheduled"), self.c.memory.as_ref().expect("planned"));
                 self.c.kernels = Some(wgslc_emit::emit(&self.g, sched, mem, &opts.limits)?);
+                if let Some(layout) = &self.c.decoder {
+                    self.c.advance = crate::decoder::advance_kernels(&self.g, mem, layout, &opts.limits)?;
+                }
             }
         }
         Ok(())

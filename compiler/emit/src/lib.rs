@@ -8,7 +8,7 @@
 mod kernels;
 pub mod report;
 
-pub use kernels::{EmittedKernel, GridAxis, Walks};
+pub use kernels::{advance, Advance, EmittedKernel, GridAxis, Walks};
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -345,3 +345,39 @@ fn a_decode_steps_attention_writes_its_cache() {
     assert!(k.contains("fn operand_k(") && k.contains("fn operand_a("), "K's rows and Q's computed:\n{k}");
     insta::assert_snapshot!(k);
 }
+
+/// The decode loop's advance kernel: the chosen token into the next step's input and the history, the row, the
+/// position (stored as floats here, converted) and the mask word moved on by one.
+#[test]
+fn the_decode_loop_advances_on_the_gpu() {
+    let mut g = Graph::new();
+    let int = |g: &mut Graph, name: &str, n: usize| {
+        let v = g.add_value(name, Some(TensorType::new(DType::I64, vec![n])));
+        g.inputs.push(v);
+        v
+    };
+    let (ids, row, mask, tokens) =
+        (int(&mut g, "ids", 1), int(&mut g, "row", 1), int(&mut g, "mask", 8), int(&mut g, "t", 8));
+    let positions = input(&mut g, "positions", &[1]);
+    let token = g.add_value("token", Some(TensorType::new(DType::I64, vec![1])));
+    g.add_node("next", Op::Binary(BinaryOp::Add), vec![Some(ids), Some(row)], vec![token]).unwrap();
+    g.outputs.push(token);
+    run_pipeline(&mut g, None).unwrap();
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    let plan = plan_memory(&g, &sched).unwrap();
+    let a = wgslc_emit::Advance {
+        name: "wgslc.advance/greedy".into(),
+        token,
+        tokens,
+        input_ids: ids,
+        cache_row: row,
+        attention_mask: mask,
+        position_ids: Some(positions),
+        capacity: 8,
+    };
+    let k = validate(wgslc_emit::advance(&g, &plan, &a).unwrap(), &Limits::default()).unwrap();
+    let wgsl = &k.kernel.wgsl;
+    assert!(wgsl.contains("var<storage, read> token") && wgsl.contains("var<storage, read_write> mask"), "{wgsl}");
+    assert!(wgsl.contains("positions[0] = f32(next)"), "{wgsl}");
+    insta::assert_snapshot!(wgsl);
+}

@@ -45,6 +45,8 @@ const SAMPLING: &str = "wgslc.sampling";
 /// The row input of a step that writes its cache in place (see [`StepLayout::cache_row`]).
 const CACHE_ROW: &str = "wgslc.cache_row";
 const LAST_INDEX: &str = "wgslc.last_index";
+/// The token history (see [`DecoderLayout::tokens`]).
+const TOKENS: &str = "wgslc.tokens";
 
 /// What `--kv-cache` asks for.
 #[derive(Clone, Debug)]
@@ -82,6 +84,9 @@ pub struct DecoderLayout {
     /// The sampling inputs shared by both steps: the temperature (float `[1]`) and the top-k and seed (int64 `[2]`).
     pub temperature: String,
     pub sampling: String,
+    /// The token history (int64 `[rows + 1]`), an input no node reads: generation writes the prompt into it and
+    /// each step's chosen token after it, on the GPU.
+    pub tokens: String,
     pub steps: Vec<StepLayout>,
     /// Rows of the cache the prefill step sees (`capacity - 1`); the cache inputs hold `rows + 1` when the
     /// decode step writes in place (`StepLayout::cache_row`), `rows` otherwise.
@@ -349,12 +354,14 @@ impl DecoderPlan {
         for s in self.state.iter().map(|(s, _)| s.as_str()).chain([TEMPERATURE, SAMPLING]) {
             inputs.push(input(&g, s).ok_or_else(|| bad(s, "a shared input missing after the merge (a wgslc bug)"))?);
         }
+        inputs.push(g.add_value(TOKENS, Some(TensorType::new(DType::I64, vec![self.rows + 1]))));
         g.inputs = inputs;
         let layout = DecoderLayout {
             cache: self.cache,
             state: self.state.clone(),
             temperature: TEMPERATURE.into(),
             sampling: SAMPLING.into(),
+            tokens: TOKENS.into(),
             steps: vec![decode.layout, prefill.layout],
             rows: self.rows,
         };

@@ -103,6 +103,11 @@ pub struct Decoder {
     pub state: Vec<StateSpec>,
     /// `decode` (one token) and `prefill` (`tokens` per step, the last chunk padded at its end).
     pub steps: Vec<Step>,
+    /// Index into `Plan::inputs`: the token history (integers, `capacity` elements), which no dispatch of a step
+    /// reads. Generation writes the prompt into it; each step's chosen token goes after it, on the GPU (absent from
+    /// artifacts made before the decode loop advanced on the GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -145,6 +150,23 @@ pub struct Step {
     /// The step when it draws its token instead (absent from artifacts made before sampling existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample: Option<StepSample>,
+    /// A decode step that writes in place: the kernels that prepare the next step on the GPU (see [`Advance`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advance: Option<Advance>,
+}
+
+/// What runs after each decode step of a step that writes in place, in the same compute pass: one kernel, not in
+/// `Plan::dispatches`, that reads the step's chosen token (`greedy`: `next_token`; `sample`: the sampling token)
+/// and writes it into `input_ids` and into the token history at the next position `p` (one past `cache_row`'s
+/// value), then sets `cache_row` and `position_ids` to `p` and the attention mask's word `p` to 1. So a submit's
+/// decode steps follow each other in one compute pass, with no copies between them.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Advance {
+    /// Indices into `Plan::kernels`.
+    pub greedy: usize,
+    pub sample: usize,
 }
 
 /// A step that samples: the same logits and cache rows, its token drawn by a `Sample` kernel (top-k, then a
@@ -441,7 +463,16 @@ impl Plan {
             }
             _ => vec![],
         };
-        for k in &self.kernels {
+        // A step's advance kernels write its loop inputs and the token history, and only those.
+        let mut advancers = Vec::new();
+        let mut loop_inputs = Vec::new();
+        for (st, a) in self.decoder.iter().flat_map(|d| d.steps.iter().filter_map(|st| Some((st, st.advance?)))) {
+            advancers.extend([a.greedy, a.sample]);
+            let ins = [Some(st.input_ids), st.cache_row, Some(st.attention_mask), st.position_ids];
+            let history = self.decoder.as_ref().and_then(|d| d.tokens);
+            loop_inputs.extend(ins.into_iter().chain([history]).flatten().filter_map(|i| self.inputs.get(i)));
+        }
+        for (ki, k) in self.kernels.iter().enumerate() {
             let p = Path::new(&k.wgsl);
             if p.is_absolute() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
                 return bad(format!("kernel '{}' has a path outside the artifact: '{}'", k.name, k.wgsl));
@@ -467,7 +498,11 @@ impl Plan {
                     ));
                 }
                 let cache = buf.kind == BufferKind::Input && caches.contains(&b.buffer);
-                if b.access == Access::ReadWrite && matches!(buf.kind, BufferKind::Weight | BufferKind::Input) && !cache
+                let advanced = advancers.contains(&ki) && loop_inputs.iter().any(|t| t.buffer == b.buffer);
+                if b.access == Access::ReadWrite
+                    && matches!(buf.kind, BufferKind::Weight | BufferKind::Input)
+                    && !cache
+                    && !advanced
                 {
                     return bad(format!("kernel '{}' writes {:?} buffer '{}'", k.name, buf.kind, buf.name));
                 }
@@ -556,6 +591,13 @@ impl Plan {
                 _ => return bad(format!("state input {} is not a float cache of {cache_rows} rows", s.input)),
             }
         }
+        if let Some(t) = d.tokens {
+            if !input(t)
+                .is_some_and(|t| t.shape.iter().product::<usize>() == d.capacity && t.storage != StorageType::F32)
+            {
+                return bad(format!("the token history (input {t}) is not {} integers", d.capacity));
+            }
+        }
         for st in &d.steps {
             let n = st.tokens;
             if n == 0 || n > d.rows || st.dispatches.iter().any(|&k| k >= self.kernels.len()) {
@@ -587,6 +629,19 @@ impl Plan {
                     && sm.dispatches.iter().all(|&k| k < self.kernels.len());
                 if !fits {
                     return bad(format!("step '{}': the sampling token, inputs or dispatches are not valid", st.name));
+                }
+            }
+            if let Some(a) = st.advance {
+                let fits = n == 1
+                    && st.cache_row.is_some()
+                    && d.tokens.is_some()
+                    && [a.greedy, a.sample].iter().all(|&k| k < self.kernels.len() && !self.dispatches.contains(&k));
+                if !fits {
+                    return bad(format!(
+                        "step '{}' advances on the GPU: it needs one token, a cache row, the token history and \
+                         advance kernels of its own",
+                        st.name
+                    ));
                 }
             }
             if let Some(r) = st.cache_row {

@@ -11,6 +11,7 @@ use wgslc_passes::{
     binding_access, input_view, storage_of, storage_root, Fold, FoldedConv, KernelGroup, MemoryPlan, Schedule, Storage,
 };
 
+mod advance;
 mod attention;
 mod conv;
 mod elementwise;
@@ -21,6 +22,7 @@ mod packed;
 mod recurrence;
 mod reduce;
 
+pub use advance::{advance, Advance};
 use conv::*;
 use matmul::*;
 
