@@ -1,11 +1,11 @@
 //! The decode loop's advance kernel: what generation writes between two decode steps, computed on the GPU so that
 //! the steps of a submit follow each other in one compute pass (no copies between them).
 
-use super::{storage, BindingDecl, EmittedKernel, Header, LoaderKind};
+use super::{storage, EmittedKernel, Header, LoaderKind};
 use crate::EmitError;
 use askama::Template;
 use wgslc_ir::{Graph, ValueId};
-use wgslc_passes::{binding_access, MemoryPlan};
+use wgslc_passes::MemoryPlan;
 
 /// The tensors the advance kernel reads and writes: every one a graph input or output (each in a buffer of its
 /// own), the token read-only, the others written.
@@ -59,24 +59,9 @@ pub fn advance(g: &Graph, plan: &MemoryPlan, a: &Advance) -> Result<EmittedKerne
         let message = "the loop's tensors share buffers (a wgslc bug: inputs and outputs have buffers of their own)";
         return Err(EmitError::InvalidWgsl { kernel: a.name.clone(), message: message.into() });
     }
-    let access = binding_access(plan, &pairs);
     let var = |i: usize| Var { var: bindings[i].2, ty: storage(g, bindings[i].0).wgsl() };
-    let h = Header {
-        name: a.name.clone(),
-        comment: format!("the decode loop's advance over {} tokens", a.capacity),
-        template: "advance.wgsl",
-        bindings: bindings
-            .iter()
-            .enumerate()
-            .map(|(i, &(v, _, name))| BindingDecl {
-                binding: i,
-                access: if access[i] { "read_write" } else { "read" },
-                var: name.to_string(),
-                ty: storage(g, v).wgsl(),
-            })
-            .collect(),
-        loaders: vec![],
-    };
+    let comment = format!("the decode loop's advance over {} tokens", a.capacity);
+    let h = Header::new(g, plan, a.name.clone(), comment, "advance.wgsl", &bindings);
     let tpl = AdvanceTpl {
         h,
         token: "token",

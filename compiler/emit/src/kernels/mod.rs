@@ -81,6 +81,40 @@ struct Header {
     loaders: Vec<Loader>,
 }
 
+impl Header {
+    /// A kernel's header over `bindings` (value, written, variable), in binding order: each declared with its
+    /// access (read-write where the kernel writes its buffer) and storage type, narrow constants as `u32` words
+    /// with their loader.
+    fn new(
+        g: &Graph,
+        plan: &MemoryPlan,
+        name: String,
+        comment: String,
+        template: &'static str,
+        bindings: &[(ValueId, bool, &str)],
+    ) -> Header {
+        let pairs: Vec<(ValueId, bool)> = bindings.iter().map(|&(v, w, _)| (v, w)).collect();
+        let access = binding_access(plan, &pairs);
+        let narrow = |v: ValueId| wgslc_passes::narrow_of(g, v);
+        Header {
+            name,
+            comment,
+            template,
+            bindings: bindings
+                .iter()
+                .enumerate()
+                .map(|(i, &(v, _, var))| BindingDecl {
+                    binding: i,
+                    access: if access[i] { "read_write" } else { "read" },
+                    var: var.to_string(),
+                    ty: if narrow(v).is_some() { "u32" } else { storage(g, v).wgsl() },
+                })
+                .collect(),
+            loaders: bindings.iter().filter_map(|&(v, _, var)| Some(Loader::new(var, narrow(v)?))).collect(),
+        }
+    }
+}
+
 /// See [`Header::loaders`].
 struct Loader {
     var: String,
@@ -484,25 +518,8 @@ impl Emitter<'_> {
     fn header(&self, n: NodeId, template: &'static str, bindings: &[(ValueId, bool, &str)]) -> Header {
         let node = self.g.node(n);
         let ins: Vec<String> = node.inputs.iter().flatten().map(|&v| self.g.ty(v).to_string()).collect();
-        let pairs: Vec<(ValueId, bool)> = bindings.iter().map(|&(v, w, _)| (v, w)).collect();
-        let access = binding_access(self.plan, &pairs);
-        let narrow = |v: ValueId| wgslc_passes::narrow_of(self.g, v);
-        Header {
-            name: node.name.clone(),
-            comment: format!("{}({}) -> {}", node.op.name(), ins.join(", "), self.g.ty(node.outputs[0])),
-            template,
-            bindings: bindings
-                .iter()
-                .enumerate()
-                .map(|(i, &(v, _, var))| BindingDecl {
-                    binding: i,
-                    access: if access[i] { "read_write" } else { "read" },
-                    var: var.to_string(),
-                    ty: if narrow(v).is_some() { "u32" } else { storage(self.g, v).wgsl() },
-                })
-                .collect(),
-            loaders: bindings.iter().filter_map(|&(v, _, var)| Some(Loader::new(var, narrow(v)?))).collect(),
-        }
+        let comment = format!("{}({}) -> {}", node.op.name(), ins.join(", "), self.g.ty(node.outputs[0]));
+        Header::new(self.g, self.plan, node.name.clone(), comment, template, bindings)
     }
 
     fn kernel(
