@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Decode on the browser stack of a real GPU, against onnxruntime's WebGPU provider on the format it is tuned for,
+in one run: onnxruntime-genai builder models (`-p fp32` and `-p int4`, `-e webgpu`; transformers' Qwen2ForCausalLM at
+the Qwen2.5-0.5B shape, random weights; or --model DIR, a builder output) compiled by wgslc, then greedy decoding of
+the same prompt with
+
+- `wgslc generate` (the Rust runtime, wgpu on Vulkan),
+- wgslc.js's Session.generate on Dawn (Chrome's WebGPU implementation) in Node, through the npm package `webgpu`,
+- onnxruntime-web's WebGPU provider on the builder's model.onnx, on the same Dawn (its web build in Node,
+  single-threaded; the loop feeds each step's present tensors back on the GPU and reads the logits back).
+
+    python3 scripts/web_decode_bench.py --wgslc BIN --stack DIR [--model BUILDER_DIR] [--layers 24] [--new 128]
+
+DIR holds `node` (a Node 20 binary), `webgpu/` (the npm package: index.js, dist/linux-x64/dawn.node) and `ort/`
+(onnxruntime-web's dist: ort.webgpu.mjs, ort-wasm-simd-threaded.asyncify.mjs and .asyncify.wasm). The GPU machine has no
+Node and no network: pack them here and carry them (docs/performance.md says how). Building the model needs the
+onnxruntime-genai builder on PYTHONPATH (its wheel's Python files). Prints one JSON line per measurement and a
+table: tok/s (median of --rounds, the prefill excluded), and whether each runtime's tokens equal `wgslc generate`'s.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def build_models(out, layers, precisions):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from decode_bench import QWEN05
+    torch.manual_seed(0)
+    hf = os.path.join(out, "hf")
+    cfg = Qwen2Config(vocab_size=QWEN05["vocab"], hidden_size=896, intermediate_size=4864, num_hidden_layers=layers,
+                      num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=4096, rope_theta=1e6,
+                      tie_word_embeddings=True)
+    Qwen2ForCausalLM(cfg).eval().save_pretrained(hf)
+    models = []
+    for prec in precisions:
+        model = os.path.join(out, f"genai_{prec}")
+        r = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o", model, "-p",
+                            prec, "-e", "webgpu", "-c", os.path.join(out, "cache")], capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(f"builder {prec} failed: {r.stderr[-2000:]}")
+        models.append(model)
+    return models
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--wgslc", required=True)
+    ap.add_argument("--stack", required=True)
+    ap.add_argument("--model", help="an onnxruntime-genai builder output (model.onnx, genai_config.json)")
+    ap.add_argument("--precisions", default="fp32,int4", help="the builder's -p values to build (without --model)")
+    ap.add_argument("--out", default="/tmp/web_decode")
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--capacity", type=int, default=512)
+    ap.add_argument("--chunk", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--node-timeout", type=int, default=300, help="seconds for each Node process")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    models = [a.model] if a.model else build_models(a.out, a.layers, a.precisions.split(","))
+    vocab = json.load(open(os.path.join(models[0], "genai_config.json")))["model"]["vocab_size"]
+    prompt = np.random.default_rng(0).integers(0, min(1000, vocab), (1, a.prompt)).astype(np.int64)
+    np.save(os.path.join(a.out, "prompt.npy"), prompt)
+    rows = []
+    for model in models:
+        rows += measure(a, os.path.abspath(model), prompt)
+    print("\n| model | runtime | steps a submit | tok/s (median) | load | tokens equal `wgslc generate`'s |")
+    print("|---|---|---|---|---|---|")
+    for x in rows:
+        load = f"{x['load_ms'] / 1e3:.1f} s" if "load_ms" in x else ""
+        print(f"| {x['model']} | {x['runtime']} | {x.get('steps_per_submit', '')} | {x['tok_s']:.1f} | {load} | "
+              f"{x['same']} |")
+
+
+def measure(a, model, prompt):
+    """One builder model: compiled, then decoded by each runtime; returns the table's rows."""
+    name = os.path.basename(model)
+    dec = json.load(open(os.path.join(model, "genai_config.json")))["model"]["decoder"]
+    import onnx
+    m = onnx.load(os.path.join(model, "model.onnx"), load_external_data=False)
+    kv = next(i for i in m.graph.input if i.name.startswith("past_key_values"))
+    kv_dtype = {1: "float32", 10: "float16"}[kv.type.tensor_type.elem_type]
+    root = os.path.join(a.out, "root")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    art = os.path.join(root, "art")
+    r = subprocess.run([a.wgslc, "--quiet", "compile", os.path.join(model, "model.onnx"), "-o", art, "--kv-cache",
+                        str(a.capacity), "--prefill-chunk", str(a.chunk)], capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"{name}: compile failed: {r.stderr[-2000:]}")
+    lines = []
+    for k in (1, 16):
+        runs, tokens = [], None
+        for _ in range(a.rounds):
+            g = os.path.join(a.out, "gen")
+            r = subprocess.run([a.wgslc, "--quiet", "generate", art, "--input-ids", os.path.join(a.out, "prompt.npy"),
+                                "--max-new-tokens", str(a.new), "--steps-per-submit", str(k), "-o", g],
+                               capture_output=True, text=True)
+            if r.returncode:
+                sys.exit(f"{name}: generate failed: {r.stderr[-2000:]}")
+            runs.append(json.loads(r.stdout.strip().splitlines()[-1])["tokens_per_s"])
+            tokens = np.load(os.path.join(g, "tokens.npy")).reshape(-1)[a.prompt:].tolist()
+        lines.append({"runtime": "wgslc generate (wgpu, Vulkan)", "steps_per_submit": k,
+                      "tok_s": statistics.median(runs), "runs": runs, "tokens": tokens})
+        print(json.dumps({"model": name, **lines[-1]}), flush=True)
+    reference = lines[0]["tokens"]
+
+    shutil.copy(os.path.join(ROOT, "runtime", "web", "wgslc.js"), os.path.join(root, "wgslc.mjs"))
+    cfg = {"webgpu": os.path.join(a.stack, "webgpu"), "ort": os.path.join(a.stack, "ort"), "root": root,
+           "wgslc_js": os.path.join(root, "wgslc.mjs"),
+           "wgslc": [{"name": name, "artifact": "art", "steps_per_submit": [1, 16]}],
+           "onnx": [{"name": name, "model": os.path.join(model, "model.onnx"),
+                     "kv_heads": dec["num_key_value_heads"], "head_dim": dec["head_size"], "kv_dtype": kv_dtype}],
+           "prompt": prompt[0].tolist(), "new": a.new, "rounds": a.rounds}
+    # wgslc.js, then onnxruntime-web, each in a Node process of its own (a failure or a hang of one keeps the other's).
+    for part in ("wgslc", "onnx"):
+        path = os.path.join(a.out, f"node_{part}.json")
+        json.dump({**cfg, **{k: [] for k in ("wgslc", "onnx") if k != part}}, open(path, "w"))
+        try:
+            r = subprocess.run([os.path.join(a.stack, "node"), os.path.join(ROOT, "scripts", "node_decode.mjs"), path],
+                               capture_output=True, text=True, timeout=a.node_timeout)
+            out, err, code = r.stdout, r.stderr, r.returncode
+        except subprocess.TimeoutExpired as e:
+            out, err, code = (e.stdout or b"").decode(), f"timed out after {a.node_timeout} s", "timeout"
+        for line in out.splitlines():
+            if line.startswith('{"adapter"'):
+                print(line, flush=True)
+            elif line.startswith("{"):
+                lines.append(json.loads(line))
+                print(line, flush=True)
+        if code:
+            last = [x for x in err.splitlines() if x.strip() and len(x) < 400][-3:]
+            print(f"{name}: node ({part}) failed ({code}): {' / '.join(last)}", flush=True)
+    for x in lines:
+        x["model"] = name
+        x["same"] = f"{sum(p == q for p, q in zip(x['tokens'], reference))}/{len(reference)}"
+    return lines
+
+if __name__ == "__main__":
+    main()
