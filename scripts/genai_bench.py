@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decode_bench import QWEN05, export  # noqa: E402
 from make_decoders import Decoder  # noqa: E402
+from web_decode_bench import build_models  # noqa: E402
 
 
 def main():
@@ -38,25 +39,11 @@ def main():
     ap.add_argument("--new", type=int, default=128)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    torch.manual_seed(0)
-    hf_dir = os.path.join(a.out, "hf")
-    cfg = Qwen2Config(vocab_size=QWEN05["vocab"], hidden_size=896, intermediate_size=4864,
-                      num_hidden_layers=a.layers, num_attention_heads=14, num_key_value_heads=2,
-                      max_position_embeddings=4096, rope_theta=1e6, tie_word_embeddings=True)
-    Qwen2ForCausalLM(cfg).eval().save_pretrained(hf_dir)
     prompt = np.random.default_rng(0).integers(0, 1000, (1, a.prompt)).astype(np.int64)
     np.save(os.path.join(a.out, "prompt.npy"), prompt)
 
-    models = []
-    for prec in ["fp32", "int4"]:
-        out = os.path.join(a.out, f"genai_{prec}")
-        r = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf_dir, "-o", out,
-                            "-p", prec, "-e", "webgpu", "-c", os.path.join(a.out, "cache")],
-                           capture_output=True, text=True)
-        if r.returncode:
-            sys.exit(f"builder {prec} failed: {r.stderr[-2000:]}")
-        models.append((f"onnxruntime-genai builder, -p {prec} -e webgpu", os.path.join(out, "model.onnx"), []))
+    models = [(f"onnxruntime-genai builder, -p {prec} -e webgpu", os.path.join(d, "model.onnx"), [])
+              for prec, d in zip(("fp32", "int4"), build_models(a.out, a.layers, ["fp32", "int4"]))]
     export_dir = os.path.join(a.out, "export")
     os.makedirs(export_dir, exist_ok=True)
     m = Decoder("qwen2", c=QWEN05, layers=a.layers).eval()
