@@ -18,7 +18,12 @@ const cfg = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const { create, globals } = await import(pathToFileURL(path.join(cfg.webgpu, "index.js")).href);
 Object.assign(globalThis, globals);
 Object.defineProperty(globalThis, "navigator", { value: { gpu: create(cfg.dawn ?? []) }, configurable: true });
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+// Python's statistics.median: the middle one, or the mean of the middle two.
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
 const emit = (o) => console.log(JSON.stringify(o));
 
 // wgslc.js fetches the artifact over HTTP, as in a browser.
@@ -44,8 +49,10 @@ for (const w of cfg.wgslc ?? []) {
   for (const k of w.steps_per_submit) {
     const runs = [];
     let tokens = null;
-    for (let r = 0; r < cfg.rounds; r++) {
+    // One untimed round first (the GPU's clocks rise while it runs), then the timed ones.
+    for (let r = -1; r < cfg.rounds; r++) {
       const g = await s.generate(cfg.prompt, { maxNewTokens: cfg.new, stepsPerSubmit: k });
+      if (r < 0) continue;
       runs.push(g.decodeSteps / (g.decodeMs / 1e3));
       tokens = g.tokens.slice(cfg.prompt.length);
     }
@@ -117,8 +124,9 @@ if ((cfg.onnx ?? []).length) {
     await generate(4);
     const runs = [];
     let tokens = null;
-    for (let r = 0; r < cfg.rounds; r++) {
+    for (let r = -1; r < cfg.rounds; r++) {
       const g = await generate(cfg.new);
+      if (r < 0) continue;
       runs.push(g.tok_s);
       tokens = g.tokens;
     }

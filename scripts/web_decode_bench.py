@@ -7,9 +7,11 @@ the same prompt with
 - `wgslc generate` (the Rust runtime, wgpu on Vulkan),
 - wgslc.js's Session.generate on Dawn (Chrome's WebGPU implementation) in Node, through the npm package `webgpu`,
 - onnxruntime-web's WebGPU provider on the builder's model.onnx, on the same Dawn (its web build in Node,
-  single-threaded; the loop feeds each step's present tensors back on the GPU and reads the logits back).
+  single-threaded; the loop feeds each step's present tensors back on the GPU and reads the logits back),
+- with --ort-genai STACK, onnxruntime-genai's own loop on onnxruntime's native WebGPU provider (Dawn built into
+  onnxruntime-webgpu's library) on the same model: scripts/ort_genai_decode.py says what STACK holds.
 
-    python3 scripts/web_decode_bench.py --wgslc BIN --stack DIR [--model BUILDER_DIR] [--layers 24] [--new 128]
+    python3 scripts/web_decode_bench.py --wgslc BIN --stack DIR [--ort-genai STACK] [--model BUILDER_DIR] [--layers 24]
 
 DIR holds `node` (a Node 20 binary), `webgpu/` (the npm package: index.js, dist/linux-x64/dawn.node) and `ort/`
 (onnxruntime-web's dist: ort.webgpu.mjs, ort-wasm-simd-threaded.asyncify.mjs and .asyncify.wasm). The GPU machine has no
@@ -67,6 +69,7 @@ def main():
     ap.add_argument("--chunk", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--node-timeout", type=int, default=300, help="seconds for each Node process")
+    ap.add_argument("--ort-genai", help="a directory with onnxruntime_genai/ and onnxruntime-webgpu's library")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     models = [a.model] if a.model else build_models(a.out, a.layers, a.precisions.split(","))
@@ -103,14 +106,15 @@ def measure(a, model, prompt):
     lines = []
     for k in (1, 16):
         runs, tokens = [], None
-        for _ in range(a.rounds):
+        for r in range(a.rounds + 1):  # the first round untimed: the GPU's clocks rise while it runs
             g = os.path.join(a.out, "gen")
-            r = subprocess.run([a.wgslc, "--quiet", "generate", art, "--input-ids", os.path.join(a.out, "prompt.npy"),
+            p = subprocess.run([a.wgslc, "--quiet", "generate", art, "--input-ids", os.path.join(a.out, "prompt.npy"),
                                 "--max-new-tokens", str(a.new), "--steps-per-submit", str(k), "-o", g],
                                capture_output=True, text=True)
-            if r.returncode:
-                sys.exit(f"{name}: generate failed: {r.stderr[-2000:]}")
-            runs.append(json.loads(r.stdout.strip().splitlines()[-1])["tokens_per_s"])
+            if p.returncode:
+                sys.exit(f"{name}: generate failed: {p.stderr[-2000:]}")
+            if r > 0:
+                runs.append(json.loads(p.stdout.strip().splitlines()[-1])["tokens_per_s"])
             tokens = np.load(os.path.join(g, "tokens.npy")).reshape(-1)[a.prompt:].tolist()
         lines.append({"runtime": "wgslc generate (wgpu, Vulkan)", "steps_per_submit": k,
                       "tok_s": statistics.median(runs), "runs": runs, "tokens": tokens})
@@ -143,6 +147,24 @@ def measure(a, model, prompt):
         if code:
             last = [x for x in err.splitlines() if x.strip() and len(x) < 400][-3:]
             print(f"{name}: node ({part}) failed ({code}): {' / '.join(last)}", flush=True)
+    if a.ort_genai:
+        env = {**os.environ, "PYTHONPATH": os.path.abspath(a.ort_genai)}
+        try:
+            r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ort_genai_decode.py"), model,
+                                os.path.join(a.out, "prompt.npy"), str(a.new), str(a.rounds)],
+                               capture_output=True, text=True, timeout=a.node_timeout, env=env)
+            out, err, code = r.stdout, r.stderr, r.returncode
+        except subprocess.TimeoutExpired as e:
+            out, err, code = (e.stdout or b"").decode(), f"timed out after {a.node_timeout} s", "timeout"
+        for line in out.splitlines():
+            if line.startswith("{"):
+                x = json.loads(line)
+                print(json.dumps({"model": name, **x}), flush=True)
+                if "error" not in x:
+                    lines.append(x)
+        if code:
+            last = [x for x in err.splitlines() if x.strip() and len(x) < 400][-3:]
+            print(f"{name}: onnxruntime-genai failed ({code}): {' / '.join(last)}", flush=True)
     for x in lines:
         x["model"] = name
         x["same"] = f"{sum(p == q for p, q in zip(x['tokens'], reference))}/{len(reference)}"
