@@ -88,35 +88,53 @@ fn compile(name: &str, capacity: usize, chunk: usize) -> (tempfile::TempDir, Ses
 /// 17, 20 and 23) and torch.export archives alike.
 #[test]
 fn generation_gives_torchs_greedy_tokens() {
+    let failures: Vec<String> = CASES.into_iter().chain(PT2_CASES).chain(HF_CASES).flat_map(greedy_failures).collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// transformers' own classes for every architecture `scripts/make_hf_decoders.py` makes (Qwen3's Q/K norms, Phi,
+/// GPT-NeoX and StableLM's partial rotary, OLMo2's norms after the projections, SmolLM3's layers without rotary,
+/// Mistral, Phi-3, Qwen2 and Llama), each through the dynamo exporter at opsets 18 and 23 and the TorchScript
+/// exporter at 17 (testdata/hf): transformers' greedy tokens, as above.
+#[test]
+fn transformers_classes_give_transformers_tokens() {
+    let root = common::testdata().join("hf");
+    let mut names: Vec<String> =
+        std::fs::read_dir(&root).unwrap().map(|e| format!("hf/{}", e.unwrap().file_name().to_string_lossy())).collect();
+    names.sort();
+    assert!(names.len() >= 28, "testdata/hf holds {} cases", names.len());
+    let failures: Vec<String> = names.iter().flat_map(|n| greedy_failures(n)).collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Where a case's greedy generation differs from its tokens (prompts 0 and 1, 16 steps a submit and one, and
+/// stopping at an end-of-sequence token); `decode_steps` is asserted.
+fn greedy_failures(name: &str) -> Vec<String> {
     let mut failures = Vec::new();
-    for name in CASES.into_iter().chain(PT2_CASES).chain(HF_CASES) {
-        let (_dir, session) = compile(name, 46, 4);
-        for k in 0..2 {
-            let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));
-            let want = ids(&npy(&case(name).join(format!("tokens_{k}.npy"))));
-            let new = want.len() - prompt.len();
-            for steps_per_submit in [16, 1] {
-                let opts = GenerateOptions { max_new_tokens: new, steps_per_submit, ..Default::default() };
-                let got = session.generate(&prompt, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
-                if got.tokens != want {
-                    failures.push(format!(
-                        "{name} prompt {k}, {steps_per_submit}/submit: {:?}\n  torch {want:?}",
-                        got.tokens
-                    ));
-                }
-                assert_eq!(got.decode_steps, new - 1, "{name}: one decode step per token after the first");
+    let (_dir, session) = compile(name, 46, 4);
+    for k in 0..2 {
+        let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));
+        let want = ids(&npy(&case(name).join(format!("tokens_{k}.npy"))));
+        let new = want.len() - prompt.len();
+        for steps_per_submit in [16, 1] {
+            let opts = GenerateOptions { max_new_tokens: new, steps_per_submit, ..Default::default() };
+            let got = session.generate(&prompt, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            if got.tokens != want {
+                failures
+                    .push(format!("{name} prompt {k}, {steps_per_submit}/submit: {:?}\n  torch {want:?}", got.tokens));
             }
-            // Stop at the first occurrence of a token that comes a few steps in.
-            let eos = want[prompt.len() + 3];
-            let stop = prompt.len() + want[prompt.len()..].iter().position(|&t| t == eos).unwrap() + 1;
-            let opts = GenerateOptions { max_new_tokens: new, eos: Some(eos), steps_per_submit: 2, sampling: None };
-            let got = session.generate(&prompt, &opts).unwrap();
-            if got.tokens != want[..stop] {
-                failures.push(format!("{name} prompt {k}, eos {eos}: {:?}, expected {:?}", got.tokens, &want[..stop]));
-            }
+            assert_eq!(got.decode_steps, new - 1, "{name}: one decode step per token after the first");
+        }
+        // Stop at the first occurrence of a token that comes a few steps in.
+        let eos = want[prompt.len() + 3];
+        let stop = prompt.len() + want[prompt.len()..].iter().position(|&t| t == eos).unwrap() + 1;
+        let opts = GenerateOptions { max_new_tokens: new, eos: Some(eos), steps_per_submit: 2, sampling: None };
+        let got = session.generate(&prompt, &opts).unwrap();
+        if got.tokens != want[..stop] {
+            failures.push(format!("{name} prompt {k}, eos {eos}: {:?}, expected {:?}", got.tokens, &want[..stop]));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    failures
 }
 
 /// The builder's models generate onnxruntime's greedy tokens (prompts of 1 and 5 tokens, the second in two prefill
