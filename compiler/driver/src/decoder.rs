@@ -51,18 +51,16 @@ pub(crate) fn advance_kernels(
     Ok(out)
 }
 
-/// `kernels`: the plan's, the first `dispatched` of them in `Plan::dispatches`, then the advance kernels.
+/// `kernels`: the plan's dispatched kernels (those of `Plan::dispatches`); `advance`: where the plan holds the
+/// decode step's advance kernels, when it writes in place (see [`advance_kernels`]).
 pub(crate) fn section(
     g: &Graph,
     plan: &art::Plan,
     kernels: &[Validated],
-    dispatched: usize,
+    advance: Option<art::Advance>,
     mem: &wgslc_passes::MemoryPlan,
     layout: &DecoderLayout,
 ) -> Result<art::Decoder, CompileError> {
-    let advance =
-        (kernels.len() == dispatched + 2).then_some(art::Advance { greedy: dispatched, sample: dispatched + 1 });
-    let kernels = &kernels[..dispatched];
     // Values are compared by the value they are views of (an output may alias the value a kernel writes); not by
     // storage, which would tell a cache written in place from the cache it was before the write (the prefill
     // step reads the cache, the decode step's in-place write is no part of it).

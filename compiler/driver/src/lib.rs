@@ -251,6 +251,16 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     let Compiled { graph: g, decoder, ranged, schedule, memory, kernels, advance, weights } = run(model, opts, None)?;
     let (sched, mem, mut kernels) = (schedule.expect("scheduled"), memory.expect("planned"), kernels.expect("emitted"));
     let dispatched = kernels.len();
+    // The advance kernels come after every dispatched one, greedy then sampling.
+    let advance_at = match advance.len() {
+        0 => None,
+        2 => Some(wgslc_artifact::Advance { greedy: dispatched, sample: dispatched + 1 }),
+        n => {
+            return Err(CompileError::Decoder(format!(
+                "{n} advance kernels, expected greedy and sampling (a wgslc bug)"
+            )))
+        }
+    };
     kernels.extend(advance);
     let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
     // Written beside the target first: a failure leaves the target as it was (see out_dir.rs).
@@ -261,7 +271,7 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
         let mut plan = wgslc_emit::build_plan(&g, &mem, &kernels);
         plan.dispatches.truncate(dispatched);
         if let Some(layout) = &decoder {
-            plan.decoder = Some(decoder::section(&g, &plan, &kernels, dispatched, &mem, layout)?);
+            plan.decoder = Some(decoder::section(&g, &plan, &kernels[..dispatched], advance_at, &mem, layout)?);
             plan.check().map_err(|e| CompileError::Decoder(format!("the decoder section is invalid: {e}")))?;
         }
         if let Some(r) = &ranged {
