@@ -16,8 +16,7 @@ greedy paths have the widest smallest top-2 logit gap —, 2 layers, 4 query / 2
   optimum's configs have since;
 - `<arch>_optimum_legacy`: `optimum-cli export onnx --task text-generation-with-past --legacy` (the three-file
   export, the merged file kept), which leaves `position_ids` out: the model counts positions from the past's
-  length, which a fixed-size cache can't give, so wgslc refuses it (the layout proof finds the rotary positions
-  differ) — made for that test, with only qwen2.
+  length (`arange(past, past + n)`), which wgslc's decoder pass takes from the step's cache row — only qwen2.
 
 Each case also holds prompt_<k>.npy (int64 [1, L], L = 1 and 5) and tokens_<k>.npy: onnxruntime's greedy
 generation through the merged model as optimum and transformers.js run it (the prompt's step with
@@ -149,8 +148,6 @@ def reference(arch, flavor, d, hf_tokens, seed):
                 optimum=importlib.metadata.version("optimum"), onnxruntime=ort.__version__,
                 transformers=transformers.__version__, torch=torch.__version__,
                 inputs=[i.name for i in sess.get_inputs()])
-    if flavor == "legacy":
-        meta["kv_cache"] = "refused"
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return f"{d}: min top-2 gap {min(gaps):.3f}, transformers agrees {agree}, seed {seed}"

@@ -120,8 +120,12 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
     names.extend(["genai/qwen2_fp32_webgpu".to_string(), "genai/qwen2_int4_webgpu".to_string()]);
     // And an optimum merged decoder (an If on use_cache_branch, the branch with past inputs compiled).
     names.push("optimum/qwen2_optimum_merged".to_string());
-    // And three of transformers' own classes (testdata/hf): Q/K norms, partial rotary, layers without rotary.
-    names.extend(["hf/qwen3_hf_dynamo18", "hf/phi_hf_dynamo23", "hf/smollm3_hf_torchscript17"].map(String::from));
+    // And four of transformers' own classes (testdata/hf): Q/K norms, partial rotary, layers without rotary, a
+    // sliding window over positions counted from the cache's length.
+    names.extend(
+        ["hf/qwen3_hf_dynamo18", "hf/phi_hf_dynamo23", "hf/smollm3_hf_torchscript17", "hf/gemma2_hf_torchscript17"]
+            .map(String::from),
+    );
     names.sort();
     let testdata = common::testdata();
     // One decoder also with bindings too small for its embedding table, LM head and gate/up weight: their blocks

@@ -145,6 +145,10 @@ pub(crate) fn prove(
             if let Some(name) = &step.position_ids {
                 give(&lg, &mut given, name, pos);
             }
+            // A step that writes in place writes at the row of its first token: the tokens before it.
+            if let Some(name) = &step.cache_row {
+                give(&lg, &mut given, name, vec![p.past as f64]);
+            }
             if let Some(name) = &step.cache_position {
                 let cp: Vec<f64> = match (step.name, step.cache_row.is_some()) {
                     // The decode step in place: the last row (every key up to it, the mask hiding the rest).
@@ -269,7 +273,8 @@ fn compare(
             return Err(format!(
                 "'{name}', computed from the loop's inputs or the cache's shape (positions, masks, rotary tables), \
                  differs between the model's own cache and the compiled cache layout: wgslc has no cache layout for \
-                 this model (a model that counts positions from the past's length needs position_ids as an input)"
+                 this model (positions counted from the past's length are taken from the cache row only where the \
+                 model writes them as arange(past, past + n); position_ids as an input always work)"
             ));
         }
     }
