@@ -56,6 +56,8 @@ ARCHS = {
     "neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(rotary_pct=0.25, num_key_value_heads=4)),
     "phi": ("PhiConfig", "PhiForCausalLM", dict(partial_rotary_factor=0.5)),
     "stablelm": ("StableLmConfig", "StableLmForCausalLM", dict(partial_rotary_factor=0.25)),
+    # Learned absolute positions, LayerNorm, GELU, multi-head attention; hidden_size and the others map onto n_embd...
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_inner=128)),
 }
 EXPORTERS = {"dynamo23": (True, 23), "dynamo18": (True, 18), "torchscript17": (False, 17)}
 PROMPTS = [np.array([[17]], np.int64), np.array([[3, 141, 59, 26, 53]], np.int64)]
