@@ -15,6 +15,8 @@
 - testdata/decoders/<case>: the bundled tiny decoders converted and quantized the same ways, with onnxruntime's
   greedy tokens on the converted graph (a growing cache, as scripts/make_decoders.py runs torch) from the same
   prompts; meta.json says so (`"reference": "onnxruntime"`).
+- testdata/decoders/llama_dynamo20_cache_read (`make_narrow.py window`, also in `decoders`): the decoder with its first
+  cache also returned as an output of its own, so its decode step copies its rows instead of writing in place.
 - testdata/masks/<case>_fp16, <case>_cache_read (`make_narrow.py masks`, not by default): a position-masked decoder
   of testdata/masks converted to float16 with `keep_io_types` (its caches float32 behind Casts), and the same
   decoder with its first cache also returned as an output of its own, which no cache layout of wgslc fits (meta.json
@@ -323,7 +325,7 @@ def cache_read(m):
     return m
 
 
-def decoder_cases(suite="decoders"):
+def decoder_cases(suite="decoders", only=None):
     conversions = {
         "decoders": [
             ("qwen2_dynamo20", "fp16", lambda m: fp16(m, True)),
@@ -331,6 +333,9 @@ def decoder_cases(suite="decoders"):
             ("qwen2_dynamo20", "q4", lambda m: nbits(m, 4, 32, True)),
             ("llama_dynamo20", "q4_gather_zp", lambda m: nbits(m, 4, 16, False, gather=True)),
             ("qwen2_torchscript17", "q8_zp", lambda m: nbits(m, 8, 32, False)),
+            # A shape-built mask with the first cache also an output of its own: the decode step can't write in
+            # place, so it copies its rows (the window), the runtimes' other decode path.
+            ("llama_dynamo20", "cache_read", cache_read),
         ],
         # A position-compared mask whose caches keep_io_types leaves float32 behind Casts; and one whose first
         # cache is also an output of its own (nothing may write it in place, and the window does not fit its mask).
@@ -338,6 +343,8 @@ def decoder_cases(suite="decoders"):
                   ("llama_posmask_dynamo20", "cache_read", cache_read)],
     }[suite]
     for src, tag, convert in conversions:
+        if only is not None and tag != only:
+            continue
         s = os.path.join(ROOT, suite, src)
         m = convert(onnx.load(os.path.join(s, "model.onnx")))
         d = os.path.join(ROOT, suite, f"{src}_{tag}")
@@ -353,7 +360,7 @@ def decoder_cases(suite="decoders"):
             gaps.append(gap)
         meta = {"source": f"{suite}/{src}", "conversion": tag, "reference": "onnxruntime", "new_tokens": NEW,
                 "min_top2_gap": min(gaps), "onnxruntime": ort.__version__}
-        if tag == "cache_read":
+        if tag == "cache_read" and suite == "masks":
             meta["kv_cache"] = "refused"
         with open(os.path.join(d, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1, sort_keys=True)
@@ -373,6 +380,8 @@ def main():
         decoder_cases()
     if "masks" in parts:
         decoder_cases("masks")
+    if "window" in parts:
+        decoder_cases("decoders", only="cache_read")
 
 
 if __name__ == "__main__":

@@ -108,6 +108,26 @@ fn transformers_classes_give_transformers_tokens() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// A decoder whose first cache is also an output of its own (`testdata/make_narrow.py window`) can't have its decode
+/// step write in place: the step writes `present` rows and the runtime copies them into the cache, the token into
+/// the next step's input, the position and the mask word (the runtimes' other decode path). It still generates
+/// onnxruntime's tokens, one step a submit and several, and stops at an end-of-sequence token.
+#[test]
+fn a_decode_step_that_cannot_write_in_place_copies_its_rows() {
+    let name = "llama_dynamo20_cache_read";
+    let (_dir, session) = compile(name, 46, 4);
+    let decoder = session.plan().decoder.as_ref().unwrap();
+    let decode = decoder.steps.iter().find(|st| st.name == "decode").unwrap();
+    assert!(decode.cache_row.is_none() && decode.advance.is_none(), "{name}: the decode step copies its rows");
+    assert_eq!(decode.present.len(), decoder.state.len());
+    let prompt = ids(&npy(&case(name).join("prompt_1.npy")));
+    let opts = GenerateOptions { max_new_tokens: 8, steps_per_submit: 4, ..Default::default() };
+    let g = session.generate(&prompt, &opts).unwrap();
+    assert!(g.copies >= 7 * (decoder.state.len() + 3), "{name}: {} copies for 7 decode steps", g.copies);
+    let failures = greedy_failures(name);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Where a case's greedy generation differs from its tokens (prompts 0 and 1, 16 steps a submit and one, and
 /// stopping at an end-of-sequence token); `decode_steps` is asserted.
 fn greedy_failures(name: &str) -> Vec<String> {
