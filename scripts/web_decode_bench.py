@@ -132,43 +132,38 @@ def measure(a, model, prompt):
     for part in ("wgslc", "onnx"):
         path = os.path.join(a.out, f"node_{part}.json")
         json.dump({**cfg, **{k: [] for k in ("wgslc", "onnx") if k != part}}, open(path, "w"))
-        try:
-            r = subprocess.run([os.path.join(a.stack, "node"), os.path.join(ROOT, "scripts", "node_decode.mjs"), path],
-                               capture_output=True, text=True, timeout=a.node_timeout)
-            out, err, code = r.stdout, r.stderr, r.returncode
-        except subprocess.TimeoutExpired as e:
-            out, err, code = (e.stdout or b"").decode(), f"timed out after {a.node_timeout} s", "timeout"
-        for line in out.splitlines():
-            if line.startswith('{"adapter"'):
-                print(line, flush=True)
-            elif line.startswith("{"):
-                lines.append(json.loads(line))
-                print(line, flush=True)
-        if code:
-            last = [x for x in err.splitlines() if x.strip() and len(x) < 400][-3:]
-            print(f"{name}: node ({part}) failed ({code}): {' / '.join(last)}", flush=True)
+        node = [os.path.join(a.stack, "node"), os.path.join(ROOT, "scripts", "node_decode.mjs"), path]
+        lines += rows(node, a.node_timeout, f"{name}: node ({part})")
     if a.ort_genai:
         env = {**os.environ, "PYTHONPATH": os.path.abspath(a.ort_genai)}
-        try:
-            r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ort_genai_decode.py"), model,
-                                os.path.join(a.out, "prompt.npy"), str(a.new), str(a.rounds)],
-                               capture_output=True, text=True, timeout=a.node_timeout, env=env)
-            out, err, code = r.stdout, r.stderr, r.returncode
-        except subprocess.TimeoutExpired as e:
-            out, err, code = (e.stdout or b"").decode(), f"timed out after {a.node_timeout} s", "timeout"
-        for line in out.splitlines():
-            if line.startswith("{"):
-                x = json.loads(line)
-                print(json.dumps({"model": name, **x}), flush=True)
-                if "error" not in x:
-                    lines.append(x)
-        if code:
-            last = [x for x in err.splitlines() if x.strip() and len(x) < 400][-3:]
-            print(f"{name}: onnxruntime-genai failed ({code}): {' / '.join(last)}", flush=True)
+        genai = [sys.executable, os.path.join(ROOT, "scripts", "ort_genai_decode.py"), model,
+                 os.path.join(a.out, "prompt.npy"), str(a.new), str(a.rounds)]
+        lines += rows(genai, a.node_timeout, f"{name}: onnxruntime-genai", env)
     for x in lines:
         x["model"] = name
         x["same"] = f"{sum(p == q for p, q in zip(x['tokens'], reference))}/{len(reference)}"
     return lines
+
+def rows(cmd, timeout, what, env=None):
+    """Runs a measuring process and returns the rows of the JSON lines it prints (each printed as it comes; lines
+    with an "adapter" or an "error" are printed only); a failure or a time-out is printed with its last errors."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        out, err, code = r.stdout, r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        out, err, code = (e.stdout or b"").decode(), f"timed out after {timeout} s", "timeout"
+    found = []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            x = json.loads(line)
+            print(line, flush=True)
+            if "adapter" not in x and "error" not in x:
+                found.append(x)
+    if code:
+        last = [x for x in err.splitlines() if x.strip() and len(x) < 400][-3:]
+        print(f"{what} failed ({code}): {' / '.join(last)}", flush=True)
+    return found
+
 
 if __name__ == "__main__":
     main()
