@@ -8,6 +8,7 @@
 //! # Ok::<(), wgslc::CompileError>(())
 //! ```
 
+pub mod bandwidth;
 pub mod conformance;
 pub mod npy;
 

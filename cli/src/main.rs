@@ -591,7 +591,7 @@ fn bench_decode(
     regions.sort_unstable();
     regions.dedup();
     let bytes: u64 = regions.iter().map(|r| r.2).sum();
-    let gbps = session.gpu().copy_bandwidth(10)?;
+    let gbps = wgslc::bandwidth::copy_bandwidth(session.gpu(), 10)?;
     let floor_ms = bytes as f64 / (gbps * 1e9) * 1e3;
     session.replay_step("decode")?;
     let p = session.profile(20)?;

@@ -99,3 +99,14 @@ fn compiler_files_stay_readable() {
     }
     assert!(long.is_empty(), "split these by topic:\n{}", long.join("\n"));
 }
+
+/// The Rust runtime, what every user ships, stays under 1,000 lines: what a plan means on the host without a GPU
+/// (input and output bytes, ranged dims) lives with the schema in wgslc-artifact, benchmark tools in the CLI.
+#[test]
+fn the_rust_runtime_stays_small() {
+    let lines: usize = rust_files(&root().join("runtime/src"))
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
+        .sum();
+    assert!(lines < 1000, "runtime/src is {lines} lines of Rust (issue 32's bound: under 1,000)");
+}

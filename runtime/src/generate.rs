@@ -11,7 +11,7 @@
 //! the history back only between submits when it must stop at an end-of-sequence token.
 
 use crate::{RuntimeError, Session};
-use wgslc_artifact::{Decoder, Step, StorageType, TensorSpec};
+use wgslc_artifact::{Decoder, Step};
 
 /// How [`Session::generate`] runs.
 #[derive(Clone, Debug)]
@@ -73,19 +73,6 @@ pub struct Generation {
     /// Host time of the decode loop's encoding and submits (the part of `decode_ms` the CPU spends; the rest
     /// is waiting for the GPU).
     pub host_ms: f64,
-}
-
-/// One 4-byte element in a tensor's storage type.
-fn word(spec: &TensorSpec, v: i64) -> [u8; 4] {
-    match spec.storage {
-        StorageType::F32 => (v as f32).to_le_bytes(),
-        StorageType::I32 => (v as i32).to_le_bytes(),
-        StorageType::U32 => (v as u32).to_le_bytes(),
-    }
-}
-
-fn words(spec: &TensorSpec, vals: impl IntoIterator<Item = i64>) -> Vec<u8> {
-    vals.into_iter().flat_map(|v| word(spec, v)).collect()
 }
 
 /// Whether the generated part of `tokens` holds the end-of-sequence token.
@@ -190,17 +177,17 @@ impl Session {
             let (t, p) = (input(sm.temperature), input(sm.params));
             gpu.queue.write_buffer(t.1, 0, &s.temperature.to_le_bytes());
             let seed = (s.seed ^ (s.seed >> 32)) as u32;
-            gpu.queue.write_buffer(p.1, 0, &words(p.0, [s.top_k as i64, i64::from(seed as i32)]));
+            gpu.queue.write_buffer(p.1, 0, &p.0.words([s.top_k as i64, i64::from(seed as i32)]));
         }
         let (mask_spec, mask_buf) = input(decode.attention_mask);
         if let Some((one, iota)) = &window {
-            gpu.queue.write_buffer(one, 0, &word(mask_spec, 1));
+            gpu.queue.write_buffer(one, 0, &mask_spec.words([1]));
             if let Some(p) = decode.position_ids {
-                gpu.queue.write_buffer(iota, 0, &words(input(p).0, 0..d.capacity as i64));
+                gpu.queue.write_buffer(iota, 0, &input(p).0.words(0..d.capacity as i64));
             }
         }
         let (history_spec, history) = input(history);
-        gpu.queue.write_buffer(history, 0, &words(history_spec, prompt.iter().copied()));
+        gpu.queue.write_buffer(history, 0, &history_spec.words(prompt.iter().copied()));
 
         // Prefill, one submit per chunk; the cache starts zeroed.
         let start = std::time::Instant::now();
@@ -216,7 +203,7 @@ impl Session {
             let pad = *chunk.last().expect("chunks are not empty");
             write(
                 prefill.input_ids,
-                words(input(prefill.input_ids).0, (0..n).map(|i| chunk.get(i).copied().unwrap_or(pad))),
+                input(prefill.input_ids).0.words((0..n).map(|i| chunk.get(i).copied().unwrap_or(pad))),
             );
             // A prefill step that writes in place sees every key at its position, the whole chunk unmasked (its
             // padding comes after the real tokens, which causality hides from them: a mask derived from the
@@ -227,19 +214,19 @@ impl Session {
             let mask = (0..keys).map(|j| {
                 i64::from(if at_positions { j < pos + n } else { j < pos || (j >= d.rows && j < d.rows + real) })
             });
-            write(prefill.attention_mask, words(input(prefill.attention_mask).0, mask));
+            write(prefill.attention_mask, input(prefill.attention_mask).0.words(mask));
             if let Some(p) = prefill.position_ids {
-                write(p, words(input(p).0, (0..n).map(|i| (pos + i.min(real - 1)) as i64)));
+                write(p, input(p).0.words((0..n).map(|i| (pos + i.min(real - 1)) as i64)));
             }
             if let Some(p) = prefill.cache_position {
                 let first = if at_positions { pos } else { d.rows };
-                write(p, words(input(p).0, (0..n).map(|i| (first + i) as i64)));
+                write(p, input(p).0.words((0..n).map(|i| (first + i) as i64)));
             }
             if let Some(r) = prefill.cache_row {
-                write(r, words(input(r).0, [pos as i64]));
+                write(r, input(r).0.words([pos as i64]));
             }
             if let Some(p) = prefill.last_index {
-                write(p, words(input(p).0, [real as i64 - 1]));
+                write(p, input(p).0.words([real as i64 - 1]));
             }
             gpu.scoped("prefill", || {
                 let mut enc =
@@ -267,13 +254,13 @@ impl Session {
         let at = |i: Option<usize>| i.map(input);
         let mask = (0..d.rows + 1)
             .map(|j| i64::from(j < first || (advance.is_some() && j == first) || (j == d.rows && advance.is_none())));
-        gpu.queue.write_buffer(mask_buf, 0, &words(mask_spec, mask));
+        gpu.queue.write_buffer(mask_buf, 0, &mask_spec.words(mask));
         if let Some((spec, buf)) = at(decode.cache_position) {
-            gpu.queue.write_buffer(buf, 0, &words(spec, [d.rows as i64]));
+            gpu.queue.write_buffer(buf, 0, &spec.words([d.rows as i64]));
         }
         if advance.is_some() {
             for (spec, buf) in [at(decode.cache_row), at(decode.position_ids)].into_iter().flatten() {
-                gpu.queue.write_buffer(buf, 0, &words(spec, [first as i64]));
+                gpu.queue.write_buffer(buf, 0, &spec.words([first as i64]));
             }
         }
         let mut produced = prompt.len() + 1; // tokens in the history
@@ -298,9 +285,8 @@ impl Session {
                         label: Some(&decode.name),
                         timestamp_writes: None,
                     });
-                    for _ in 0..k {
-                        self.dispatch(&mut pass, &decode_dispatches);
-                        self.dispatch(&mut pass, &[a]);
+                    for &d in (0..k).flat_map(|_| decode_dispatches.iter().chain([&a])) {
+                        self.dispatch(&mut pass, d, None);
                     }
                 }
                 for i in (0..k).filter(|_| advance.is_none()) {
@@ -350,17 +336,7 @@ impl Session {
     fn encode_step(&self, enc: &mut wgpu::CommandEncoder, label: &str, dispatches: &[usize]) {
         let mut pass =
             enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None });
-        self.dispatch(&mut pass, dispatches);
-    }
-
-    /// Kernels in order, into an open compute pass.
-    fn dispatch(&self, pass: &mut wgpu::ComputePass, dispatches: &[usize]) {
-        for &d in dispatches {
-            let k = &self.plan.kernels[d];
-            pass.set_pipeline(&self.pipelines[d]);
-            pass.set_bind_group(0, &self.bind_groups[d], &[]);
-            pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
-        }
+        dispatches.iter().for_each(|&d| self.dispatch(&mut pass, d, None));
     }
 
     /// Copies the step's first `count` new rows of every cache into the cache at row `pos`; returns how many

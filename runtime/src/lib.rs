@@ -12,12 +12,12 @@
 mod generate;
 
 pub use generate::{GenerateOptions, Generation, Sampling};
-mod ranges;
-
-use ranges::{at_values, dim_values, dim_words, relayout};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use wgslc_artifact::{ArtifactError, BufferKind, Dtype, Plan, StorageType, TensorSpec};
+/// The wgpu this runtime is built on, for code that uses [`Gpu`]'s device and queue.
+pub use wgpu;
+use wgslc_artifact::{relayout, ArtifactError, BufferKind, Plan, Ranges, StorageType, TensorSpec};
+pub use wgslc_artifact::{HostTensor, TensorData};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -35,36 +35,6 @@ pub enum RuntimeError {
     Input { name: String, reason: String },
     #[error("GPU error: {0}")]
     Gpu(String),
-}
-
-/// A host tensor: the runtime's input and output type.
-#[derive(Clone, Debug, PartialEq)]
-pub struct HostTensor {
-    pub shape: Vec<usize>,
-    pub data: TensorData,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum TensorData {
-    F32(Vec<f32>),
-    I64(Vec<i64>),
-    I32(Vec<i32>),
-    Bool(Vec<bool>),
-}
-
-impl TensorData {
-    pub fn len(&self) -> usize {
-        match self {
-            TensorData::F32(v) => v.len(),
-            TensorData::I64(v) => v.len(),
-            TensorData::I32(v) => v.len(),
-            TensorData::Bool(v) => v.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// A device and queue, shareable between sessions.
@@ -129,7 +99,8 @@ impl Gpu {
         format!("{} ({:?}, {} {})", self.info.name, self.info.backend, self.info.driver, self.info.driver_info)
     }
 
-    fn check_lost(&self) -> Result<(), RuntimeError> {
+    /// An error if the device has been lost since it was opened.
+    pub fn check_lost(&self) -> Result<(), RuntimeError> {
         match &*self.lost.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(m) => Err(RuntimeError::Gpu(format!("device lost: {m}"))),
             None => Ok(()),
@@ -154,73 +125,8 @@ impl Gpu {
         Ok(())
     }
 
-    /// The device's memory bandwidth as a copy kernel measures it, GB/s (bytes read plus bytes written): 128 MiB
-    /// copied by a compute shader in vec4s, `iterations` dispatches in one pass, after one untimed. The
-    /// yardstick for "the bandwidth floor" of a memory-bound replay (a buffer-to-buffer copy command is no
-    /// yardstick: on an H100 over Vulkan it moves 0.8 TB/s where kernels read 2+ TB/s).
-    pub fn copy_bandwidth(&self, iterations: usize) -> Result<f64, RuntimeError> {
-        const BYTES: u64 = 128 << 20;
-        const SRC: &str = "@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;\n\
-            @group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;\n\
-            @compute @workgroup_size(256)\n\
-            fn main(@builtin(global_invocation_id) id: vec3<u32>) { dst[id.x] = src[id.x]; }\n";
-        let dev = &self.device;
-        let (pipeline, group) = self.scoped("copy bandwidth", || {
-            let buf = |label| {
-                dev.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some(label),
-                    size: BYTES,
-                    usage: wgpu::BufferUsages::STORAGE,
-                    mapped_at_creation: false,
-                })
-            };
-            let (src, dst) = (buf("wgslc copy source"), buf("wgslc copy destination"));
-            let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("wgslc copy"),
-                source: wgpu::ShaderSource::Wgsl(SRC.into()),
-            });
-            let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("wgslc copy"),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-            let group = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: None,
-                layout: &pipeline.get_bind_group_layout(0),
-                entries: &[
-                    wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
-                ],
-            });
-            (pipeline, group)
-        })?;
-        let copies = |n: usize| -> Result<f64, RuntimeError> {
-            let start = std::time::Instant::now();
-            let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-            {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-                pass.set_pipeline(&pipeline);
-                pass.set_bind_group(0, &group, &[]);
-                for _ in 0..n {
-                    pass.dispatch_workgroups((BYTES / 16 / 256) as u32, 1, 1);
-                }
-            }
-            self.queue.submit([enc.finish()]);
-            dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
-            Ok(start.elapsed().as_secs_f64())
-        };
-        copies(1)?;
-        let n = iterations.max(1);
-        let secs = copies(n)?;
-        self.check_lost()?;
-        Ok(2.0 * BYTES as f64 * n as f64 / secs / 1e9)
-    }
-
     /// Runs `f` inside validation and out-of-memory error scopes and reports what they caught.
-    fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T, RuntimeError> {
+    pub fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T, RuntimeError> {
         let _guard = self.scope_lock.lock().unwrap_or_else(|p| p.into_inner());
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let val = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -423,7 +329,7 @@ impl Session {
         // Ranged dims start at their max, so a replay without inputs (bench, profile) runs the largest shape.
         if let Some(r) = &plan.ranges {
             let max: Vec<usize> = r.dims.iter().map(|d| d.max).collect();
-            gpu.queue.write_buffer(&buffers[r.buffer], 0, &dim_words(&max));
+            gpu.queue.write_buffer(&buffers[r.buffer], 0, &Ranges::dim_words(&max));
         }
         gpu.check_lost()?;
         let dispatches = plan.dispatches.clone();
@@ -488,7 +394,7 @@ impl Session {
             )));
         }
         let values = match &self.plan.ranges {
-            Some(r) => Some(dim_values(r, &self.plan.inputs, inputs)?),
+            Some(r) => Some(r.dim_values(&self.plan.inputs, inputs)?),
             None => None,
         };
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -496,21 +402,21 @@ impl Session {
         for (spec, t) in self.plan.inputs.iter().zip(inputs) {
             let bytes = match &values {
                 Some(vals) => {
-                    let actual = at_values(spec, vals);
-                    relayout(&input_bytes(&actual, t)?, &actual.shape, &spec.shape, true)
+                    let actual = spec.at_values(vals);
+                    relayout(&actual.input_bytes(t)?, &actual.shape, &spec.shape, true)
                 }
-                None => input_bytes(spec, t)?,
+                None => spec.input_bytes(t)?,
             };
             gpu.queue.write_buffer(&self.buffers[spec.buffer], 0, &bytes);
         }
         if let (Some(r), Some(vals)) = (&self.plan.ranges, &values) {
-            gpu.queue.write_buffer(&self.buffers[r.buffer], 0, &dim_words(vals));
+            gpu.queue.write_buffer(&self.buffers[r.buffer], 0, &Ranges::dim_words(vals));
             *self.dim_values.lock().unwrap_or_else(|p| p.into_inner()) = vals.clone();
         }
         gpu.scoped("replay", || {
             let mut enc =
                 gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc replay") });
-            self.encode_at(&mut enc, None, values.as_deref());
+            self.encode(&mut enc, None);
             for (o, rb) in self.plan.outputs.iter().zip(&self.readback) {
                 enc.copy_buffer_to_buffer(&self.buffers[o.buffer], 0, rb, 0, rb.size());
             }
@@ -520,13 +426,13 @@ impl Session {
         let mut outs = Vec::with_capacity(self.readback.len());
         for (spec, rb) in self.plan.outputs.iter().zip(&self.readback) {
             let n: usize = spec.shape.iter().product();
-            let actual = values.as_ref().map(|vals| at_values(spec, vals));
+            let actual = values.as_ref().map(|vals| spec.at_values(vals));
             let t = rb
                 .slice(..)
                 .get_mapped_range()
                 .map(|view| match &actual {
-                    Some(a) => output_tensor(a, &relayout(&view[..n * 4], &a.shape, &spec.shape, false)),
-                    None => output_tensor(spec, &view[..n * 4]),
+                    Some(a) => a.output_tensor(&relayout(&view[..n * 4], &a.shape, &spec.shape, false)),
+                    None => spec.output_tensor(&view[..n * 4]),
                 })
                 .map_err(|e| RuntimeError::Gpu(format!("reading output '{}': {e}", spec.name)));
             rb.unmap();
@@ -535,39 +441,36 @@ impl Session {
         Ok(outs)
     }
 
-    /// Records every dispatch into one compute pass; with a query set, a timestamp before each dispatch (index i
-    /// before dispatch i) and one after the last.
-    /// Ranged dims: at the last run's values.
+    /// Records every dispatch into one compute pass, ranged dims at the last run's values; with a query set, a
+    /// timestamp before each dispatch (index i before dispatch i) and one after the last.
     fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
-        if self.plan.ranges.is_none() {
-            return self.encode_at(enc, timestamps, None);
-        }
         let values = self.dim_values.lock().unwrap_or_else(|p| p.into_inner());
-        self.encode_at(enc, timestamps, Some(&values))
-    }
-
-    /// [`Self::encode`] at the ranged dims' `values` (None: their max): a kernel that scales with a dim dispatches
-    /// `ceil(W · n / max)` workgroups along its axis.
-    fn encode_at(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>, values: Option<&[usize]>) {
+        let values = self.plan.ranges.as_ref().map(|_| values.as_slice());
         let mut pass =
             enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
         for (i, &d) in self.dispatches.iter().enumerate() {
             if let Some(q) = timestamps {
                 pass.write_timestamp(q, i as u32);
             }
-            let k = &self.plan.kernels[d];
-            let mut w = k.workgroups;
-            if let (Some(s), Some(vals), Some(r)) = (k.scale, values, &self.plan.ranges) {
-                let max = r.dims[s.dim].max as u64;
-                w[s.axis] = (w[s.axis] as u64 * vals[s.dim] as u64).div_ceil(max).clamp(1, w[s.axis] as u64) as u32;
-            }
-            pass.set_pipeline(&self.pipelines[d]);
-            pass.set_bind_group(0, &self.bind_groups[d], &[]);
-            pass.dispatch_workgroups(w[0], w[1], w[2]);
+            self.dispatch(&mut pass, d, values);
         }
         if let Some(q) = timestamps {
             pass.write_timestamp(q, self.dispatches.len() as u32);
         }
+    }
+
+    /// Kernel `d` into an open compute pass. At ranged dims' `values`, a kernel that scales with a dim dispatches
+    /// `ceil(W · n / max)` workgroups along its axis.
+    fn dispatch(&self, pass: &mut wgpu::ComputePass, d: usize, values: Option<&[usize]>) {
+        let k = &self.plan.kernels[d];
+        let mut w = k.workgroups;
+        if let (Some(s), Some(vals), Some(r)) = (k.scale, values, &self.plan.ranges) {
+            let max = r.dims[s.dim].max as u64;
+            w[s.axis] = (w[s.axis] as u64 * vals[s.dim] as u64).div_ceil(max).clamp(1, w[s.axis] as u64) as u32;
+        }
+        pass.set_pipeline(&self.pipelines[d]);
+        pass.set_bind_group(0, &self.bind_groups[d], &[]);
+        pass.dispatch_workgroups(w[0], w[1], w[2]);
     }
 
     /// Milliseconds per dispatch (kernel name, median over `iterations` replays) in dispatch order, and how they
@@ -586,22 +489,15 @@ impl Session {
         let gpu = &self.gpu;
         let mut out = Vec::with_capacity(self.dispatches.len());
         for &d in &self.dispatches {
-            let k = &self.plan.kernels[d];
             let start = std::time::Instant::now();
             for _ in 0..iterations.max(1) {
-                let mut enc =
-                    gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc profile") });
-                {
-                    let mut pass =
-                        enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
-                    pass.set_pipeline(&self.pipelines[d]);
-                    pass.set_bind_group(0, &self.bind_groups[d], &[]);
-                    pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
-                }
+                let mut enc = gpu.device.create_command_encoder(&Default::default());
+                self.dispatch(&mut enc.begin_compute_pass(&Default::default()), d, None);
                 gpu.queue.submit([enc.finish()]);
                 gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
             }
-            out.push((k.name.clone(), start.elapsed().as_secs_f64() * 1e3 / iterations.max(1) as f64));
+            let ms = start.elapsed().as_secs_f64() * 1e3 / iterations.max(1) as f64;
+            out.push((self.plan.kernels[d].name.clone(), ms));
         }
         gpu.check_lost()?;
         Ok(Profile { timestamps: false, kernels: out })
@@ -713,53 +609,4 @@ fn check_limits(plan: &Plan, gpu: &Gpu) -> Result<(), RuntimeError> {
         }
     }
     Ok(())
-}
-
-/// Converts one input to its storage bytes, checking shape, dtype and (for narrowed integers) range.
-fn input_bytes(spec: &TensorSpec, t: &HostTensor) -> Result<Vec<u8>, RuntimeError> {
-    let err = |reason: String| RuntimeError::Input { name: spec.name.clone(), reason };
-    if t.shape != spec.shape {
-        return Err(err(format!("expected shape {:?}, got {:?}", spec.shape, t.shape)));
-    }
-    let n: usize = spec.shape.iter().product();
-    if t.data.len() != n {
-        return Err(err(format!("expected {n} elements, got {}", t.data.len())));
-    }
-    Ok(match (spec.storage, &t.data) {
-        (StorageType::F32, TensorData::F32(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        (StorageType::I32, TensorData::I32(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        (StorageType::I32, TensorData::I64(v)) => {
-            let mut out = Vec::with_capacity(v.len() * 4);
-            for &x in v {
-                let y = i32::try_from(x).map_err(|_| {
-                    err(format!("value {x} does not fit in i32 (int64 inputs are narrowed on the GPU)"))
-                })?;
-                out.extend(y.to_le_bytes());
-            }
-            out
-        }
-        (StorageType::U32, TensorData::Bool(v)) => v.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect(),
-        (_, d) => {
-            let got = match d {
-                TensorData::F32(_) => "float32",
-                TensorData::I64(_) => "int64",
-                TensorData::I32(_) => "int32",
-                TensorData::Bool(_) => "bool",
-            };
-            return Err(err(format!("expected {} data, got {got}", spec.dtype)));
-        }
-    })
-}
-
-fn output_tensor(spec: &TensorSpec, bytes: &[u8]) -> HostTensor {
-    let words = bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
-    let data = match spec.storage {
-        StorageType::F32 => TensorData::F32(words.map(f32::from_le_bytes).collect()),
-        StorageType::I32 if spec.dtype == Dtype::Int64 => {
-            TensorData::I64(words.map(|w| i32::from_le_bytes(w) as i64).collect())
-        }
-        StorageType::I32 => TensorData::I32(words.map(i32::from_le_bytes).collect()),
-        StorageType::U32 => TensorData::Bool(words.map(|w| u32::from_le_bytes(w) != 0).collect()),
-    };
-    HostTensor { shape: spec.shape.clone(), data }
 }

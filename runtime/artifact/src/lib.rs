@@ -12,6 +12,9 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+mod host;
+pub use host::{relayout, HostTensor, TensorData};
+
 /// The format identifier in every plan.json.
 pub const FORMAT: &str = "wgslc-plan";
 /// The schema version this crate reads and writes.
@@ -383,6 +386,9 @@ pub enum ArtifactError {
     Parse(String),
     #[error("plan.json: {0}")]
     Invalid(String),
+    /// A run's input that the plan's spec of it refuses (shape, dtype, range).
+    #[error("input '{name}': {reason}")]
+    Input { name: String, reason: String },
 }
 
 impl Plan {
