@@ -55,7 +55,8 @@ fn row_read(j: u32) -> u32 {
 // sums meet in workgroup memory. Every load of K and V is independent of the others, so a workgroup streams its
 // cache with many loads in flight instead of one at a time.
 {%- let reduce_threads = 256 %}
-{%- let reduce_half = 128 %}
+{%- let reduce_width = 16 %}
+{%- let reduce_chunks = 16 %}
 {% include "workgroup_reduce.wgsl" %}
 var<workgroup> q_row: array<vec4<f32>, {{ dk4 }}>;
 var<workgroup> scores: array<f32, {{ n }}>;
@@ -290,7 +291,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     pv_red[tid] = {% for u in pv_keys %}{% if u.i > 0 %} + {% endif %}acc{{ u.i }}{% endfor %};
     workgroupBarrier();
-    for (var w = {{ slices_half }}u; w > 0u; w = w >> 1u) {
+    // Pairwise down to {{ slices_tail }} sums, which slice 0 adds up itself (a barrier per halving costs more than the reads).
+    for (var w = {{ slices_half }}u; w >= {{ slices_tail }}u; w = w >> 1u) {
         if (slice < w) {
             pv_red[tid] = pv_red[tid] + pv_red[tid + w * {{ lanes }}u];
         }
@@ -303,7 +305,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- else %}
         let inv = 1.0 / denom;
 {%- endif %}
-        let o = pv_red[tid] * inv;
+        let o = ({% for i in 0..slices_tail %}{% if i > 0 %} + {% endif %}pv_red[tid + {{ i }}u * {{ lanes }}u]{% endfor %}) * inv;
         for (var e = 0u; e < 4u; e = e + 1u) {
             let oo = batch * {{ dv }}u + c4 * 4u + e;
             out[{{ fu.at("oo") }}] = o[e];

@@ -50,7 +50,8 @@ fn term{{ arm.suffix }}(a_base: u32, b_base: u32, kb: u32, col: u32) -> {{ acc_t
 var<workgroup> sums: array<{{ acc_ty }}, 256>;
 {%- if rms.is_some() %}
 {%- let reduce_threads = 256 %}
-{%- let reduce_half = 128 %}
+{%- let reduce_width = 16 %}
+{%- let reduce_chunks = 16 %}
 {% include "workgroup_reduce.wgsl" %}
 {%- endif %}
 
@@ -120,8 +121,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     sums[tid] = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};
     workgroupBarrier();
 {%- if t.kmajor %}
-    // Each group's lanes summed pairwise.
-    for (var s = {{ lanes_half }}u; s > 0u; s = s >> 1u) {
+    // Each group's lanes summed pairwise down to {{ tail }} partial sums, which lane 0 adds up itself (a barrier per
+    // halving costs more than the reads).
+    for (var s = {{ lanes_half }}u; s >= {{ tail }}u; s = s >> 1u) {
         if (lane < s) {
             sums[tid] = sums[tid] + sums[tid + s];
         }
@@ -130,9 +132,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (lane != 0u || col >= {{ n }}u) {
         return;
     }
+    let total = {% for i in 0..tail %}{% if i > 0 %} + {% endif %}sums[tid + {{ i }}u]{% endfor %};
 {%- else %}
-    // The groups' partial sums of each output, pairwise.
-    for (var s = {{ groups_half }}u; s > 0u; s = s >> 1u) {
+    // The groups' partial sums of each output, pairwise down to {{ tail }}, which group 0 adds up itself.
+    for (var s = {{ groups_half }}u; s >= {{ tail }}u; s = s >> 1u) {
         if (group < s) {
             sums[tid] = sums[tid] + sums[tid + s * {{ t.lanes }}u];
         }
@@ -141,8 +144,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (group != 0u || col >= {{ n }}u) {
         return;
     }
+    let total = {% for i in 0..tail %}{% if i > 0 %} + {% endif %}sums[tid + {{ i }}u * {{ t.lanes }}u]{% endfor %};
 {%- endif %}
-    let total = sums[tid];
 {%- for c in 0..t.vec %}
     {
         let n = col + {{ c }}u;

@@ -21,7 +21,8 @@ var<workgroup> a_sum: array<f32, {{ kc_words }}>;
 var<workgroup> sums: array<f32, {{ sums_len }}>;
 {%- if rms.is_some() %}
 {%- let reduce_threads = 256 %}
-{%- let reduce_half = 128 %}
+{%- let reduce_width = 16 %}
+{%- let reduce_chunks = 16 %}
 {% include "workgroup_reduce.wgsl" %}
 {%- endif %}
 
@@ -237,8 +238,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     sums[{{ c.base }}u + tid] = acc{{ c.c }};
 {%- endfor %}
     workgroupBarrier();
-    // Each group's lanes summed pairwise.
-    for (var s = {{ half_lanes }}u; s > 0u; s = s >> 1u) {
+    // Each group's lanes summed pairwise down to {{ tail }} partial sums, which lane 0 adds up itself (a barrier per
+    // halving costs more than the reads).
+    for (var s = {{ half_lanes }}u; s >= {{ tail }}u; s = s >> 1u) {
         if (lane < s) {
 {%- for c in cs %}
             sums[{{ c.base }}u + tid] = sums[{{ c.base }}u + tid] + sums[{{ c.base }}u + tid + s];
@@ -252,7 +254,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- for c in cs %}
     if (col0 + {{ c.c }}u < {{ n }}u) {
         let n = col0 + {{ c.c }}u;
-        var v = {{ alpha }} * sums[{{ c.base }}u + tid]{% if rms.is_some() %} * rinv{% endif %};
+        let total = {% for i in 0..tail %}{% if i > 0 %} + {% endif %}sums[{{ c.base }}u + tid + {{ i }}u]{% endfor %};
+        var v = {{ alpha }} * total{% if rms.is_some() %} * rinv{% endif %};
 {%- if has_bias %}
         v = v + {{ beta }} * {{ bias_ld.open }}n * {{ bias_sn }}u{{ bias_ld.close }};
 {%- endif %}

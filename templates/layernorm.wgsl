@@ -2,7 +2,8 @@
 // LayerNormalization over rows of {{ n }} contiguous elements; one workgroup of 64 threads per row;
 // mean first, then the variance around it (two passes: no cancellation).
 {%- let reduce_threads = 64 %}
-{%- let reduce_half = 32 %}
+{%- let reduce_width = 8 %}
+{%- let reduce_chunks = 8 %}
 {% include "workgroup_reduce.wgsl" %}
 
 {% include "main_rows.wgsl" %}

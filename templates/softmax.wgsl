@@ -3,7 +3,8 @@
 {%- include "fused.wgsl" %}
 // {% if log %}LogSoftmax{% else %}Softmax{% endif %} over rows of {{ n }} elements spaced {{ inner }} apart; one workgroup of 64 threads per row.
 {%- let reduce_threads = 64 %}
-{%- let reduce_half = 32 %}
+{%- let reduce_width = 8 %}
+{%- let reduce_chunks = 8 %}
 {% include "workgroup_reduce.wgsl" %}
 
 {% include "main_rows.wgsl" %}

@@ -1,31 +1,37 @@
-{#- The includer sets `reduce_threads`: its workgroup size, a power of two, and `reduce_half`, half of it. -#}
+{#- The includer sets `reduce_threads`: its workgroup size, a power of two; `reduce_width` and `reduce_chunks`,
+    two powers of two whose product it is. -#}
 // Reductions across a workgroup of {{ reduce_threads }} invocations through workgroup memory; every invocation gets the result.
+// Two levels and two barriers: invocations 0..{{ reduce_chunks }} each reduce {{ reduce_width }} values {{ reduce_chunks }} apart (so that their
+// reads fall in distinct banks), all loaded at once, then every invocation reduces those {{ reduce_chunks }} results (a pairwise tree
+// would take a barrier per halving). No barrier is needed after: a next reduction writes `part_chunks` only
+// after its first barrier, which every invocation reaches after its reads of this one's.
 var<workgroup> part: array<f32, {{ reduce_threads }}>;
+var<workgroup> part_chunks: array<f32, {{ reduce_chunks }}>;
 
 fn reduce_max(lid: u32, v: f32) -> f32 {
     part[lid] = v;
     workgroupBarrier();
-    for (var s = {{ reduce_half }}u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            part[lid] = max(part[lid], part[lid + s]);
-        }
-        workgroupBarrier();
+    if (lid < {{ reduce_chunks }}u) {
+        var m = part[lid];
+{%- for i in 1..reduce_width %}
+        m = max(m, part[lid + {{ i }}u * {{ reduce_chunks }}u]);
+{%- endfor %}
+        part_chunks[lid] = m;
     }
-    let r = part[0];
     workgroupBarrier();
+    var r = part_chunks[0];
+{%- for i in 1..reduce_chunks %}
+    r = max(r, part_chunks[{{ i }}]);
+{%- endfor %}
     return r;
 }
 
 fn reduce_sum(lid: u32, v: f32) -> f32 {
     part[lid] = v;
     workgroupBarrier();
-    for (var s = {{ reduce_half }}u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            part[lid] = part[lid] + part[lid + s];
-        }
-        workgroupBarrier();
+    if (lid < {{ reduce_chunks }}u) {
+        part_chunks[lid] = {% for i in 0..reduce_width %}{% if i > 0 %} + {% endif %}part[lid + {{ i }}u * {{ reduce_chunks }}u]{% endfor %};
     }
-    let r = part[0];
     workgroupBarrier();
-    return r;
+    return {% for i in 0..reduce_chunks %}{% if i > 0 %} + {% endif %}part_chunks[{{ i }}]{% endfor %};
 }

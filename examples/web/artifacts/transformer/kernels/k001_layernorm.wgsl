@@ -8,34 +8,47 @@
 // LayerNormalization over rows of 32 contiguous elements; one workgroup of 64 threads per row;
 // mean first, then the variance around it (two passes: no cancellation).
 // Reductions across a workgroup of 64 invocations through workgroup memory; every invocation gets the result.
+// Two levels and two barriers: invocations 0..8 each reduce 8 values 8 apart (so that their
+// reads fall in distinct banks), all loaded at once, then every invocation reduces those 8 results (a pairwise tree
+// would take a barrier per halving). No barrier is needed after: a next reduction writes `part_chunks` only
+// after its first barrier, which every invocation reaches after its reads of this one's.
 var<workgroup> part: array<f32, 64>;
+var<workgroup> part_chunks: array<f32, 8>;
 
 fn reduce_max(lid: u32, v: f32) -> f32 {
     part[lid] = v;
     workgroupBarrier();
-    for (var s = 32u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            part[lid] = max(part[lid], part[lid + s]);
-        }
-        workgroupBarrier();
+    if (lid < 8u) {
+        var m = part[lid];
+        m = max(m, part[lid + 1u * 8u]);
+        m = max(m, part[lid + 2u * 8u]);
+        m = max(m, part[lid + 3u * 8u]);
+        m = max(m, part[lid + 4u * 8u]);
+        m = max(m, part[lid + 5u * 8u]);
+        m = max(m, part[lid + 6u * 8u]);
+        m = max(m, part[lid + 7u * 8u]);
+        part_chunks[lid] = m;
     }
-    let r = part[0];
     workgroupBarrier();
+    var r = part_chunks[0];
+    r = max(r, part_chunks[1]);
+    r = max(r, part_chunks[2]);
+    r = max(r, part_chunks[3]);
+    r = max(r, part_chunks[4]);
+    r = max(r, part_chunks[5]);
+    r = max(r, part_chunks[6]);
+    r = max(r, part_chunks[7]);
     return r;
 }
 
 fn reduce_sum(lid: u32, v: f32) -> f32 {
     part[lid] = v;
     workgroupBarrier();
-    for (var s = 32u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            part[lid] = part[lid] + part[lid + s];
-        }
-        workgroupBarrier();
+    if (lid < 8u) {
+        part_chunks[lid] = part[lid + 0u * 8u] + part[lid + 1u * 8u] + part[lid + 2u * 8u] + part[lid + 3u * 8u] + part[lid + 4u * 8u] + part[lid + 5u * 8u] + part[lid + 6u * 8u] + part[lid + 7u * 8u];
     }
-    let r = part[0];
     workgroupBarrier();
-    return r;
+    return part_chunks[0] + part_chunks[1] + part_chunks[2] + part_chunks[3] + part_chunks[4] + part_chunks[5] + part_chunks[6] + part_chunks[7];
 }
 
 @compute @workgroup_size(64)
