@@ -89,7 +89,7 @@ pub(super) struct AttentionRowTpl {
     /// Loads of keys in flight (`2 · k_unroll`: two keys at a time), half of `slices`, and the last key `n - 1`.
     pub(super) k_loads: usize,
     pub(super) slices_half: usize,
-    /// The slices' sums left after their pairwise sums, added up by slice 0 (see `TREE_TAIL`).
+    /// The slices' sums left after their pairwise sums, added up by slice 0 ([`tree_tail`]).
     pub(super) slices_tail: usize,
     pub(super) last_key: usize,
     /// K and V bound as `vec4<f32>` (rows contiguous and aligned), else read four scalars at a time.
@@ -360,7 +360,7 @@ impl Emitter<'_> {
             pv_last: (unroll - 1) * slices,
             k_loads: 2 * k_unroll,
             slices_half: slices / 2,
-            slices_tail: super::packed::TREE_TAIL.min(slices),
+            slices_tail: tree_tail(slices),
             last_key: n.saturating_sub(1),
             k_vec4,
             v_vec4,

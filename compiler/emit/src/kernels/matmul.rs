@@ -3,7 +3,6 @@
 
 use super::packed::{
     GemvPackedTpl, PackedCol, PackedGemv, PackedIter, PackedLoads, PackedSlot, PackedStageWord, PACKED_A_CHUNK,
-    TREE_TAIL,
 };
 use super::*;
 use wgslc_passes::{narrow_of, Narrow};
@@ -118,7 +117,7 @@ pub(super) struct GemvTpl {
     /// Half of the tiling's lanes and groups: the first stride of their pairwise sums.
     pub(super) lanes_half: usize,
     pub(super) groups_half: usize,
-    /// Partial sums left to the pairwise sums' last step (at most [`TREE_TAIL`]), added up by one invocation.
+    /// Partial sums left to the pairwise sums' last step ([`tree_tail`]), added up by one invocation.
     pub(super) tail: usize,
     /// The last column, `n - 1`.
     pub(super) last_col: usize,
@@ -491,7 +490,7 @@ impl Emitter<'_> {
                     rms_scale: rms_scale_var.clone().unwrap_or_default(),
                     rms,
                     half_lanes: t.lanes / 2,
-                    tail: TREE_TAIL.min(t.lanes),
+                    tail: tree_tail(t.lanes),
                     kc,
                     kc_vecs: kc.div_ceil(4),
                     kc_words: kc / p.per_word,
@@ -555,7 +554,7 @@ impl Emitter<'_> {
                 unroll_last: 3,
                 lanes_half: t.lanes / 2,
                 groups_half: t.groups / 2,
-                tail: TREE_TAIL.min(if t.kmajor { t.lanes } else { t.groups }),
+                tail: tree_tail(if t.kmajor { t.lanes } else { t.groups }),
                 last_col: nn.saturating_sub(1),
                 acc_ty: if t.vec == 4 { "vec4<f32>" } else { "f32" },
                 rms,

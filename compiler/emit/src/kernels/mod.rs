@@ -348,6 +348,13 @@ impl Fused {
 /// [`with_non_finite`] declares the variable in every module that names it.
 pub(crate) const NON_FINITE: &str = "non_finite_bits";
 
+/// How many of `parts` partial sums a kernel's pairwise sums (a workgroup barrier a step) leave for one invocation
+/// to add up from independent reads: at most 8. The matrix-vector kernels' lane sums and the one-row attention's
+/// slice sums stop there; fewer barriers in a decode step (docs/performance.md, twenty-eighth session).
+fn tree_tail(parts: usize) -> usize {
+    parts.min(8)
+}
+
 const NON_FINITE_DECL: &str = "\n// The bits of +inf, -inf and NaN, read at run time: WGSL has no literal for them, and a bitcast of a constant\n// is a const-expression, which Tint refuses to evaluate to a non-finite value.\nvar<private> non_finite_bits: vec3<u32> = vec3<u32>(0x7f800000u, 0xff800000u, 0x7fc00000u);\n";
 
 /// `src` with the declaration of [`NON_FINITE`] appended when the module names it.

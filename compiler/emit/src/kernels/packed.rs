@@ -186,7 +186,7 @@ pub(super) struct GemvPackedTpl {
     pub(super) p: PackedGemv,
     pub(super) t: wgslc_passes::PackedGemvTiling,
     pub(super) half_lanes: usize,
-    /// Partial sums a column has left after the lanes' pairwise sums, added up by lane 0 (at most 8).
+    /// Partial sums a column has left after the lanes' pairwise sums, added up by lane 0 ([`tree_tail`]).
     pub(super) tail: usize,
     /// A's elements staged at a time (a multiple of `p.unit_elems`), as vec4s, and their words.
     pub(super) kc: usize,
@@ -243,11 +243,6 @@ pub(super) struct PackedIter {
     pub(super) i: usize,
     pub(super) off: usize,
 }
-
-/// Reductions across a workgroup's invocations sum pairwise (a workgroup barrier a step) only down to this many
-/// partial sums, which one invocation then adds up from independent reads: fewer barriers in the decode step's
-/// matrix-vector, norm and attention kernels (docs/performance.md, twenty-eighth session).
-pub(super) const TREE_TAIL: usize = 8;
 
 /// A's elements a packed matrix-vector kernel stages in workgroup memory at a time (8 KiB).
 pub(super) const PACKED_A_CHUNK: usize = 2048;
