@@ -42,7 +42,7 @@ pub use ranged::{
 };
 pub use schedule::{
     anchor_kind, attention_tiling, concat_placement, expand_tile, gemv_tiling, group_io, in_place_candidates,
-    input_view, mm_batch_refinement, packed_gemv_tiling, product_tiling, read_spec, refined_strides,
+    input_view, mm_batch_refinement, packed_gemv_tiling, product_tiling, read_spec, refined_strides, scalar_literal,
     scalar_op_data_slot, schedule, store_permutation, verify_schedule, AnchorKind, AttentionMode, AttentionTail,
     AttentionTiling, Boundary, ExpandTile, Fold, FoldKind, FoldedConv, FuseOptions, GemvTiling, InvertedResidualMode,
     KernelGroup, PackedGemvTiling, ProductTiling, Readers, Recipe, Schedule, StorePlacement, ATTENTION_MAX_DK,

@@ -43,8 +43,8 @@ mod verify;
 
 pub use group::{AnchorKind, AttentionTail, Fold, FoldKind, FoldedConv, KernelGroup};
 pub use reads::{
-    group_io, in_place_candidates, input_view, mm_batch_refinement, read_spec, refined_strides, scalar_op_data_slot,
-    Readers,
+    group_io, in_place_candidates, input_view, mm_batch_refinement, read_spec, refined_strides, scalar_literal,
+    scalar_op_data_slot, Readers,
 };
 pub use recipe::{
     anchor_kind, attention_tiling, concat_placement, expand_tile, gemv_tiling, packed_gemv_tiling, product_tiling,

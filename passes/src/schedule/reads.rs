@@ -30,6 +30,21 @@ pub fn scalar_op_data_slot(g: &Graph, n: NodeId) -> Option<usize> {
     data
 }
 
+/// The value of `v` when it is a one-element constant that fused elementwise bodies write as a literal instead of
+/// reading from a binding (a divisor of the attention scores, an epsilon, a clamp bound): stored as f32 or i32,
+/// not as packed blocks. [`member_bindings`] counts no binding for it where a pointwise node reads it, and the
+/// emitter's fused body inlines it there, so the two agree on what a kernel binds.
+pub fn scalar_literal(g: &Graph, v: ValueId) -> Option<f64> {
+    let t = g.const_data(v)?;
+    if t.numel() != 1 || matches!(t.data, wgslc_ir::Data::Blocks(_)) {
+        return None;
+    }
+    match crate::lower::storage_of(g.ty(v).dtype) {
+        Ok(crate::lower::Storage::F32 | crate::lower::Storage::I32) => t.to_f64().first().copied(),
+        _ => None,
+    }
+}
+
 /// How a node reads input `slot`, as (offset, strides, extents) over its own coordinates, when the read can go
 /// through a view; `None` when the node needs the value materialized.
 pub fn read_spec(g: &Graph, n: NodeId, slot: usize) -> Option<(i64, Vec<i64>, Vec<usize>)> {
@@ -299,7 +314,8 @@ pub(super) fn bindings(g: &Graph, folded: &HashSet<NodeId>, k: &KernelGroup) -> 
     member_bindings(g, folded, &k.nodes(), &k.inlined())
 }
 
-/// Storage buffers a kernel of `members` would bind, where the scalar constants of `inlined` nodes are literals.
+/// Storage buffers a kernel of `members` would bind, where the scalar constants of `inlined` nodes are literals,
+/// and so are the one-element constants pointwise members read ([`scalar_literal`]).
 pub(super) fn member_bindings(
     g: &Graph,
     folded: &HashSet<NodeId>,
@@ -315,7 +331,11 @@ pub(super) fn member_bindings(
             }
             if let Some(v) = v {
                 if !inside.contains(&storage_root(g, *v)) {
-                    roots.insert(storage_root(g, input_view(g, folded, m, slot).root));
+                    let root = input_view(g, folded, m, slot).root;
+                    if g.node(m).op.is_pointwise() && scalar_literal(g, root).is_some() {
+                        continue;
+                    }
+                    roots.insert(storage_root(g, root));
                 }
             }
         }

@@ -174,3 +174,29 @@ fn concat_is_written_in_place_by_its_producers() {
     let sched = schedule(&g, &FuseOptions::default()).unwrap();
     assert!(sched.concats.is_empty() && sched.kernels.iter().all(|k| k.write_into().is_none()));
 }
+
+/// One-element constants read by pointwise nodes are literals, not bindings: a chain over seven inputs and three
+/// scalar constants is one kernel within the 8 storage bindings (seven inputs and its output), where binding the
+/// constants would need eleven and split it.
+#[test]
+fn scalar_constants_cost_no_binding() {
+    let mut g = Graph::new();
+    let xs: Vec<ValueId> = (0..7).map(|i| f32_input(&mut g, &format!("x{i}"), &[4, 4])).collect();
+    let mut acc = xs[0];
+    for (i, &x) in xs[1..].iter().enumerate() {
+        let s = g.add_value(format!("s{i}"), None);
+        g.add_node(format!("add{i}"), Op::Binary(BinaryOp::Add), vec![Some(acc), Some(x)], vec![s]).unwrap();
+        acc = s;
+        if i % 2 == 0 {
+            let c = g.add_const(format!("c{i}"), Tensor::f32(vec![1], vec![0.5 + i as f32]));
+            let m = g.add_value(format!("m{i}"), None);
+            g.add_node(format!("mul{i}"), Op::Binary(BinaryOp::Mul), vec![Some(acc), Some(c)], vec![m]).unwrap();
+            acc = m;
+        }
+    }
+    g.outputs.push(acc);
+    run_pipeline(&mut g, None).unwrap();
+    assert_eq!(g.value_ids().filter(|&v| crate::scalar_literal(&g, v).is_some()).count(), 3);
+    let s = schedule(&g, &FuseOptions::default()).unwrap();
+    assert_eq!(s.kernels.len(), 1, "{:?}", s.kernels);
+}

@@ -193,6 +193,14 @@ impl Emitter<'_> {
                     continue;
                 }
                 let view = input_view(g, &self.sched.folded, n, slot);
+                // A one-element constant is a literal, not a binding (the scheduler counted none for it).
+                if let Some(x) = wgslc_passes::scalar_literal(g, view.root) {
+                    args.push(match storage(g, view.root) {
+                        Storage::F32 => f32_lit(x as f32),
+                        _ => i32_lit(x as i64),
+                    });
+                    continue;
+                }
                 let fresh = Namer::binding(reads.len());
                 let var = bind_once(reads, view.root, &fresh);
                 let (offset, terms): (String, Vec<(usize, i64, usize)>) = if node.op == Op::TileCopy {
