@@ -1,6 +1,6 @@
 //! Ranged dims in the driver (`--dim NAME=MIN..MAX`): checking the ranges, compiling each dim's probe, finding
 //! which kernels' workgroups follow a dim, and the plan's `ranges` section. The graph rewrite itself is
-//! `wgslc_passes::apply_ranges` (`passes/src/ranged.rs`); docs/architecture.md, "Ranged dims", has the whole design.
+//! `wgslc_passes::apply_ranges` (`passes/src/ranged.rs`); docs/design/ranged.md has the whole design.
 
 use crate::{import_model, CompileError, CompileOptions};
 use std::collections::HashMap;

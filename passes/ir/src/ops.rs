@@ -8,7 +8,7 @@ use crate::{AttentionAttrs, Cell, DType, PadMode, PoolKind, ResizeAttrs, RnnAttr
 
 /// The import-level ops (see the module doc) as a pattern: `match op { import_level!() => …, … }`. Matches over
 /// [`Op`] name every resolved op and this pattern instead of `_`, so a new op is a compile error wherever it must
-/// be handled (docs/architecture.md, "Adding an op").
+/// be handled (docs/contributing.md, "Adding an op").
 #[macro_export]
 macro_rules! import_level {
     () => {

@@ -4,7 +4,7 @@
 //! groups; it checks its own pattern and the binding limit, and [`super::verify_schedule`] checks that the folds
 //! it made may stand together.
 //!
-//! Adding a rule: see docs/architecture.md, "Adding a fusion rule".
+//! Adding a rule: see docs/contributing.md, "Adding a fusion rule".
 
 pub(super) mod attention;
 pub(super) mod blocks;
@@ -36,7 +36,7 @@ pub(super) struct Fuse<'a> {
 
 /// A rule that merges groups once they are formed.
 pub(super) struct Rule {
-    /// Its module's name (docs/architecture.md lists them in this order).
+    /// Its module's name (docs/design/crates.md lists them in this order).
     #[cfg_attr(not(test), expect(dead_code, reason = "read by the test that checks the docs"))]
     pub name: &'static str,
     /// Whether the options let it run (every rule needs `fuse`).
@@ -177,12 +177,12 @@ pub(super) fn lone_conv_chain(f: &Fuse, x: ValueId, reader: NodeId) -> Option<(u
 
 #[cfg(test)]
 mod tests {
-    /// docs/architecture.md names the registered rules, in order ("The rules").
+    /// docs/design/crates.md names the registered rules, in order ("The rules").
     #[test]
     fn rules_doc_lists_every_registered_rule() {
-        let doc = include_str!("../../../../docs/architecture.md").replace('\n', " ");
+        let doc = include_str!("../../../../docs/design/crates.md").replace('\n', " ");
         let names: Vec<String> = super::RULES.iter().map(|r| format!("`{}`", r.name)).collect();
         let listed = format!("in `rules::RULES`: {}", names.join(", "));
-        assert!(doc.contains(&listed), "docs/architecture.md should say: {listed}");
+        assert!(doc.contains(&listed), "docs/design/crates.md should say: {listed}");
     }
 }
