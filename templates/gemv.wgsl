@@ -113,7 +113,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // waits behind its barriers.
     var ssq = 0.0;
     for (var kb = tid; kb < {{ k }}u; kb = kb + 256u) {
+{%- if operand.is_some() %}
+        let x = operand_a(0.0, a_base + kb);
+{%- else %}
         let x = {{ a_ld.open }}a_base + kb * {{ a_sk }}u{{ a_ld.close }};
+{%- endif %}
         ssq = fma(x, x, ssq);
     }
     let rinv = 1.0 / sqrt(reduce_sum(tid, ssq) / {{ r.k }}.0 + {{ r.eps }});

@@ -37,7 +37,9 @@ def rand(*shape, lo=-1.0, hi=1.0):
 
 # meta.json of the cases that need one: symbolic dims to bind, and "inverted_residual": "unfused" for cases the
 # tests also run with `--inverted-residual unfused`.
-CASE_META = {"symbolic_dims_bound": {"dims": {"batch": 3}}}
+CASE_META = {"symbolic_dims_bound": {"dims": {"batch": 3}},
+             # float16 weights against the float32 reference: 2^-11 relative on each weight, over K = 96 terms.
+             "residual_rmsnorm_gemv_f16": {"weights": "f16", "atol": 5e-3, "rtol": 0.0}}
 # Cases whose reference is onnxruntime without graph optimizations: with them it rewrites QuantizeLinear →
 # DequantizeLinear → MatMul into an integer MatMul that requantizes, and int4 DequantizeLinear → MatMul into
 # MatMulNBits, neither of which is the graph's float arithmetic (ONNX's reference evaluator agrees with the
@@ -828,6 +830,22 @@ def ops():
 
     rms_matmul("rmsnorm_matmul_ksplit", [2, 5, 300], 40)
     rms_matmul("rmsnorm_matmul", [3, 24], 20)
+    # A residual sum that only an RMSNorm reads, the norm feeding a one-row product: the product computes the sum
+    # as it stages its row and normalizes it, so neither has a kernel of its own (float32 weights through the
+    # matrix-vector kernel, and float16 weights through the packed one).
+    def residual_rms_gemv(name, k, n_out):
+        cases[name] = (
+            model([helper.make_node("Add", ["x0", "x1"], ["x"])] + rms_chain()
+                  + [helper.make_node("MatMul", ["nw", "proj"], ["y"])],
+                  [vi("x0", F, [1, k]), vi("x1", F, [1, k])], [vi("y", F, None)],
+                  [init("two", np.float32(2.0)), init("axes", np.array([-1], np.int64)),
+                   init("eps", np.float32(1e-5)), init("w", rand(k)), init("proj", rand(k, n_out, lo=-0.2, hi=0.2))],
+                  opset=18),
+            [rand(1, k, lo=-2, hi=2), rand(1, k, lo=-2, hi=2)],
+        )
+
+    residual_rms_gemv("residual_rmsnorm_gemv", 96, 40)
+    residual_rms_gemv("residual_rmsnorm_gemv_f16", 96, 40)
     # MobileNet's depthwise → ReLU6 → pointwise projection: the projection computes its operand from the
     # depthwise input's windows as it loads it (stride 2, biases, batch 2); and a 5x5 depthwise with uneven pads
     # and no bias → Relu → 32-channel projection (the most a 5x5 fuses into) with a residual Add in its epilogue.

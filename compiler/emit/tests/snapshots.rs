@@ -259,6 +259,29 @@ fn one_row_products_are_matrix_vector_kernels() {
     insta::assert_snapshot!(k);
 }
 
+/// A residual sum read only by an RMSNorm that feeds a one-row product: the matrix-vector kernel computes the sum as
+/// it loads its row (`Fold::RowOperand`), takes the row's sum of squares from it, and normalizes the product
+/// (`Fold::RmsNorm`): one kernel, and neither the sum nor the norm reaches memory.
+#[test]
+fn residual_sum_normalized_in_a_one_row_product() {
+    let mut g = Graph::new();
+    let (x, r) = (input(&mut g, "x", &[1, 1, 32]), input(&mut g, "r", &[1, 1, 32]));
+    let sum = node(&mut g, Op::Binary(BinaryOp::Add), &[x, r]);
+    let scale = weight(&mut g, "gamma", &[32]);
+    let norm = node(&mut g, Op::LayerNorm { axis: -1, epsilon: 1e-6, rms: true }, &[sum, scale]);
+    let w = weight(&mut g, "w", &[32, 48]);
+    let y = node(&mut g, Op::MatMul, &[norm, w]);
+    g.outputs.push(y);
+    let k = kernels(g);
+    assert_eq!(k.matches("// ----").count(), 1, "one kernel:\n{k}");
+    assert_eq!(
+        k.matches("operand_a(0.0, a_base + kb)").count(),
+        2,
+        "the sum computed for the product and the norm:\n{k}"
+    );
+    insta::assert_snapshot!(k);
+}
+
 /// The same decode MLP with narrow weights: 4-bit gate/up and down weights (block-quantized, float16 scales, the
 /// merged gate/up stored K-major behind a transposing view) and a float16 tied head. Every product is the packed
 /// matrix-vector kernel (A staged in workgroup memory; B read a vec4 of 32 codes or 8 halves at a time); the

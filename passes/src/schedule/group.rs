@@ -40,7 +40,8 @@ pub enum Fold {
     /// workgroup the whole row (a row of K values, read from cache), so the row never reaches memory and its
     /// kernel is gone (SwiGLU's `SiLU(gate) · up` before the down projection of an LLM decode step). Over a
     /// `CacheWrite`: the nodes that compute its new rows (rotary on a decode step's K), computed as the cache
-    /// write loads them, so the rotated rows go straight into the cache.
+    /// write loads them, so the rotated rows go straight into the cache. Next to a [`Fold::RmsNorm`]: the nodes
+    /// that compute the norm's input, which the product normalizes as it stages it.
     RowOperand(Vec<NodeId>),
     /// A pointwise (1x1) ungrouped Conv (with its scalar epilogue, e.g. ReLU6) whose output only this group's
     /// depthwise Conv reads (the anchor, or the [`Fold::Depthwise`] folded into a projection): each workgroup
@@ -225,6 +226,9 @@ impl Fold {
             (K::RowOperand, K::StoreCopy | K::WriteInto | K::CacheWrite) => true,
             // A decode step's query computed in its one-row attention kernel.
             (K::RowOperand, K::Attention) => true,
+            // A one-row product's A normalized in the kernel, the norm's input computed there too (a residual sum
+            // before the norm: the o-projection's partial sums plus the residual).
+            (K::RowOperand, K::RmsNorm) => true,
             (K::RowOperand, _) => false,
             (K::Operand, K::Attention | K::StoreCopy) => true,
             (K::Operand, _) => false,

@@ -4,7 +4,7 @@
 
 use super::Fuse;
 use crate::schedule::reads::scalar_op_data_slot;
-use crate::schedule::{Fold, FoldKind, KernelGroup};
+use crate::schedule::{Fold, KernelGroup};
 use wgslc_ir::{NodeId, Op};
 
 /// Takes into `group`, the new group of MatMul `n`, the operand folds its inputs allow, removing the groups they
@@ -44,8 +44,8 @@ pub(in crate::schedule) fn fold_into(f: &mut Fuse, group: &mut KernelGroup, n: N
             }
         }
     }
-    if !group.has(FoldKind::RmsNorm) && !group.prologue().any(|(slot, _)| slot == 0) {
-        if let Some(gp) = row_operand_of(f, n) {
+    if !group.prologue().any(|(slot, _)| slot == 0) {
+        if let Some(gp) = row_operand_of(f, n, group.rms_norm()) {
             let trial = group.with(Fold::RowOperand(f.sched.kernels[gp].elementwise.clone()));
             if f.fits(&trial) {
                 f.remove_group(gp);
@@ -58,10 +58,11 @@ pub(in crate::schedule) fn fold_into(f: &mut Fuse, group: &mut KernelGroup, n: N
 /// The elementwise kernel that MatMul `n` can take as a [`Fold::RowOperand`]: `n` multiplies one row of A per
 /// product (A is `[…, 1, K]` or `[K]`; batch axes may be any size, as a decode step's per-head queries) by a matrix
 /// of K rows, A is that kernel's result read directly (no view between) by `n` alone, and the kernel is nothing
-/// but elementwise nodes. Each workgroup of the product recomputes its row, so the kernel's loads are repeated
+/// but elementwise nodes. With the RMSNormalization `norm` folded into `n`, the kernel is the one whose result
+/// the norm alone reads: the product computes the norm's input as it stages it and normalizes that. Each workgroup of the product recomputes its row, so the kernel's loads are repeated
 /// once per workgroup: only worth it for rows of K values next to matrices of K rows (rotary on a decode step's
 /// queries before their scores, SwiGLU before the down projection).
-fn row_operand_of(f: &Fuse, n: NodeId) -> Option<usize> {
+fn row_operand_of(f: &Fuse, n: NodeId, norm: Option<NodeId>) -> Option<usize> {
     let g = f.g;
     let node = g.node(n);
     let a = node.inputs[0]?;
@@ -74,7 +75,7 @@ fn row_operand_of(f: &Fuse, n: NodeId) -> Option<usize> {
     if bt.rank() < 2 || !one_row {
         return None;
     }
-    whole_elementwise_result(f, n, 0)
+    whole_elementwise_result(f, norm.unwrap_or(n), 0)
 }
 
 /// The group of the elementwise kernel whose result node `n` reads as input `slot` directly (no view between but
