@@ -23,21 +23,19 @@ import subprocess
 import sys
 
 
-def layers(plan, step):
-    """The decode step's dispatches, and the positions of its one-row attention kernels in that list."""
-    ds = step["dispatches"]
-    kdir = plan["_dir"]
-    att = [i for i, d in enumerate(ds) if "templates/attention_row.wgsl" in open(os.path.join(kdir, plan["kernels"][d]["wgsl"])).read()]
-    return ds, att
+def attention_positions(art, plan, ds):
+    """The positions in dispatch list `ds` of the artifact's one-row attention kernels."""
+    wgsl = lambda d: open(os.path.join(art, plan["kernels"][d]["wgsl"])).read()
+    return [i for i, d in enumerate(ds) if "templates/attention_row.wgsl" in wgsl(d)]
 
 
 def drop(src, dst, which):
     shutil.copytree(src, dst)
     path = os.path.join(dst, "plan.json")
     plan = json.load(open(path))
-    plan["_dir"] = dst
     step = next(s for s in plan["decoder"]["steps"] if s["name"] == "decode")
-    ds, att = layers(plan, step)
+    ds = step["dispatches"]
+    att = attention_positions(dst, plan, ds)
     gone = set()
     if "O" in which:
         gone |= {i + 1 for i in att}
@@ -48,7 +46,6 @@ def drop(src, dst, which):
     keep = [d for i, d in enumerate(ds) if i not in gone]
     for s in [step, *([step["sample"]] if step.get("sample") else [])]:
         s["dispatches"] = [d for d in s["dispatches"] if d in keep or d not in ds]
-    del plan["_dir"]
     json.dump(plan, open(path, "w"))
     return len(ds), len(step["dispatches"])
 

@@ -59,9 +59,10 @@ pub(in crate::schedule) fn fold_into(f: &mut Fuse, group: &mut KernelGroup, n: N
 /// product (A is `[…, 1, K]` or `[K]`; batch axes may be any size, as a decode step's per-head queries) by a matrix
 /// of K rows, A is that kernel's result read directly (no view between) by `n` alone, and the kernel is nothing
 /// but elementwise nodes. With the RMSNormalization `norm` folded into `n`, the kernel is the one whose result
-/// the norm alone reads: the product computes the norm's input as it stages it and normalizes that. Each workgroup of the product recomputes its row, so the kernel's loads are repeated
-/// once per workgroup: only worth it for rows of K values next to matrices of K rows (rotary on a decode step's
-/// queries before their scores, SwiGLU before the down projection).
+/// the norm alone reads: the product computes the norm's input as it stages it and normalizes that. Each
+/// workgroup of the product recomputes its row, so the kernel's loads are repeated once per workgroup: only worth
+/// it for rows of K values next to matrices of K rows (rotary on a decode step's queries before their scores,
+/// SwiGLU before the down projection, a residual sum before a norm).
 fn row_operand_of(f: &Fuse, n: NodeId, norm: Option<NodeId>) -> Option<usize> {
     let g = f.g;
     let node = g.node(n);
