@@ -41,9 +41,9 @@ fn a_at(kb: u32) -> f32 {
 {%- for arm in arms %}
 {%- if p.unit_words > 1 %}
 
-// Word i of {{ arm.var }}, bound as vec4s.
+// Word i of {{ arm.var }}, bound as {{ p.unit_ty }}s.
 fn word_{{ arm.var }}(i: u32) -> u32 {
-    return {{ arm.var }}[i >> 2u][i & 3u];
+    return {{ arm.var }}[i >> {{ p.unit_shift }}u][i & {{ p.unit_mask }}u];
 }
 {%- else %}
 

@@ -39,7 +39,15 @@ def rand(*shape, lo=-1.0, hi=1.0):
 # tests also run with `--inverted-residual unfused`.
 CASE_META = {"symbolic_dims_bound": {"dims": {"batch": 3}},
              # float16 weights against the float32 reference: 2^-11 relative on each weight, over K = 96 terms.
-             "residual_rmsnorm_gemv_f16": {"weights": "f16", "atol": 5e-3, "rtol": 0.0}}
+             "residual_rmsnorm_gemv_f16": {"weights": "f16", "atol": 5e-3, "rtol": 0.0},
+             # float16 weights against the float32 reference, over three products of K = 64, 48 and 40.
+             "attention_projection_f16": {"weights": "f16", "atol": 5e-3, "rtol": 0.0},
+             # 4- and 8-bit codes against the float32 reference, over the three products.
+             "attention_projection_q8": {"weights": "q8", "atol": 0.03, "rtol": 0.0},
+             "attention_projection_q4": {"weights": "q4", "atol": 0.3, "rtol": 0.0},
+             # 4- and 8-bit codes against the float32 reference: measured 0.059 and 0.0047 at most.
+             "gemv_q4_two_word_loads": {"weights": "q4", "atol": 0.2, "rtol": 0.0},
+             "gemv_q8_two_word_loads": {"weights": "q8", "atol": 0.03, "rtol": 0.0}}
 # Cases whose reference is onnxruntime without graph optimizations: with them it rewrites QuantizeLinear →
 # DequantizeLinear → MatMul into an integer MatMul that requantizes, and int4 DequantizeLinear → MatMul into
 # MatMulNBits, neither of which is the graph's float arithmetic (ONNX's reference evaluator agrees with the
@@ -1183,6 +1191,59 @@ def ops():
     cases["mha_cross_key_lengths_bias"] = mha_case(
         ["q", "k", "v", "bias", "lengths"],
         [rand(b, s, d), rand(b, 7, d), rand(b, 7, d), rand(3 * d), np.array([6, 3], np.int32)], num_heads=n)
+
+    # A decode step's attention (one query row, 4 heads of 16 over 10 keys), its output projection added to a
+    # residual, and that sum read twice: by an RMSNorm into a product and by the residual Add after the next
+    # product (a decoder layer's shape; float32 weights, and float16 and 8- and 4-bit ones read through the narrow
+    # kernels). Its own generator, so the cases before keep their data.
+    def attention_projection(name, h=4, dv=16):
+        g = np.random.default_rng(31)
+        r = lambda *shape, lo=-1.0, hi=1.0: g.uniform(lo, hi, size=shape).astype(np.float32)
+        t, e, f = 10, 48, 40
+        cases[name] = (
+            model([helper.make_node("Transpose", ["kk"], ["kt"], perm=[0, 1, 3, 2]),
+                   helper.make_node("MatMul", ["q", "kt"], ["sc"]),
+                   helper.make_node("Mul", ["sc", "scale"], ["ss"]),
+                   helper.make_node("Softmax", ["ss"], ["pr"], axis=-1),
+                   helper.make_node("MatMul", ["pr", "vv"], ["o"]),
+                   helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+                   helper.make_node("Reshape", ["ot", "flat"], ["of"]),
+                   helper.make_node("MatMul", ["of", "wo"], ["proj_o"]),
+                   helper.make_node("Add", ["res", "proj_o"], ["x"])] + rms_chain()
+                  + [helper.make_node("MatMul", ["nw", "up"], ["u"]),
+                     helper.make_node("Relu", ["u"], ["ur"]),
+                     helper.make_node("MatMul", ["ur", "down"], ["dn"]),
+                     helper.make_node("Add", ["x", "dn"], ["y"])],
+                  [vi("q", F, [1, h, 1, dv]), vi("kk", F, [1, h, t, dv]), vi("vv", F, [1, h, t, dv]),
+                   vi("res", F, [1, 1, e])], [vi("y", F, None)],
+                  [init("scale", np.float32(0.25)), init("flat", np.array([1, 1, h * dv], np.int64)),
+                   init("wo", r(h * dv, e, lo=-0.2, hi=0.2)), init("two", np.float32(2.0)),
+                   init("axes", np.array([-1], np.int64)), init("eps", np.float32(1e-5)), init("w", r(e)),
+                   init("up", r(e, f, lo=-0.2, hi=0.2)), init("down", r(f, e, lo=-0.2, hi=0.2))],
+                  opset=18),
+            [r(1, h, 1, dv, lo=-2, hi=2), r(1, h, t, dv), r(1, h, t, dv), r(1, 1, e)],
+        )
+
+    attention_projection("attention_projection")
+    attention_projection("attention_projection_f16")
+    # Codes in blocks: 8 bits, and 4 bits over heads of 32.
+    attention_projection("attention_projection_q8")
+    attention_projection("attention_projection_q4", h=2, dv=32)
+
+    # One-row products over `--weights q4|q8` whose rows are a whole number of 8-byte loads but not of 16-byte ones
+    # (K = 48 in 4 bits, K = 40 in 8 bits: the packed kernel reads vec2<u32>s, its scales a word of them at a time),
+    # and whose last block is short.
+    def packed_gemv(name, k, n):
+        g = np.random.default_rng(32)
+        r = lambda *shape, lo=-1.0, hi=1.0: g.uniform(lo, hi, size=shape).astype(np.float32)
+        cases[name] = (
+            model([helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", F, [1, 1, k])], [vi("y", F, None)],
+                  [init("w", r(k, n, lo=-0.2, hi=0.2))]),
+            [r(1, 1, k)],
+        )
+
+    packed_gemv("gemv_q4_two_word_loads", 48, 40)
+    packed_gemv("gemv_q8_two_word_loads", 40, 48)
     return cases
 
 

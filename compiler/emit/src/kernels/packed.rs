@@ -14,6 +14,9 @@ pub(super) struct PackedGemv {
     pub(super) row_words: usize,
     pub(super) row_units: usize,
     pub(super) unit_words: usize,
+    /// log2(`unit_words`) and `unit_words - 1`: word `i` is component `i & unit_mask` of unit `i >> unit_shift`.
+    pub(super) unit_shift: u32,
+    pub(super) unit_mask: usize,
     pub(super) unit_elems: usize,
     /// vec4s of A under a unit, as indices.
     pub(super) unit_vecs: usize,
@@ -128,6 +131,8 @@ impl PackedGemv {
             row_words,
             row_units: row_words / unit_words,
             unit_words,
+            unit_shift: unit_words.trailing_zeros(),
+            unit_mask: unit_words - 1,
             unit_elems,
             unit_vecs: unit_elems / 4,
             a_vecs: (0..unit_elems / 4).collect(),
