@@ -111,6 +111,23 @@ fn the_rust_runtime_stays_small() {
     assert!(lines < 1000, "runtime/src is {lines} lines of Rust (issue 32's bound: under 1,000)");
 }
 
+/// The decode protocol lives in the compiler: both runtimes' generation code interprets the decoder's program and
+/// reads none of the loop inputs whose meaning the cache layout decides (the mask, positions, cache positions, the
+/// chunk's last index, the present outputs), nor the cache's rows.
+#[test]
+fn runtimes_interpret_the_decoder_program() {
+    let rust = std::fs::read_to_string(root().join("runtime/src/generate.rs")).unwrap();
+    let js = std::fs::read_to_string(root().join("runtime/web/wgslc.js")).unwrap();
+    let (from, to) =
+        (js.find("async #generate(").unwrap(), js.find("// Kernels in order, into an open compute pass.").unwrap());
+    for (file, code) in [("runtime/src/generate.rs", &rust[..]), ("wgslc.js's Session.generate", &js[from..to])] {
+        for field in ["attention_mask", "position_ids", "cache_position", "last_index", "present", "first_row", "rows"]
+        {
+            assert!(!code.contains(field), "{file} reads the decoder step's '{field}': the program should say it");
+        }
+    }
+}
+
 /// docs/architecture.md is a short text of invariants: each row of its table names at least one test (or check)
 /// that exists as a function in the sources, so no invariant is claimed without what holds it; the design behind
 /// them lives in docs/design/.

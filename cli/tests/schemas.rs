@@ -50,7 +50,8 @@ fn compiled_files_use_only_schema_properties() {
 }
 
 /// The field lists and enum values wgslc.js checks plan.json against, as JavaScript: each object type of the plan
-/// schema (the plan itself as `Plan`) with its properties, and each string enum with its values.
+/// schema (the plan itself as `Plan`) with its properties, and each enum with its values (a string enum's strings,
+/// the keys of an enum whose variants hold data).
 fn js_tables(schema: &serde_json::Value) -> String {
     use std::collections::BTreeMap;
     let mut fields: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -62,6 +63,14 @@ fn js_tables(schema: &serde_json::Value) -> String {
             fields.insert(name.clone(), keys(p));
         } else if let Some(e) = def.get("enum") {
             enums.insert(name.clone(), e.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect());
+        } else if let Some(alts) = def.get("oneOf") {
+            // An enum of variants with data (`{"run": 1}`): each alternative an object of one required property,
+            // listed like a string enum's values by its key.
+            let key = |a: &serde_json::Value| match a["required"].as_array().map(|r| &r[..]) {
+                Some([k]) => k.as_str().unwrap().to_string(),
+                _ => panic!("plan schema type '{name}' has an alternative that is not one keyed variant"),
+            };
+            enums.insert(name.clone(), alts.as_array().unwrap().iter().map(key).collect());
         } else {
             panic!("plan schema type '{name}' is neither an object nor a string enum: teach js_tables it");
         }

@@ -1,17 +1,15 @@
-//! Token generation on a decoder artifact (`wgslc compile --kv-cache`): the plan's decoder section says which
-//! inputs the loop fills, which outputs hold each step's new cache rows and its chosen token, and which
-//! dispatches each step replays (see `wgslc_artifact::Decoder`).
+//! Token generation on a decoder artifact (`wgslc compile --kv-cache`): an interpreter of the decoder section's
+//! program (`wgslc_artifact::Program`), which says what each phase of the loop writes, replays and copies. The
+//! runtime knows the loop's shape (prefill chunks, then decode steps, several a submit, stopping at an
+//! end-of-sequence token) and nothing of the cache layout or of what the loop's inputs mean.
 //!
-//! **Architecture Invariant:** after the prompt is written, nothing goes through the host per token. A decode step
-//! that writes its cache in place is followed, in the same compute pass, by the plan's advance kernel, which puts
-//! its chosen token into the next step's `input_ids` and the token history and moves the cache row, position and
-//! mask word on: a submit's steps are one compute pass. A step that copies its rows instead has its token copied
-//! on the GPU into `input_ids` and the history, its rows into the cache and its position and mask word from small
-//! constant buffers written once per generation. The host encodes `steps_per_submit` steps per submit and reads
-//! the history back only between submits when it must stop at an end-of-sequence token.
+//! **Architecture Invariant:** after the prompt is written, nothing goes through the host per token: a decode
+//! step's program has no writes (`Plan::check` refuses them), so a submit's steps are commands on the GPU alone,
+//! consecutive dispatches in one compute pass. The host reads the token history back only between submits when it
+//! must stop at an end-of-sequence token.
 
 use crate::{RuntimeError, Session};
-use wgslc_artifact::{Decoder, Step};
+use wgslc_artifact::{Buf, Instr, Vars};
 
 /// How [`Session::generate`] runs.
 #[derive(Clone, Debug)]
@@ -68,7 +66,8 @@ pub struct Generation {
     pub decode_ms: f64,
     /// Submits of the decode loop.
     pub submits: usize,
-    /// Buffer copies the decode loop encoded (the token, the position, the cache rows, the mask word).
+    /// Buffer copies the decode loop encoded (what the program copies on the GPU each step: 0 for a step that advances
+    /// on the GPU).
     pub copies: usize,
     /// Host time of the decode loop's encoding and submits (the part of `decode_ms` the CPU spends; the rest
     /// is waiting for the GPU).
@@ -81,14 +80,19 @@ fn stopped(tokens: Option<&[i64]>, prompt: usize, eos: Option<i64>) -> bool {
 }
 
 impl Session {
-    /// Generates greedily (or drawing tokens, with [`GenerateOptions::sampling`]) from `prompt` (token ids) on a decoder artifact: the prompt in prefill steps, then one
-    /// decode step per token, the cache and the chosen tokens staying on the GPU. Errors name what does not fit:
-    /// an artifact without a decoder section, an empty prompt, prompt plus new tokens over the cache's capacity.
+    /// Generates greedily (or drawing tokens, with [`GenerateOptions::sampling`]) from `prompt` (token ids) on a
+    /// decoder artifact: the prompt in prefill steps, then one decode step per token, the cache and the chosen
+    /// tokens staying on the GPU. Errors name what does not fit: an artifact without a decoder section, an empty
+    /// prompt, prompt plus new tokens over the cache's capacity.
     pub fn generate(&self, prompt: &[i64], opts: &GenerateOptions) -> Result<Generation, RuntimeError> {
         let bad = |m: String| RuntimeError::Input { name: "input_ids".into(), reason: m };
         let d = self.plan.decoder.as_ref().ok_or_else(|| {
             RuntimeError::Invalid("this artifact has no decoder section: compile the model with --kv-cache".into())
         })?;
+        let recompile = |what: &str| {
+            RuntimeError::Invalid(format!("this artifact was compiled before wgslc {what}: compile it again"))
+        };
+        let program = d.program.as_ref().ok_or_else(|| recompile("described its generation loop as data"))?;
         let step = |name: &str| {
             d.steps
                 .iter()
@@ -96,9 +100,6 @@ impl Session {
                 .ok_or_else(|| RuntimeError::Invalid(format!("the decoder section has no '{name}' step")))
         };
         let (decode, prefill) = (step("decode")?, step("prefill")?);
-        if decode.tokens != 1 {
-            return Err(RuntimeError::Invalid("the decode step must take one token".into()));
-        }
         if prompt.is_empty() {
             return Err(bad("the prompt is empty".into()));
         }
@@ -126,52 +127,43 @@ impl Session {
             if s.top_k > i32::MAX as usize {
                 return Err(bad(format!("top-k {} is larger than any vocabulary", s.top_k)));
             }
-        }
-        // The output each step chooses its token into, and the dispatches that compute it.
-        let choice = |st: &'_ Step| -> Result<(usize, Vec<usize>), RuntimeError> {
-            match (&opts.sampling, &st.sample) {
-                (None, _) => Ok((st.next_token, st.dispatches.clone())),
-                (Some(_), Some(sm)) => Ok((sm.token, sm.dispatches.clone())),
-                (Some(_), None) => Err(RuntimeError::Invalid(
-                    "this artifact was compiled before wgslc could sample: compile it again to sample".into(),
-                )),
+            if d.steps.iter().any(|st| st.sample.is_none()) {
+                return Err(recompile("could sample"));
             }
-        };
-        let (decode_token, decode_dispatches) = choice(decode)?;
-        let (prefill_token, prefill_dispatches) = choice(prefill)?;
-        let recompile = |what: &str| {
-            RuntimeError::Invalid(format!("this artifact was compiled before wgslc {what}: compile it again"))
-        };
+        }
         let history = d.tokens.ok_or_else(|| recompile("kept the token history on the GPU"))?;
-        // A decode step that writes in place advances on the GPU (its advance kernel after it, in the same pass).
-        let advance = match (decode.cache_row, decode.advance) {
-            (Some(_), None) => return Err(recompile("advanced the decode loop on the GPU")),
-            (_, a) => a.map(|a| if opts.sampling.is_some() { a.sample } else { a.greedy }),
-        };
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
         let gpu = &self.gpu;
-        let dev = &gpu.device;
         let input = |i: usize| (&self.plan.inputs[i], &self.buffers[self.plan.inputs[i].buffer]);
-        let output = |i: usize| (&self.plan.outputs[i], &self.buffers[self.plan.outputs[i].buffer]);
 
-        // Per generation: the history's read-back and, for a decode step that copies its rows, one mask word of 1
-        // and the positions 0..capacity.
-        let (readback, window) = gpu.scoped("generation buffers", || {
+        // Per generation: the history's read-back and the program's constants.
+        let len = prompt.len() as i64;
+        let constants = program
+            .constants
+            .iter()
+            .map(|c| Ok(input(c.like).0.words(c.values.at(Vars { len, ..Vars::default() }, prompt).map_err(invalid)?)))
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        let (readback, constants) = gpu.scoped("generation buffers", || {
+            let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
             let buf = |label: &str, size: u64, usage| {
-                dev.create_buffer(&wgpu::BufferDescriptor {
+                gpu.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some(label),
                     size,
                     usage,
                     mapped_at_creation: false,
                 })
             };
-            let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
-            let bytes = 4 * d.capacity as u64;
-            let readback =
-                buf("wgslc tokens read-back", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
-            let window =
-                advance.is_none().then(|| (buf("wgslc mask one", 4, storage), buf("wgslc positions", bytes, storage)));
-            (readback, window)
+            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let readback = buf("wgslc tokens read-back", 4 * d.capacity as u64, usage);
+            let constants: Vec<wgpu::Buffer> = constants
+                .iter()
+                .map(|words| {
+                    let b = buf("wgslc loop constant", (words.len() as u64).max(4), storage);
+                    gpu.queue.write_buffer(&b, 0, words);
+                    b
+                })
+                .collect();
+            (readback, constants)
         })?;
         if let (Some(s), Some(sm)) = (&opts.sampling, &decode.sample) {
             let (t, p) = (input(sm.temperature), input(sm.params));
@@ -179,137 +171,40 @@ impl Session {
             let seed = (s.seed ^ (s.seed >> 32)) as u32;
             gpu.queue.write_buffer(p.1, 0, &p.0.words([s.top_k as i64, i64::from(seed as i32)]));
         }
-        let (mask_spec, mask_buf) = input(decode.attention_mask);
-        if let Some((one, iota)) = &window {
-            gpu.queue.write_buffer(one, 0, &mask_spec.words([1]));
-            if let Some(p) = decode.position_ids {
-                gpu.queue.write_buffer(iota, 0, &input(p).0.words(0..d.capacity as i64));
-            }
-        }
-        let (history_spec, history) = input(history);
-        gpu.queue.write_buffer(history, 0, &history_spec.words(prompt.iter().copied()));
+        let run = Interpreter { s: self, sampling: opts.sampling.is_some(), prompt, constants: &constants };
 
-        // Prefill, one submit per chunk; the cache starts zeroed.
+        // Prefill: the start, then one submit per chunk (the last one with the `last` phase).
         let start = std::time::Instant::now();
-        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc cache") });
-        for s in &d.state {
-            enc.clear_buffer(&self.buffers[self.plan.inputs[s.input].buffer], 0, None);
-        }
-        gpu.queue.submit([enc.finish()]);
+        let at_len = Vars { len, ..Vars::default() };
+        run.phase("wgslc start", &[(&program.start, at_len)])?;
         let n = prefill.tokens;
         for (c, chunk) in prompt.chunks(n).enumerate() {
-            let (pos, real) = (c * n, chunk.len());
-            let write = |i: usize, data: Vec<u8>| gpu.queue.write_buffer(input(i).1, 0, &data);
-            let pad = *chunk.last().expect("chunks are not empty");
-            write(
-                prefill.input_ids,
-                input(prefill.input_ids).0.words((0..n).map(|i| chunk.get(i).copied().unwrap_or(pad))),
-            );
-            // A prefill step that writes in place sees every key at its position, the whole chunk unmasked (its
-            // padding comes after the real tokens, which causality hides from them: a mask derived from the
-            // attention mask's sum then puts the chunk at its positions); otherwise its own keys come after the
-            // window's rows.
-            let at_positions = prefill.cache_row.is_some();
-            let keys = if at_positions { d.capacity } else { d.rows + n };
-            let mask = (0..keys).map(|j| {
-                i64::from(if at_positions { j < pos + n } else { j < pos || (j >= d.rows && j < d.rows + real) })
-            });
-            write(prefill.attention_mask, input(prefill.attention_mask).0.words(mask));
-            if let Some(p) = prefill.position_ids {
-                write(p, input(p).0.words((0..n).map(|i| (pos + i.min(real - 1)) as i64)));
-            }
-            if let Some(p) = prefill.cache_position {
-                let first = if at_positions { pos } else { d.rows };
-                write(p, input(p).0.words((0..n).map(|i| (first + i) as i64)));
-            }
-            if let Some(r) = prefill.cache_row {
-                write(r, input(r).0.words([pos as i64]));
-            }
-            if let Some(p) = prefill.last_index {
-                write(p, input(p).0.words([real as i64 - 1]));
-            }
-            gpu.scoped("prefill", || {
-                let mut enc =
-                    dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc prefill") });
-                self.encode_step(&mut enc, &prefill.name, &prefill_dispatches);
-                self.copy_rows(&mut enc, d, prefill, pos, real);
-                if pos + real == prompt.len() {
-                    let (_, next) = output(prefill_token);
-                    enc.copy_buffer_to_buffer(next, 0, history, 4 * prompt.len() as u64, 4);
-                    enc.copy_buffer_to_buffer(next, 0, input(decode.input_ids).1, 0, 4);
-                }
-                gpu.queue.submit([enc.finish()]);
-            })?;
+            let v = Vars { pos: (c * n) as i64, real: chunk.len() as i64, len };
+            let last: &[Instr] = if c * n + chunk.len() == prompt.len() { &program.last } else { &[] };
+            run.phase("wgslc prefill", &[(&program.chunk, v), (last, v)])?;
         }
-        dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+        gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
         gpu.check_lost()?;
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
 
-        // Decode: the mask holds the prompt's rows and the step's own. A step that advances on the GPU starts at
-        // the prompt's end (row, position and mask word there), and each step's advance kernel moves them on;
-        // otherwise the step's token is at row `rows` and its row is added after it runs, when its cache rows are
-        // copied there.
+        // Decode: `steps_per_submit` steps a submit.
         let start = std::time::Instant::now();
-        let first = prompt.len(); // the position of the first decode step's token
-        let at = |i: Option<usize>| i.map(input);
-        let mask = (0..d.rows + 1)
-            .map(|j| i64::from(j < first || (advance.is_some() && j == first) || (j == d.rows && advance.is_none())));
-        gpu.queue.write_buffer(mask_buf, 0, &mask_spec.words(mask));
-        if let Some((spec, buf)) = at(decode.cache_position) {
-            gpu.queue.write_buffer(buf, 0, &spec.words([d.rows as i64]));
-        }
-        if advance.is_some() {
-            for (spec, buf) in [at(decode.cache_row), at(decode.position_ids)].into_iter().flatten() {
-                gpu.queue.write_buffer(buf, 0, &spec.words([first as i64]));
-            }
-        }
+        run.phase("wgslc decode start", &[(&program.decode_start, at_len)])?;
+        let (_, history) = input(history);
         let mut produced = prompt.len() + 1; // tokens in the history
-        let mut steps = 0;
-        let mut submits = 0;
+        let (mut steps, mut submits, mut copies) = (0, 0, 0);
         let mut tokens: Option<Vec<i64>> = None;
         if opts.eos.is_some() {
             tokens = self.read_tokens(history, &readback, produced)?.into();
         }
         let mut host = std::time::Duration::ZERO;
-        let mut copies = 0;
         while produced < total && !stopped(tokens.as_deref(), prompt.len(), opts.eos) {
             let k = opts.steps_per_submit.min(total - produced);
             let encoding = std::time::Instant::now();
-            copies += gpu.scoped("decode", || {
-                let mut enc =
-                    dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc decode") });
-                let mut copies = 0;
-                if let Some(a) = advance {
-                    // The submit's steps in one compute pass.
-                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some(&decode.name),
-                        timestamp_writes: None,
-                    });
-                    for &d in (0..k).flat_map(|_| decode_dispatches.iter().chain([&a])) {
-                        self.dispatch(&mut pass, d, None);
-                    }
-                }
-                for i in (0..k).filter(|_| advance.is_none()) {
-                    let (one, iota) = window.as_ref().expect("a decode step that copies its rows");
-                    let pos = produced + i - 1; // the position of the token this step reads
-                    if let Some(p) = decode.position_ids {
-                        enc.copy_buffer_to_buffer(iota, 4 * pos as u64, input(p).1, 0, 4);
-                        copies += 1;
-                    }
-                    self.encode_step(&mut enc, &decode.name, &decode_dispatches);
-                    let (_, next) = output(decode_token);
-                    enc.copy_buffer_to_buffer(next, 0, history, 4 * (pos + 1) as u64, 4);
-                    enc.copy_buffer_to_buffer(next, 0, input(decode.input_ids).1, 0, 4);
-                    copies += 2;
-                    if pos < d.rows {
-                        copies += self.copy_rows(&mut enc, d, decode, pos, 1);
-                        enc.copy_buffer_to_buffer(one, 0, mask_buf, 4 * pos as u64, 4);
-                        copies += 1;
-                    }
-                }
-                gpu.queue.submit([enc.finish()]);
-                copies
-            })?;
+            // The position of the token each step reads.
+            let at = |i: usize| Vars { pos: (produced + i - 1) as i64, len, real: 0 };
+            let phases: Vec<(&[Instr], Vars)> = (0..k).map(|i| (&program.step[..], at(i))).collect();
+            copies += run.phase(&decode.name, &phases)?;
             host += encoding.elapsed();
             produced += k;
             steps += k;
@@ -332,37 +227,6 @@ impl Session {
         Ok(Generation { tokens, prefill_ms, decode_steps: steps, decode_ms, submits, copies, host_ms })
     }
 
-    /// One step's dispatches in one compute pass.
-    fn encode_step(&self, enc: &mut wgpu::CommandEncoder, label: &str, dispatches: &[usize]) {
-        let mut pass =
-            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None });
-        dispatches.iter().for_each(|&d| self.dispatch(&mut pass, d, None));
-    }
-
-    /// Copies the step's first `count` new rows of every cache into the cache at row `pos`; returns how many
-    /// copies it encoded.
-    fn copy_rows(&self, enc: &mut wgpu::CommandEncoder, d: &Decoder, step: &Step, pos: usize, count: usize) -> usize {
-        let mut copies = 0;
-        for (s, p) in d.state.iter().zip(&step.present) {
-            let past = &self.plan.inputs[s.input];
-            let out = &self.plan.outputs[p.output];
-            let outer: usize = past.shape[..s.axis].iter().product();
-            let inner = past.shape[s.axis + 1..].iter().product::<usize>() as u64 * 4;
-            let (src_rows, dst_rows) = (out.shape[s.axis] as u64, past.shape[s.axis] as u64);
-            for o in 0..outer as u64 {
-                enc.copy_buffer_to_buffer(
-                    &self.buffers[out.buffer],
-                    (o * src_rows + p.first_row as u64) * inner,
-                    &self.buffers[past.buffer],
-                    (o * dst_rows + pos as u64) * inner,
-                    count as u64 * inner,
-                );
-                copies += 1;
-            }
-        }
-        copies
-    }
-
     fn read_tokens(&self, history: &wgpu::Buffer, rb: &wgpu::Buffer, n: usize) -> Result<Vec<i64>, RuntimeError> {
         let gpu = &self.gpu;
         let bytes = 4 * n as u64;
@@ -379,5 +243,125 @@ impl Session {
             .map_err(|e| RuntimeError::Gpu(format!("reading tokens: {e}")));
         rb.unmap();
         t
+    }
+}
+
+fn invalid(m: String) -> RuntimeError {
+    RuntimeError::Invalid(format!("decoder program: {m}"))
+}
+
+/// One generation's reading of the program.
+struct Interpreter<'a> {
+    s: &'a Session,
+    sampling: bool,
+    prompt: &'a [i64],
+    constants: &'a [wgpu::Buffer],
+}
+
+/// A command of a phase, resolved.
+enum Command<'a> {
+    Dispatch(usize),
+    Clear(&'a wgpu::Buffer),
+    Copy { from: &'a wgpu::Buffer, from_at: u64, to: &'a wgpu::Buffer, to_at: u64, bytes: u64 },
+}
+
+impl<'a> Interpreter<'a> {
+    /// Runs phases (instructions with their variables) as one submit: their writes first, then their commands,
+    /// consecutive dispatches in one compute pass. Returns the copies it encoded.
+    fn phase(&self, label: &str, phases: &[(&[Instr], Vars)]) -> Result<usize, RuntimeError> {
+        let (plan, gpu) = (&self.s.plan, &self.s.gpu);
+        let mut commands = Vec::new();
+        for &(instrs, v) in phases {
+            for ins in instrs {
+                match ins {
+                    Instr::Write(w) => {
+                        let (spec, buf) = (&plan.inputs[w.input], &self.s.buffers[plan.inputs[w.input].buffer]);
+                        let values = w.values.at(v, self.prompt).map_err(invalid)?;
+                        if values.len() > spec.shape.iter().product() {
+                            return Err(invalid(format!("{} values for input '{}'", values.len(), spec.name)));
+                        }
+                        gpu.queue.write_buffer(buf, 0, &spec.words(values));
+                    }
+                    Instr::Clear(i) => commands.push(Command::Clear(&self.s.buffers[plan.inputs[*i].buffer])),
+                    Instr::Run(s) => {
+                        let st = &plan.decoder.as_ref().expect("a decoder").steps[*s];
+                        let ds = match (&st.sample, self.sampling) {
+                            (Some(sm), true) => &sm.dispatches,
+                            _ => &st.dispatches,
+                        };
+                        commands.extend(ds.iter().map(|&k| Command::Dispatch(k)));
+                    }
+                    Instr::Advance(s) => {
+                        let a = plan.decoder.as_ref().and_then(|d| d.steps[*s].advance).expect("checked by the plan");
+                        commands.push(Command::Dispatch(if self.sampling { a.sample } else { a.greedy }));
+                    }
+                    Instr::Copy(c) => {
+                        let (from, to) = (self.buffer(c.from.buffer), self.buffer(c.to.buffer));
+                        let (from_at, to_at, bytes) = (c.from.offset.at(v), c.to.offset.at(v), c.bytes.at(v));
+                        let fits = |at: i64, b: &wgpu::Buffer| {
+                            at >= 0 && bytes >= 0 && (at | bytes) % 4 == 0 && (at + bytes) as u64 <= b.size()
+                        };
+                        if !fits(from_at, from) || !fits(to_at, to) {
+                            return Err(invalid(format!(
+                                "a copy of {bytes} bytes at {from_at} → {to_at} is out of range"
+                            )));
+                        }
+                        let (from_at, to_at, bytes) = (from_at as u64, to_at as u64, bytes as u64);
+                        commands.push(Command::Copy { from, from_at, to, to_at, bytes });
+                    }
+                }
+            }
+        }
+        if commands.is_empty() {
+            return Ok(0);
+        }
+        gpu.scoped(label, || {
+            let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+            let mut copies = 0;
+            let mut rest = &commands[..];
+            while let Some(first) = rest.first() {
+                match *first {
+                    Command::Dispatch(_) => {
+                        let run = rest.iter().take_while(|c| matches!(c, Command::Dispatch(_))).count();
+                        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some(label),
+                            timestamp_writes: None,
+                        });
+                        for c in &rest[..run] {
+                            if let Command::Dispatch(k) = c {
+                                self.s.dispatch(&mut pass, *k, None);
+                            }
+                        }
+                        rest = &rest[run..];
+                        continue;
+                    }
+                    Command::Clear(b) => enc.clear_buffer(b, 0, None),
+                    Command::Copy { from, from_at, to, to_at, bytes } => {
+                        enc.copy_buffer_to_buffer(from, from_at, to, to_at, bytes);
+                        copies += 1;
+                    }
+                }
+                rest = &rest[1..];
+            }
+            gpu.queue.submit([enc.finish()]);
+            copies
+        })
+    }
+
+    fn buffer(&self, b: Buf) -> &'a wgpu::Buffer {
+        let plan = &self.s.plan;
+        let output = |i: usize| &self.s.buffers[plan.outputs[i].buffer];
+        match b {
+            Buf::Input(i) => &self.s.buffers[plan.inputs[i].buffer],
+            Buf::Output(i) => output(i),
+            Buf::Token(s) => {
+                let st = &plan.decoder.as_ref().expect("a decoder").steps[s];
+                match (&st.sample, self.sampling) {
+                    (Some(sm), true) => output(sm.token),
+                    _ => output(st.next_token),
+                }
+            }
+            Buf::Constant(c) => &self.constants[c],
+        }
     }
 }

@@ -16,14 +16,21 @@ export const VERSION = 2;
 // Each object's fields and each enum's values, as the Rust runtime's serde types accept them.
 const FIELDS = {
   Advance: ["greedy", "sample"],
+  Affine: ["c", "len", "pos", "real"],
   Binding: ["access", "binding", "buffer", "offset", "size"],
   Buffer: ["kind", "name", "size"],
-  Decoder: ["capacity", "rows", "state", "steps", "tokens"],
+  Constant: ["like", "values"],
+  Copy: ["bytes", "from", "to"],
+  Decoder: ["capacity", "program", "rows", "state", "steps", "tokens"],
   DimRange: ["max", "min", "name"],
   GridScale: ["axis", "dim"],
+  Iota: ["last", "len", "start"],
   Kernel: ["bindings", "entry_point", "name", "scale", "wgsl", "workgroups"],
+  Mask: ["len", "ranges"],
+  Place: ["buffer", "offset"],
   Plan: ["buffers", "decoder", "dispatches", "format", "inputs", "kernels", "outputs", "ranges", "version", "weights"],
   Present: ["first_row", "output"],
+  Program: ["chunk", "constants", "decode_start", "last", "start", "step"],
   RangedAxis: ["axis", "dim", "factor"],
   Ranges: ["buffer", "dims"],
   StateSpec: ["axis", "input"],
@@ -32,14 +39,18 @@ const FIELDS = {
   StepSample: ["dispatches", "params", "temperature", "token"],
   TensorSpec: ["buffer", "dtype", "name", "ranged", "shape", "storage"],
   WeightSpec: ["buffer", "name", "offset", "shape", "storage"],
+  Write: ["input", "values"],
 };
 const ENUMS = {
   Access: ["read", "read_write"],
+  Buf: ["input", "output", "token", "constant"],
   BufferKind: ["input", "output", "weight", "intermediate"],
   Dtype: ["float32", "float16", "bfloat16", "float64", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
     "float8e5m2fnuz", "float4e2m1", "int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "int4",
     "uint4", "int2", "uint2", "bool"],
+  Instr: ["clear", "write", "run", "advance", "copy"],
   StorageType: ["f32", "i32", "u32"],
+  Values: ["iota", "prompt", "mask"],
 };
 // ---- end of generated code ----
 
@@ -420,98 +431,52 @@ export class Session {
       if (!(Number.isFinite(temperature) && temperature >= 0)) throw bad(`the temperature must be 0 or more, not ${temperature}`);
       if (!(Number.isInteger(topK) && topK >= 0 && topK <= 2147483647)) throw bad(`top-k must be a whole number, not ${topK}`);
       if (!(Number.isInteger(seed) && seed >= 0 && seed <= Number.MAX_SAFE_INTEGER)) throw bad(`the seed must be a whole number, not ${seed}`);
-      if (!decode.sample || !prefill.sample) throw new Error("artifact: this artifact was compiled before wgslc could sample: compile it again to sample");
     }
-    // The output each step chooses its token into, and the dispatches that compute it.
-    const choice = (st) => (sampling ? { token: st.sample.token, dispatches: st.sample.dispatches } : { token: st.next_token, dispatches: st.dispatches });
-    const [decodeChoice, prefillChoice] = [choice(decode), choice(prefill)];
-
+    const recompile = (what) => new Error(`artifact: this artifact was compiled before wgslc ${what}: compile it again`);
+    if (sampling && d.steps.some((st) => !st.sample)) throw recompile("could sample");
+    if (!d.program) throw recompile("described its generation loop as data");
     const input = (i) => ({ spec: plan.inputs[i], buf: buffers[plan.inputs[i].buffer] });
-    const output = (i) => ({ spec: plan.outputs[i], buf: buffers[plan.outputs[i].buffer] });
-    const words = (spec, vals) => {
-      const T = spec.storage === "f32" ? Float32Array : spec.storage === "u32" ? Uint32Array : Int32Array;
-      return T.from(vals);
-    };
-    const write = (i, vals) => device.queue.writeBuffer(input(i).buf, 0, words(input(i).spec, vals));
-    const range = (n, f) => Array.from({ length: n }, (_, i) => f(i));
     const storage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
-    const bytes = 4 * d.capacity;
     const temp = [];
     const make = (label, size, usage) => {
       const b = device.createBuffer({ label, size, usage });
       temp.push(b);
       return b;
     };
-    const recompile = (what) => new Error(`artifact: this artifact was compiled before wgslc ${what}: compile it again`);
     if (d.tokens == null) throw recompile("kept the token history on the GPU");
-    // A decode step that writes in place advances on the GPU (its advance kernel after it, in the same pass).
-    if (decode.cache_row != null && !decode.advance) throw recompile("advanced the decode loop on the GPU");
-    const advance = decode.advance ? (sampling ? decode.advance.sample : decode.advance.greedy) : null;
     try {
+      const len = prompt.length;
       const history = input(d.tokens).buf;
-      const readback = make("wgslc tokens read-back", bytes, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
-      const mask = input(decode.attention_mask);
-      // A decode step that copies its rows takes its mask word and position from these.
-      const one = advance === null ? make("wgslc mask one", 4, storage) : null;
-      const iota = advance === null ? make("wgslc positions", bytes, storage) : null;
-      if (one) device.queue.writeBuffer(one, 0, words(mask.spec, [1]));
-      if (iota && decode.position_ids != null) device.queue.writeBuffer(iota, 0, words(input(decode.position_ids).spec, range(d.capacity, (i) => i)));
-      write(d.tokens, prompt);
+      const readback = make("wgslc tokens read-back", 4 * d.capacity, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+      // The program's constants, written once per generation.
+      const constants = d.program.constants.map((c) => {
+        const words = wordsOf(plan.inputs[c.like], valuesAt(c.values, { len }, prompt));
+        const b = make("wgslc loop constant", Math.max(4, words.byteLength), storage);
+        device.queue.writeBuffer(b, 0, words);
+        return b;
+      });
       if (sampling) {
         // The seed folded to 32 bits as the Rust runtime does (seed ^ seed >> 32).
         const big = BigInt(seed);
         const folded = Number(BigInt.asUintN(32, big ^ (big >> 32n)));
-        write(decode.sample.temperature, [temperature]);
+        device.queue.writeBuffer(input(decode.sample.temperature).buf, 0, wordsOf(input(decode.sample.temperature).spec, [temperature]));
         device.queue.writeBuffer(input(decode.sample.params).buf, 0, Uint32Array.from([topK, folded]));
       }
+      const run = (label, phases) => this.#phase(label, phases, { sampling, prompt, constants });
 
+      // Prefill: the start, then one submit per chunk (the last one with the `last` phase).
       const t0 = performance.now();
-      {
-        const enc = device.createCommandEncoder({ label: "wgslc cache" });
-        for (const s of d.state) enc.clearBuffer(buffers[plan.inputs[s.input].buffer]);
-        device.queue.submit([enc.finish()]);
-      }
-      const n = prefill.tokens;
-      for (let pos = 0; pos < prompt.length; pos += n) {
-        const chunk = prompt.slice(pos, pos + n);
-        const real = chunk.length;
-        const pad = chunk[real - 1];
-        write(prefill.input_ids, range(n, (i) => (i < real ? chunk[i] : pad)));
-        // A prefill step that writes in place sees every key at its position, the whole chunk unmasked (its padding
-        // after the real tokens, which causality hides from them); otherwise its own keys come after the window's rows.
-        const atPositions = prefill.cache_row != null;
-        const keys = atPositions ? d.capacity : d.rows + n;
-        write(prefill.attention_mask, range(keys, (j) => (atPositions ? j < pos + n : j < pos || (j >= d.rows && j < d.rows + real)) ? 1 : 0));
-        if (prefill.position_ids != null) write(prefill.position_ids, range(n, (i) => pos + Math.min(i, real - 1)));
-        if (prefill.cache_position != null) write(prefill.cache_position, range(n, (i) => (atPositions ? pos : d.rows) + i));
-        if (atPositions) write(prefill.cache_row, [pos]);
-        if (prefill.last_index != null) write(prefill.last_index, [real - 1]);
-        await scoped(device, "prefill", () => {
-          const enc = device.createCommandEncoder({ label: "wgslc prefill" });
-          this.#encodeStep(enc, prefill.name, prefillChoice.dispatches);
-          this.#copyRows(enc, prefill, pos, real);
-          if (pos + real === prompt.length) {
-            const next = output(prefillChoice.token).buf;
-            enc.copyBufferToBuffer(next, 0, history, 4 * prompt.length, 4);
-            enc.copyBufferToBuffer(next, 0, input(decode.input_ids).buf, 0, 4);
-          }
-          device.queue.submit([enc.finish()]);
-        });
+      await run("wgslc start", [[d.program.start, { len }]]);
+      for (let pos = 0; pos < len; pos += prefill.tokens) {
+        const v = { pos, real: Math.min(prefill.tokens, len - pos), len };
+        await run("wgslc prefill", [[d.program.chunk, v], [pos + v.real === len ? d.program.last : [], v]]);
       }
       await device.queue.onSubmittedWorkDone();
       this.#checkLost();
       const prefillMs = performance.now() - t0;
 
       const t1 = performance.now();
-      // The mask holds the prompt's rows and the step's own. A step that advances on the GPU starts at the
-      // prompt's end (row, position and mask word there), and each step's advance kernel moves them on; otherwise
-      // the step's token is at row `rows` and its row is added after it runs, when its cache rows are copied there.
-      const first = prompt.length;
-      device.queue.writeBuffer(mask.buf, 0, words(mask.spec, range(d.rows + 1, (j) => (j < first || (advance !== null && j === first) || (j === d.rows && advance === null) ? 1 : 0))));
-      if (decode.cache_position != null) write(decode.cache_position, [d.rows]);
-      if (advance !== null) {
-        for (const i of [decode.cache_row, decode.position_ids]) if (i != null) write(i, [first]);
-      }
+      await run("wgslc decode start", [[d.program.decode_start, { len }]]);
       const read = async (count) => {
         const enc = device.createCommandEncoder();
         enc.copyBufferToBuffer(history, 0, readback, 0, 4 * count);
@@ -522,13 +487,13 @@ export class Session {
         return t;
       };
       const watch = eos !== null || onToken !== null;
-      let produced = prompt.length + 1;
+      let produced = len + 1;
       let tokens = null;
-      let reported = prompt.length;
+      let reported = len;
       const report = (t) => {
         for (; reported < t.length; reported++) onToken?.(t[reported], reported);
       };
-      const stopped = () => eos !== null && tokens !== null && tokens.slice(prompt.length).includes(eos);
+      const stopped = () => eos !== null && tokens !== null && tokens.slice(len).includes(eos);
       if (watch) {
         tokens = await read(produced);
         report(tokens);
@@ -537,50 +502,23 @@ export class Session {
       let submits = 0;
       while (produced < total && !stopped()) {
         const k = Math.min(perSubmit, total - produced);
-        await scoped(device, "decode", () => {
-          const enc = device.createCommandEncoder({ label: "wgslc decode" });
-          const next = output(decodeChoice.token).buf;
-          if (advance !== null) {
-            // The submit's steps in one compute pass.
-            const pass = enc.beginComputePass({ label: decode.name });
-            for (let i = 0; i < k; i++) {
-              this.#dispatch(pass, decodeChoice.dispatches);
-              this.#dispatch(pass, [advance]);
-            }
-            pass.end();
-          }
-          for (let i = 0; advance === null && i < k; i++) {
-            const pos = produced + i - 1;
-            if (decode.position_ids != null) enc.copyBufferToBuffer(iota, 4 * pos, input(decode.position_ids).buf, 0, 4);
-            this.#encodeStep(enc, decode.name, decodeChoice.dispatches);
-            enc.copyBufferToBuffer(next, 0, history, 4 * (pos + 1), 4);
-            enc.copyBufferToBuffer(next, 0, input(decode.input_ids).buf, 0, 4);
-            if (pos < d.rows) {
-              this.#copyRows(enc, decode, pos, 1);
-              enc.copyBufferToBuffer(one, 0, mask.buf, 4 * pos, 4);
-            }
-          }
-          device.queue.submit([enc.finish()]);
-        });
+        // Each step with the position of the token it reads.
+        await run(decode.name, Array.from({ length: k }, (_, i) => [d.program.step, { pos: produced + i - 1, len }]));
         produced += k;
         steps += k;
         submits += 1;
         if (watch) {
           tokens = await read(produced);
-          if (eos !== null) {
-            const at = tokens.slice(prompt.length).indexOf(eos);
-            report(at >= 0 ? tokens.slice(0, prompt.length + at + 1) : tokens);
-          } else {
-            report(tokens);
-          }
+          const at = eos === null ? -1 : tokens.slice(len).indexOf(eos);
+          report(at >= 0 ? tokens.slice(0, len + at + 1) : tokens);
         }
       }
       if (!watch) tokens = await read(produced);
       this.#checkLost();
       const decodeMs = performance.now() - t1;
       if (eos !== null) {
-        const at = tokens.slice(prompt.length).indexOf(eos);
-        if (at >= 0) tokens = tokens.slice(0, prompt.length + at + 1);
+        const at = tokens.slice(len).indexOf(eos);
+        if (at >= 0) tokens = tokens.slice(0, len + at + 1);
       }
       const result = { tokens, prefillMs, decodeMs, decodeSteps: steps, submits };
       if (sampling) result.seed = seed;
@@ -590,11 +528,55 @@ export class Session {
     }
   }
 
-  // One decoder step's dispatches in one compute pass.
-  #encodeStep(enc, label, dispatches) {
-    const pass = enc.beginComputePass({ label });
-    this.#dispatch(pass, dispatches);
-    pass.end();
+  // Runs phases of the decoder's program (each instructions with their variables) as one submit, as the Rust
+  // runtime's Interpreter::phase does: the writes first, then the commands, consecutive dispatches in one pass.
+  #phase(label, phases, { sampling, prompt, constants }) {
+    const { device, plan, buffers } = this.#s;
+    const steps = plan.decoder.steps;
+    const out = (i) => buffers[plan.outputs[i].buffer];
+    const buffer = (b) => b.input != null ? buffers[plan.inputs[b.input].buffer] : b.output != null ? out(b.output)
+      : b.token != null ? out(sampling ? steps[b.token].sample.token : steps[b.token].next_token) : constants[b.constant];
+    const commands = [];
+    for (const [instrs, v] of phases) {
+      for (const ins of instrs) {
+        if (ins.write) {
+          const spec = plan.inputs[ins.write.input];
+          const values = valuesAt(ins.write.values, v, prompt);
+          if (values.length > spec.shape.reduce((a, x) => a * x, 1)) {
+            throw new Error(`artifact: decoder program: ${values.length} values for input '${spec.name}'`);
+          }
+          device.queue.writeBuffer(buffers[spec.buffer], 0, wordsOf(spec, values));
+        } else if (ins.clear != null) {
+          commands.push({ clear: buffers[plan.inputs[ins.clear].buffer] });
+        } else if (ins.run != null) {
+          for (const k of sampling ? steps[ins.run].sample.dispatches : steps[ins.run].dispatches) commands.push({ dispatch: k });
+        } else if (ins.advance != null) {
+          commands.push({ dispatch: steps[ins.advance].advance[sampling ? "sample" : "greedy"] });
+        } else {
+          const c = ins.copy;
+          commands.push({ from: buffer(c.from.buffer), fromAt: affine(c.from.offset, v), to: buffer(c.to.buffer), toAt: affine(c.to.offset, v), bytes: affine(c.bytes, v) });
+        }
+      }
+    }
+    if (commands.length === 0) return Promise.resolve();
+    return scoped(device, label, () => {
+      const enc = device.createCommandEncoder({ label });
+      for (let i = 0; i < commands.length;) {
+        let j = i;
+        while (j < commands.length && commands[j].dispatch != null) j++;
+        if (j > i) {
+          const pass = enc.beginComputePass({ label });
+          this.#dispatch(pass, commands.slice(i, j).map((c) => c.dispatch));
+          pass.end();
+          i = j;
+          continue;
+        }
+        const c = commands[i++];
+        if (c.clear) enc.clearBuffer(c.clear);
+        else enc.copyBufferToBuffer(c.from, c.fromAt, c.to, c.toAt, c.bytes);
+      }
+      device.queue.submit([enc.finish()]);
+    });
   }
 
   // Kernels in order, into an open compute pass.
@@ -605,24 +587,6 @@ export class Session {
       pass.setPipeline(pipelines[d]);
       pass.setBindGroup(0, bindGroups[d]);
       pass.dispatchWorkgroups(w[0], w[1], w[2]);
-    }
-  }
-
-  // Copies the step's first `count` new rows of every cache into the cache at row `pos`.
-  #copyRows(enc, step, pos, count) {
-    const { plan, buffers } = this.#s;
-    const d = plan.decoder;
-    // A step that writes in place has no present outputs: nothing to copy.
-    for (const [i, p] of step.present.entries()) {
-      const s = d.state[i];
-      const past = plan.inputs[s.input];
-      const out = plan.outputs[p.output];
-      const outer = past.shape.slice(0, s.axis).reduce((a, x) => a * x, 1);
-      const inner = 4 * past.shape.slice(s.axis + 1).reduce((a, x) => a * x, 1);
-      const srcRows = out.shape[s.axis];
-      for (let o = 0; o < outer; o++) {
-        enc.copyBufferToBuffer(buffers[out.buffer], (o * srcRows + p.first_row) * inner, buffers[past.buffer], (o * past.shape[s.axis] + pos) * inner, count * inner);
-      }
     }
   }
 
@@ -767,7 +731,7 @@ export function parsePlan(text) {
   }
   const d = plan.dispatches.find((d) => !(d >= 0 && d < plan.kernels.length));
   if (d !== undefined) bad(`dispatch names kernel ${d} of ${plan.kernels.length}`);
-  if (plan.decoder !== undefined && plan.decoder !== null) checkDecoder(plan, known);
+  if (plan.decoder !== undefined && plan.decoder !== null) checkDecoder(plan, known, oneOf);
   checkRanges(plan);
   return plan;
 }
@@ -803,7 +767,7 @@ function checkRanges(plan) {
 }
 
 // The decoder section (`wgslc compile --kv-cache`), checked as wgslc_artifact::Plan::check_decoder does.
-function checkDecoder(plan, known) {
+function checkDecoder(plan, known, oneOf) {
   const d = plan.decoder;
   const bad = (m) => {
     throw new Error(`plan.json: decoder: ${m}`);
@@ -830,15 +794,6 @@ function checkDecoder(plan, known) {
     if (!(n > 0 && n <= d.rows) || !st.dispatches.every((k) => k >= 0 && k < plan.kernels.length)) {
       bad(`step '${st.name}' has ${n} tokens or a dispatch out of range`);
     }
-    // The loop writes its inputs as integers: an int64 one stored as 32-bit floats is refused, as in Rust.
-    const okIn = (i, want) => i === null || i === undefined ||
-      (plan.inputs[i] && len(plan.inputs[i]) === want && (plan.inputs[i].storage !== "f32" || plan.inputs[i].dtype !== "int64"));
-    // A step that writes in place attends over the whole cache.
-    const keys = st.cache_row != null ? d.capacity : d.rows + n;
-    if (!okIn(st.input_ids, n) || !okIn(st.attention_mask, keys) || !okIn(st.position_ids, n) ||
-        !okIn(st.cache_position, n) || !okIn(st.last_index, 1) || plan.inputs[st.input_ids]?.storage === "f32") {
-      bad(`step '${st.name}': a loop input is missing or not of the step's length`);
-    }
     const next = plan.outputs[st.next_token];
     if (!(next && len(next) === 1 && next.storage !== "f32") || !plan.outputs[st.logits]) {
       bad(`step '${st.name}': next_token or logits is not a valid output`);
@@ -861,23 +816,71 @@ function checkDecoder(plan, known) {
         bad(`step '${st.name}' advances on the GPU: it needs one token, a cache row, the token history and advance kernels of its own`);
       }
     }
-    if (st.cache_row != null) {
-      const r = plan.inputs[st.cache_row];
-      const fits = Math.floor((d.rows - 1) / n) * n + n <= d.capacity;
-      if (!fits || st.present.length !== 0 || !(r && len(r) === 1 && r.storage !== "f32")) {
-        bad(`step '${st.name}' writes the cache in place: it needs chunks that end within the capacity, no present outputs and a one-integer row input`);
+  }
+  if (d.program != null) checkProgram(plan, known, oneOf);
+}
+
+// The decoder's program, checked as wgslc_artifact::Plan::check_program does.
+function checkProgram(plan, known, oneOf) {
+  const d = plan.decoder;
+  const p = d.program;
+  const bad = (m) => {
+    throw new Error(`plan.json: decoder program: ${m}`);
+  };
+  // A variant with data is an object of one key, the variant's name.
+  const variant = (what, x, e) => {
+    const keys = Object.keys(x ?? {});
+    if (keys.length !== 1) throw new Error(`plan.json is not a valid plan: ${what} is not one variant of ${e}`);
+    oneOf(what, keys[0], e);
+    return keys[0];
+  };
+  const affines = (what, ...xs) => xs.forEach((a) => known(what, a, FIELDS.Affine));
+  const values = (what, v) => {
+    const k = variant(what, v, "Values");
+    const x = v[k];
+    known(what, x, k === "mask" ? FIELDS.Mask : FIELDS.Iota);
+    if (k === "mask") x.ranges.forEach((r) => affines(what, ...r));
+    else affines(what, x.len, x.start, ...(x.last == null ? [] : [x.last]));
+  };
+  const writable = (i) => plan.inputs[i] != null && !(plan.inputs[i].storage === "f32" && plan.inputs[i].dtype === "int64");
+  const place = (what, pl) => {
+    known(what, pl, FIELDS.Place);
+    affines(what, pl.offset);
+    const k = variant(what, pl.buffer, "Buf");
+    const i = pl.buffer[k];
+    return (k === "input" ? plan.inputs : k === "output" ? plan.outputs : k === "token" ? d.steps : p.constants)[i] != null;
+  };
+  known("the decoder program", p, FIELDS.Program);
+  for (const [i, c] of p.constants.entries()) {
+    known("a program constant", c, FIELDS.Constant);
+    values("a program constant", c.values);
+    if (!writable(c.like)) bad(`constant ${i} is written like input ${c.like}, which is not an input it can be`);
+  }
+  for (const name of ["start", "chunk", "last", "decode_start", "step"]) {
+    let commands = false;
+    for (const [n, ins] of p[name].entries()) {
+      const what = `phase '${name}'`;
+      const k = variant(what, ins, "Instr");
+      const x = ins[k];
+      if (k === "write" && (commands || name === "last" || name === "step")) {
+        bad(`phase '${name}' writes after its commands or where it may not write`);
       }
-      continue;
-    }
-    if (st.present.length !== d.state.length) bad(`step '${st.name}' has ${st.present.length} present outputs for ${d.state.length} caches`);
-    for (const [i, p] of st.present.entries()) {
-      known(`a present output of step '${st.name}'`, p, FIELDS.Present);
-      const s = d.state[i];
-      const past = plan.inputs[s.input];
-      const t = plan.outputs[p.output];
-      const fits = t && t.shape.length === past.shape.length && t.storage === "f32" &&
-        t.shape.every((x, a) => a === s.axis || x === past.shape[a]) && p.first_row + n <= t.shape[s.axis];
-      if (!fits) bad(`step '${st.name}': present output ${p.output} does not match its cache`);
+      commands ||= k !== "write";
+      let ok;
+      if (k === "clear") ok = name !== "step" && plan.inputs[x] != null;
+      else if (k === "run") ok = d.steps[x] != null;
+      else if (k === "advance") ok = d.steps[x]?.advance != null;
+      else if (k === "write") {
+        known(what, x, FIELDS.Write);
+        values(what, x.values);
+        if (!writable(x.input)) bad(`phase '${name}': instruction ${n} writes input ${x.input}, which is missing or an int64 stored as floats`);
+        ok = true;
+      } else {
+        known(what, x, FIELDS.Copy);
+        affines(what, x.bytes);
+        ok = place(what, x.from) && place(what, x.to);
+      }
+      if (!ok) bad(`phase '${name}': instruction ${n} names something the plan does not have`);
     }
   }
 }
@@ -1166,6 +1169,38 @@ function dimValues(plan, inputs) {
     if (!v) throw new Error(`artifact: no input gives dim '${dims[i].name}'`);
     return v[0];
   });
+}
+
+// ---- the decoder's program (wgslc_artifact::Program) --------------------------------------------------------
+
+// An affine value of the loop's variables: c + pos·pos + real·real + len·len.
+function affine(a, v) {
+  return (a.c ?? 0) + (a.pos ?? 0) * (v.pos ?? 0) + (a.real ?? 0) * (v.real ?? 0) + (a.len ?? 0) * (v.len ?? 0);
+}
+
+// A write's values at the variables `v` (wgslc_artifact::Values::at): an iota, the prompt's tokens at one, or a mask.
+function valuesAt(values, v, prompt) {
+  const [kind, x] = Object.entries(values)[0];
+  const n = Math.max(0, affine(x.len, v));
+  if (kind === "mask") {
+    return Array.from({ length: n }, (_, i) => (x.ranges.some(([f, t]) => affine(f, v) <= i && i < affine(t, v)) ? 1 : 0));
+  }
+  const start = affine(x.start, v);
+  const last = x.last == null ? Infinity : affine(x.last, v);
+  const index = Array.from({ length: n }, (_, i) => start + Math.min(i, last));
+  if (kind === "iota") return index;
+  return index.map((i) => {
+    if (!(i >= 0 && i < prompt.length)) {
+      throw new Error(`artifact: decoder program: the program reads token ${i} of a prompt of ${prompt.length} tokens`);
+    }
+    return prompt[i];
+  });
+}
+
+// Values as an input's storage words.
+function wordsOf(spec, values) {
+  const T = spec.storage === "f32" ? Float32Array : spec.storage === "u32" ? Uint32Array : Int32Array;
+  return T.from(values);
 }
 
 // A tensor spec at the run's dim values (its ranged axes at factor · n).

@@ -356,7 +356,8 @@ def main():
     artifact("artifact_range_bad_scale", lambda p: ranged(p, extent=32, scale={"axis": 3, "dim": 0}),
              "scales its workgroups by a dim or axis the plan lacks")
 
-    # A decoder whose int64 attention_mask is stored as 32-bit floats: the loop writes its inputs as integers.
+    # A decoder whose program writes its int64 attention_mask, stored as 32-bit floats: the loop writes its inputs as
+    # integers.
     def decoder(p):
         spec = lambda name, dtype, shape, storage, buf: {"name": name, "dtype": dtype, "shape": shape,
                                                          "storage": storage, "buffer": buf}
@@ -368,8 +369,19 @@ def main():
         p["outputs"] = [spec("logits", "float32", [1], "f32", 5), spec("next_token", "int64", [1], "i32", 6)]
         p["decoder"] = {"capacity": 2, "rows": 1, "state": [{"input": 3, "axis": 1}],
                         "steps": [{"name": "decode", "tokens": 1, "dispatches": [0], "input_ids": 0,
-                                   "attention_mask": 1, "logits": 0, "next_token": 1, "present": [], "cache_row": 2}]}
-    artifact("artifact_decoder_mask_stored_as_float", decoder, "a loop input is missing or not of the step's length")
+                                   "attention_mask": 1, "logits": 0, "next_token": 1, "present": [], "cache_row": 2}],
+                        "program": {"constants": [], "start": [], "chunk": [], "last": [], "step": [{"run": 0}],
+                                    "decode_start": [{"write": {"input": 1, "values": {"mask": {
+                                        "len": {"c": 2}, "ranges": [[{}, {"len": 1}]]}}}}]}}
+    artifact("artifact_decoder_mask_stored_as_float", decoder, "which is missing or an int64 stored as floats")
+
+    # A decode step that writes the loop's inputs: several steps are one submit, so only the GPU may move them on.
+    def writes_per_step(p):
+        decoder(p)
+        p["inputs"][1]["storage"] = "i32"
+        p["decoder"]["program"]["step"].insert(0, {"write": {"input": 2, "values": {"iota": {
+            "len": {"c": 1}, "start": {"pos": 1}}}}})
+    artifact("artifact_decoder_program_writes_per_step", writes_per_step, "writes after its commands or where it may not")
 
     # A decode step whose advance kernel (which may write the loop's inputs) is one of the plan's dispatches.
     def advance_dispatched(p):

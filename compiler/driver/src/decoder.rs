@@ -132,5 +132,108 @@ pub(crate) fn section(
         });
     }
     let tokens = Some(need_in(&layout.tokens)?);
-    Ok(art::Decoder { capacity: layout.rows + 1, rows: layout.rows, state, steps, tokens })
+    let mut d = art::Decoder { capacity: layout.rows + 1, rows: layout.rows, state, steps, tokens, program: None };
+    d.program = Some(program(plan, &d)?);
+    Ok(d)
+}
+
+/// The loop as data (see `wgslc_artifact::Program`): what each phase of a generation writes into the steps' loop
+/// inputs under this artifact's cache layout, and what it replays and copies.
+///
+/// Prefill chunks of `n` tokens at `pos` (`real` of them before the padding, which repeats the last token): a
+/// step that writes its cache in place sees every key at its position, so its mask is the rows before the chunk's
+/// end and its tokens' cache positions are their positions; a step that copies its rows sees the cache's `rows`
+/// rows as a window (those before `pos` valid) followed by its own `n` (the real ones valid), its cache positions
+/// after the window, and its new rows are copied into the cache at `pos`. Decode steps: in place, the advance
+/// kernel after each moves row, position and mask word on; copying, each step's position comes from a constant
+/// iota, its token is copied into the history and the next step's `input_ids`, and its rows and a mask word of 1
+/// into the cache at its position.
+fn program(plan: &art::Plan, d: &art::Decoder) -> Result<art::Program, CompileError> {
+    use art::{Affine, Buf, Instr, Iota, Mask, Place, Values};
+    let err = |m: &str| CompileError::Decoder(m.into());
+    let step =
+        |name: &str| d.steps.iter().position(|s| s.name == name).ok_or_else(|| err(&format!("no '{name}' step")));
+    let (pi, di) = (step("prefill")?, step("decode")?);
+    let (pf, dc) = (&d.steps[pi], &d.steps[di]);
+    let history = d.tokens.ok_or_else(|| err("no token history"))?;
+    let (n, rows) = (pf.tokens as i64, d.rows as i64);
+    let c = Affine::c;
+    let pos = Affine { pos: 1, ..Affine::default() };
+    let real = Affine { real: 1, ..Affine::default() };
+    let len = Affine { len: 1, ..Affine::default() };
+    let plus = |a: Affine, k: i64| Affine { c: a.c + k, ..a };
+    let scaled = |a: Affine, k: i64| Affine { c: a.c * k, pos: a.pos * k, real: a.real * k, len: a.len * k };
+    let write = |input: usize, values: Values| Instr::Write(art::Write { input, values });
+    let iota = |len: Affine, start: Affine, last: Option<Affine>| Values::Iota(Iota { len, start, last });
+    let copy = |from: Buf, from_at: Affine, to: Buf, to_at: Affine, bytes: Affine| {
+        Instr::Copy(art::Copy {
+            from: Place { buffer: from, offset: from_at },
+            to: Place { buffer: to, offset: to_at },
+            bytes,
+        })
+    };
+    // A step's new rows of every cache into the cache at row `pos`, `count` of them.
+    let rows_into_cache = |st: &art::Step, count: Affine| -> Vec<Instr> {
+        let mut out = Vec::new();
+        for (s, p) in d.state.iter().zip(&st.present) {
+            let (past, new) = (&plan.inputs[s.input], &plan.outputs[p.output]);
+            let outer: usize = past.shape[..s.axis].iter().product();
+            let row = 4 * past.shape[s.axis + 1..].iter().product::<usize>() as i64;
+            let (src_rows, dst_rows) = (new.shape[s.axis] as i64, past.shape[s.axis] as i64);
+            for o in 0..outer as i64 {
+                let to = Affine { c: o * dst_rows * row, pos: row, ..Affine::default() };
+                out.push(copy(
+                    Buf::Output(p.output),
+                    c((o * src_rows + p.first_row as i64) * row),
+                    Buf::Input(s.input),
+                    to,
+                    scaled(count, row),
+                ));
+            }
+        }
+        out
+    };
+    let last_real = Some(plus(real, -1));
+    let mut chunk = vec![write(pf.input_ids, Values::Prompt(Iota { len: c(n), start: pos, last: last_real }))];
+    let in_place = pf.cache_row.is_some();
+    let (keys, ranges) = if in_place {
+        (d.capacity as i64, vec![[c(0), plus(pos, n)]])
+    } else {
+        (rows + n, vec![[c(0), pos], [c(rows), plus(real, rows)]])
+    };
+    chunk.push(write(pf.attention_mask, Values::Mask(Mask { len: c(keys), ranges })));
+    chunk.extend(pf.position_ids.map(|i| write(i, iota(c(n), pos, last_real))));
+    chunk.extend(pf.cache_position.map(|i| write(i, iota(c(n), if in_place { pos } else { c(rows) }, None))));
+    chunk.extend(pf.cache_row.map(|i| write(i, iota(c(1), pos, None))));
+    chunk.extend(pf.last_index.map(|i| write(i, iota(c(1), plus(real, -1), None))));
+    chunk.push(Instr::Run(pi));
+    chunk.extend(rows_into_cache(pf, real));
+    let last = vec![
+        copy(Buf::Token(pi), c(0), Buf::Input(history), scaled(len, 4), c(4)),
+        copy(Buf::Token(pi), c(0), Buf::Input(dc.input_ids), c(0), c(4)),
+    ];
+    let advances = dc.advance.is_some();
+    let ranges = if advances { vec![[c(0), plus(len, 1)]] } else { vec![[c(0), len], [c(rows), c(rows + 1)]] };
+    let mut decode_start = vec![write(dc.attention_mask, Values::Mask(Mask { len: c(rows + 1), ranges }))];
+    decode_start.extend(dc.cache_position.map(|i| write(i, iota(c(1), c(rows), None))));
+    let (mut constants, mut step) = (Vec::new(), vec![Instr::Run(di)]);
+    if advances {
+        for i in [dc.cache_row, dc.position_ids].into_iter().flatten() {
+            decode_start.push(write(i, iota(c(1), len, None)));
+        }
+        step.push(Instr::Advance(di));
+    } else {
+        if let Some(p) = dc.position_ids {
+            constants.push(art::Constant { like: p, values: iota(c(d.capacity as i64), c(0), None) });
+            step.insert(0, copy(Buf::Constant(0), scaled(pos, 4), Buf::Input(p), c(0), c(4)));
+        }
+        step.push(copy(Buf::Token(di), c(0), Buf::Input(history), plus(scaled(pos, 4), 4), c(4)));
+        step.push(copy(Buf::Token(di), c(0), Buf::Input(dc.input_ids), c(0), c(4)));
+        step.extend(rows_into_cache(dc, c(1)));
+        constants.push(art::Constant { like: dc.attention_mask, values: iota(c(1), c(1), None) });
+        step.push(copy(Buf::Constant(constants.len() - 1), c(0), Buf::Input(dc.attention_mask), scaled(pos, 4), c(4)));
+    }
+    let mut start: Vec<Instr> = vec![write(history, Values::Prompt(Iota { len, start: c(0), last: None }))];
+    start.extend(d.state.iter().map(|s| Instr::Clear(s.input)));
+    Ok(art::Program { constants, start, chunk, last, decode_start, step })
 }

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 mod host;
+mod program;
 pub use host::{relayout, HostTensor, TensorData};
+pub use program::{Affine, Buf, Constant, Copy, Instr, Iota, Mask, Place, Program, Values, Vars, Write};
 
 /// The format identifier in every plan.json.
 pub const FORMAT: &str = "wgslc-plan";
@@ -111,6 +113,10 @@ pub struct Decoder {
     /// artifacts made before the decode loop advanced on the GPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<usize>,
+    /// What generation writes, replays and copies, phase by phase (absent from artifacts made before the loop was
+    /// described as data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<Program>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -580,8 +586,9 @@ impl Plan {
         Ok(())
     }
 
-    /// The decoder section: indices in range, every loop input and output of the shape the loop writes and
-    /// reads, every present output shaped as its cache input but for the rows.
+    /// The decoder section: indices in range, the caches and the token history of the capacity's rows, the chosen
+    /// tokens single integers, advance kernels of their own, and the program (see `Plan::check_program`; what it
+    /// writes and copies is checked against the buffers as it runs).
     fn check_decoder(&self, d: &Decoder) -> Result<(), ArtifactError> {
         let bad = |m: String| Err(ArtifactError::Invalid(format!("decoder: {m}")));
         if d.capacity != d.rows + 1 || d.rows == 0 {
@@ -611,20 +618,6 @@ impl Plan {
             }
             let len = |t: &TensorSpec| t.shape.iter().product::<usize>();
             let word = |t: &TensorSpec| t.storage != StorageType::F32;
-            let ok_in = |i: Option<usize>, want: usize| {
-                i.is_none_or(|i| input(i).is_some_and(|t| len(t) == want && (word(t) || t.dtype != Dtype::Int64)))
-            };
-            // A step that writes in place attends over the whole cache.
-            let keys = if st.cache_row.is_some() { d.capacity } else { d.rows + n };
-            if !ok_in(Some(st.input_ids), n)
-                || !ok_in(Some(st.attention_mask), keys)
-                || !ok_in(st.position_ids, n)
-                || !ok_in(st.cache_position, n)
-                || !ok_in(st.last_index, 1)
-                || input(st.input_ids).is_some_and(|t| !word(t))
-            {
-                return bad(format!("step '{}': a loop input is missing or not of the step's length", st.name));
-            }
             if !output(st.next_token).is_some_and(|t| len(t) == 1 && word(t)) || output(st.logits).is_none() {
                 return bad(format!("step '{}': next_token or logits is not a valid output", st.name));
             }
@@ -650,39 +643,8 @@ impl Plan {
                     ));
                 }
             }
-            if let Some(r) = st.cache_row {
-                let fits = (d.rows - 1) / n * n + n <= d.capacity;
-                if !fits || !st.present.is_empty() || !input(r).is_some_and(|t| len(t) == 1 && word(t)) {
-                    return bad(format!(
-                        "step '{}' writes the cache in place: it needs chunks that end within the capacity, no \
-                         present outputs and a one-integer row input",
-                        st.name
-                    ));
-                }
-                continue;
-            }
-            if st.present.len() != d.state.len() {
-                return bad(format!(
-                    "step '{}' has {} present outputs for {} caches",
-                    st.name,
-                    st.present.len(),
-                    d.state.len()
-                ));
-            }
-            for (p, s) in st.present.iter().zip(&d.state) {
-                let past = &self.inputs[s.input];
-                let fits = output(p.output).is_some_and(|t| {
-                    t.shape.len() == past.shape.len()
-                        && t.storage == StorageType::F32
-                        && (0..t.shape.len()).all(|a| a == s.axis || t.shape[a] == past.shape[a])
-                        && p.first_row.checked_add(n).is_some_and(|e| e <= t.shape[s.axis])
-                });
-                if !fits {
-                    return bad(format!("step '{}': present output {} does not match its cache", st.name, p.output));
-                }
-            }
         }
-        Ok(())
+        d.program.as_ref().map_or(Ok(()), |p| self.check_program(p, &d.steps))
     }
 }
 
