@@ -6,9 +6,11 @@ dropped from the decode step's list:
   O  the o-projection after every attention kernel (the bound of computing it inside the attention kernel),
   Q  the RMSNorm + QKV before every attention kernel,
   OQ both,
-  P  the step's kernels before its first layer but the embedding lookup (the bound of one prelude kernel).
+  P  the step's kernels before its first layer but the embedding lookup (the bound of one prelude kernel),
+  K  no dropped dispatch, but every one-row attention kernel scores and sums only its first key (what the work per
+     key costs at these context lengths: the bound of splitting a row's keys over several workgroups).
 
-The dropped kernels' outputs keep stale values, so the tokens of O, Q, OQ and P are wrong: only the time counts.
+The dropped kernels' outputs keep stale values, so the tokens of O, Q, OQ, P and K are wrong: only the time counts.
 Every variant runs `wgslc generate` at one step a submit; rounds interleave the variants, after one round that
 is not counted.
 
@@ -43,6 +45,13 @@ def drop(src, dst, which):
         gone |= {i - 1 for i in att}
     if "P" in which:
         gone |= set(range(1, att[0] - 1))
+    if "K" in which:
+        for i in att:
+            f = os.path.join(dst, plan["kernels"][ds[i]]["wgsl"])
+            text = open(f).read()
+            if "key_end = new_row + 1u;" not in text:
+                sys.exit(f"{f}: no key_end to shorten")
+            open(f, "w").write(text.replace("key_end = new_row + 1u;", "key_end = 1u;"))
     keep = [d for i, d in enumerate(ds) if i not in gone]
     for s in [step, *([step["sample"]] if step.get("sample") else [])]:
         s["dispatches"] = [d for d in s["dispatches"] if d in keep or d not in ds]

@@ -790,6 +790,7 @@ function checkDecoder(plan, known, oneOf) {
   }
   for (const st of d.steps) {
     known(`decoder step '${st.name}'`, st, FIELDS.Step);
+    for (const p of st.present ?? []) known(`a present output of step '${st.name}'`, p, FIELDS.Present);
     const n = st.tokens;
     if (!(n > 0 && n <= d.rows) || !st.dispatches.every((k) => k >= 0 && k < plan.kernels.length)) {
       bad(`step '${st.name}' has ${n} tokens or a dispatch out of range`);
