@@ -174,10 +174,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (tid + {{ sw.word_off }}u < words) {
             let w = tid + {{ sw.word_off }}u;
 {%- for sl in sw.slots %}
-            a_tile[(w * {{ p.per_word }}u + {{ sl.j }}u) >> 2u][(w * {{ p.per_word }}u + {{ sl.j }}u) & 3u] = as{{ sl.i }};
+            {
+                let v = (w * {{ p.per_word }}u + {{ sl.j }}u) >> 2u;
+                a_tile[(v % {{ p.unit_vecs }}u) * {{ a_units }}u + v / {{ p.unit_vecs }}u][(w * {{ p.per_word }}u + {{ sl.j }}u) & 3u] = as{{ sl.i }};
+            }
 {%- endfor %}
 {%- if p.half.is_none() %}
-            a_sum[w] = {% for sl in sw.slots %}{% if !loop.first %} + {% endif %}as{{ sl.i }}{% endfor %};
+            a_sum[(w % {{ p.unit_words }}u) * {{ a_units }}u + w / {{ p.unit_words }}u] = {% for sl in sw.slots %}{% if !loop.first %} + {% endif %}as{{ sl.i }}{% endfor %};
 {%- endif %}
         }
 {%- endfor %}
@@ -198,10 +201,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
 {%- for it in iters %}
         if (lane + {{ it.off }}u < units) {
-            // A's elements under unit ui{{ it.i }}, from workgroup memory.
-            let at = ui{{ it.i }} * {{ p.unit_vecs }}u;
+            // A's elements under unit ui{{ it.i }}, from workgroup memory (vec4 q of every unit side by side, so that
+            // the lanes' loads fall in distinct banks).
 {%- for q in p.a_vecs %}
-            let av{{ q }} = a_tile[at + {{ q }}u];
+            let av{{ q }} = a_tile[{{ q }}u * {{ a_units }}u + ui{{ it.i }}];
 {%- endfor %}
 {%- for c in cs %}
             {
@@ -221,7 +224,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- for gr in p.groups %}
                 {
                     // Block of words {{ gr.first_word }} .. of the unit: (codes · A − zero point · ΣA) · scale.
-                    let asum = {% for w in gr.words %}{% if !loop.first %} + {% endif %}a_sum[ui{{ it.i }} * {{ p.unit_words }}u + {{ w }}u]{% endfor %};
+                    let asum = {% for w in gr.words %}{% if !loop.first %} + {% endif %}a_sum[{{ w }}u * {{ a_units }}u + ui{{ it.i }}]{% endfor %};
                     acc{{ c.c }} = fma(dot{{ gr.g }} - czp{{ it.i }}_{{ c.c }}_{{ gr.g }} * asum, csc{{ it.i }}_{{ c.c }}_{{ gr.g }}, acc{{ c.c }});
                 }
 {%- endfor %}

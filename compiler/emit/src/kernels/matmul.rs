@@ -494,6 +494,7 @@ impl Emitter<'_> {
                     kc,
                     kc_vecs: kc.div_ceil(4),
                     kc_words: kc / p.per_word,
+                    a_units: kc / p.unit_elems,
                     sums_len: 256 * t.per_group,
                     cs: (0..t.per_group).map(|c| PackedCol { c, base: c * 256 }).collect(),
                     iters: (0..(kc / p.unit_elems).div_ceil(t.lanes))

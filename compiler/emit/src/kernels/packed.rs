@@ -197,6 +197,10 @@ pub(super) struct GemvPackedTpl {
     pub(super) kc: usize,
     pub(super) kc_vecs: usize,
     pub(super) kc_words: usize,
+    /// Units of B a chunk of A covers: workgroup memory holds vec4 `q` of every unit side by side (vec4 `q` of
+    /// unit `u` at `q · a_units + u`, and word `w` of unit `u`'s sum at `w · a_units + u`), so that lanes reading
+    /// neighbouring units read neighbouring vec4s (one bank each) rather than vec4s a unit apart (one bank).
+    pub(super) a_units: usize,
     pub(super) sums_len: usize,
     /// The group's columns, each with its partial sums' place in workgroup memory.
     pub(super) cs: Vec<PackedCol>,
