@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Times the one-row products of the Qwen2.5-0.5B decode step alone, over narrow weights, under several layouts of
-the packed matrix-vector kernel (the emitter's WGSLC_PACKED_TILING knob: LANES,COLUMNS), with GPU timestamps:
+the packed matrix-vector kernel (the emitter's WGSLC_PACKED_TILING knob: LANES,COLUMNS, or N:LANES,COLUMNS entries
+separated by ';' for the products of N outputs alone), with GPU timestamps:
 
     python3 scripts/gemv_micro.py --wgslc .bin/wgslc [--weights q4,f16] [--tilings default,32x1,32x2,16x4]
 

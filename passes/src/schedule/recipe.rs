@@ -188,9 +188,10 @@ pub struct PackedGemvTiling {
 ///   4-bit decoder: 847 → 875 tok/s against 32 × 1; alone 16.6 → 14.6 µs), though that leaves fewer than
 ///   [`GEMV_WORKGROUPS`] (112 for 896 outputs): the lanes' shorter runs over K pay more than the workgroups;
 /// - a short K (A staged whole, with room for the sums) and outputs enough for a workgroup per SM at 64 a
-///   workgroup: 16 lanes, 4 columns a group — gate/up's 9728 (with the down projection's: 844 → 883 tok/s; alone
-///   15.5 → 14.4 µs against 32 × 4) and an LLM head's 151,936 (in the decoder 71 µs against 94 at 32 × 4, and
-///   74 at 16 × 8, 72 at 8 × 4: the nineteenth session's in-situ layouts);
+///   workgroup: 16 lanes, 2 columns a group — gate/up's 9728 and an LLM head's 151,936. Once A's staging was free
+///   of bank conflicts (thirty-first session) 2 columns beat 4 (H100, the 4-bit decoder: 1,056.6 → 1,101.9 tok/s;
+///   gate/up alone 13.4 → 12.0 µs, the head 65.8 → 65.5); before it 4 columns had won (gate/up alone 15.5 → 14.4
+///   µs against 32 × 4; the head in the decoder 71 µs against 94 at 32 × 4);
 /// - else 32 lanes a column, 4 columns a group where that still gives [`GEMV_WORKGROUPS`], then 2, then 1 (more
 ///   lanes and fewer columns a workgroup were slower at K = 896).
 ///
@@ -205,8 +206,8 @@ pub fn packed_gemv_tiling(nn: usize, block_cols: Option<usize>, k: usize, staged
     if k > staged && fits(2) {
         return tiling(64, 2);
     }
-    if fits(4) && staged <= 1024 && wgs(64) >= GEMV_WORKGROUPS / 2 {
-        return tiling(16, 4);
+    if fits(2) && staged <= 1024 && wgs(64) >= GEMV_WORKGROUPS / 2 {
+        return tiling(16, 2);
     }
     let per_group = [4usize, 2].into_iter().find(|&c| fits(c) && wgs(8 * c) >= GEMV_WORKGROUPS).unwrap_or(1);
     tiling(32, per_group)

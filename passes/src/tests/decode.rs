@@ -76,11 +76,11 @@ fn gemv_tilings_fill_the_gpu_with_coalesced_reads() {
 fn packed_gemv_tilings_follow_the_measured_shapes() {
     let cases = [
         // (outputs, block columns, K, staged) → (lanes, columns a group)
-        ((151_936, None, 896, 896), (16, 4)),        // 4-bit LM head
-        ((30_388, Some(30_388), 896, 896), (16, 4)), // a block of a split f16 head
+        ((151_936, None, 896, 896), (16, 2)),        // 4-bit LM head
+        ((30_388, Some(30_388), 896, 896), (16, 2)), // a block of a split f16 head
         ((30_387, Some(30_387), 896, 896), (32, 1)), // a block of an odd width: one column a group
         ((896, None, 4864, 2048), (64, 2)),          // down projection: three chunks of A
-        ((9728, None, 896, 896), (16, 4)),           // gate and up, merged
+        ((9728, None, 896, 896), (16, 2)),           // gate and up, merged
         ((1152, None, 896, 896), (32, 1)),           // Q, K and V, merged
         ((896, None, 896, 896), (32, 1)),            // o-projection
     ];

@@ -440,13 +440,25 @@ impl Emitter<'_> {
                 let block_cols = (!blocks.is_empty()).then_some(per);
                 let kc = k.min(PACKED_A_CHUNK);
                 let mut t = wgslc_passes::packed_gemv_tiling(nn, block_cols, k, kc);
-                // A tuning knob for measuring layouts against each other (scripts/gemv_micro.py): LANES,COLUMNS.
+                // A tuning knob for measuring layouts against each other (scripts/gemv_micro.py): LANES,COLUMNS for
+                // every packed product, or entries `N:LANES,COLUMNS` separated by `;` for the products of N outputs.
                 if let Ok(knob) = std::env::var("WGSLC_PACKED_TILING") {
-                    let v: Vec<usize> = knob.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-                    if let [lanes, per_group] = v[..] {
-                        if lanes.is_power_of_two() && (4..=256).contains(&lanes) && (1..=8).contains(&per_group) {
-                            let groups = 256 / lanes;
-                            t = wgslc_passes::PackedGemvTiling { lanes, groups, per_group, cols: groups * per_group };
+                    for entry in knob.split(';') {
+                        let (only, layout) = entry.split_once(':').map_or((None, entry), |(n, l)| (Some(n), l));
+                        if only.is_some_and(|o| o.trim().parse() != Ok(nn)) {
+                            continue;
+                        }
+                        let v: Vec<usize> = layout.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                        if let [lanes, per_group] = v[..] {
+                            if lanes.is_power_of_two() && (4..=256).contains(&lanes) && (1..=8).contains(&per_group) {
+                                let groups = 256 / lanes;
+                                t = wgslc_passes::PackedGemvTiling {
+                                    lanes,
+                                    groups,
+                                    per_group,
+                                    cols: groups * per_group,
+                                };
+                            }
                         }
                     }
                 }
