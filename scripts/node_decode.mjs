@@ -5,7 +5,8 @@
 //     node scripts/node_decode.mjs CONFIG.json
 //
 // CONFIG: {"webgpu": DIR (the package: index.js, dist/), "ort": DIR (onnxruntime-web's dist: ort.webgpu.mjs,
-// ort-wasm-simd-threaded.asyncify.{mjs,wasm}), "wgslc_js": runtime/web/wgslc.js copied to a .mjs file, "root": DIR served on 127.0.0.1 (holds the artifacts),
+// ort-wasm-simd-threaded.asyncify.{mjs,wasm}), "wgslc_js": runtime/web/wgslc.js copied beside its artifact.js into
+// a folder whose package.json says "type": "module", "root": DIR served on 127.0.0.1 (holds the artifacts),
 // "wgslc": [{"name", "artifact": path under root, "steps_per_submit": [..]}], "onnx": [{"name", "model": file,
 // "kv_heads", "head_dim", "kv_dtype": "float16"|"float32"}], "prompt": [ids], "new": N, "rounds": R}.
 // Prints one JSON line per measurement: tok/s over the decode steps (the prompt's prefill excluded), its tokens.
@@ -39,7 +40,7 @@ const server = http.createServer((req, res) => {
 await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
 const origin = `http://127.0.0.1:${server.address().port}`;
 
-// wgslc.js as an ES module file (Node takes a `.js` file outside a `"type": "module"` package as CommonJS).
+// wgslc.js as an ES module (Node takes a `.js` file outside a `"type": "module"` package as CommonJS).
 const { loadSession } = await import(pathToFileURL(cfg.wgslc_js).href);
 for (const w of cfg.wgslc ?? []) {
   const t = performance.now();

@@ -145,8 +145,8 @@ def main():
     class Handler(http.server.SimpleHTTPRequestHandler):
         def translate_path(self, path):
             path = path.split("?")[0]
-            if path == "/wgslc.js":
-                return os.path.join(ROOT, "runtime", "web", "wgslc.js")
+            if path in ("/wgslc.js", "/artifact.js"):
+                return os.path.join(ROOT, "runtime", "web", path[1:])
             if path.startswith("/ort/"):
                 return os.path.join(a.ort_web, os.path.basename(path))
             return os.path.join(tmp, path.lstrip("/"))

@@ -121,9 +121,14 @@ def measure(a, model, prompt):
         print(json.dumps({"model": name, **lines[-1]}), flush=True)
     reference = lines[0]["tokens"]
 
-    shutil.copy(os.path.join(ROOT, "runtime", "web", "wgslc.js"), os.path.join(root, "wgslc.mjs"))
+    # wgslc.js and the artifact.js it imports, in a folder whose package.json makes Node read them as ES modules.
+    web = os.path.join(a.out, "wgslc_js")
+    os.makedirs(web, exist_ok=True)
+    for f in ("wgslc.js", "artifact.js"):
+        shutil.copy(os.path.join(ROOT, "runtime", "web", f), os.path.join(web, f))
+    json.dump({"type": "module"}, open(os.path.join(web, "package.json"), "w"))
     cfg = {"webgpu": os.path.join(a.stack, "webgpu"), "ort": os.path.join(a.stack, "ort"), "root": root,
-           "wgslc_js": os.path.join(root, "wgslc.mjs"),
+           "wgslc_js": os.path.join(web, "wgslc.js"),
            "wgslc": [{"name": name, "artifact": "art", "steps_per_submit": [1, 16]}],
            "onnx": [{"name": name, "model": os.path.join(model, "model.onnx"),
                      "kv_heads": dec["num_key_value_heads"], "head_dim": dec["head_size"], "kv_dtype": kv_dtype}],

@@ -3,10 +3,10 @@
 //! and tolerances as the Rust suites. Loading a session compiles every kernel with Chromium's shader compiler
 //! (Tint), so a kernel that naga accepts and Tint rejects fails here with the kernel's name and Tint's message.
 //!
-//! The test serves the artifacts, the module and the harness page (`runtime/web/test/`) on 127.0.0.1; the page
-//! posts each case's outputs back, and they are compared here. No Chromium, or no WebGPU adapter in it, is a
-//! failure, never a skip. `WGSLC_CHROMIUM` names the browser binary when it is not `chromium` on PATH;
-//! `WGSLC_BROWSER_CASES=models/cnn` runs only the cases whose `suite/name` contains the text;
+//! The test serves the artifacts, the modules (wgslc.js, artifact.js) and the harness page (`runtime/web/test/`)
+//! on 127.0.0.1; the page posts each case's outputs back, and they are compared here. No Chromium, or no WebGPU
+//! adapter in it, is a failure, never a skip. `WGSLC_CHROMIUM` names the browser binary when it is not
+//! `chromium` on PATH; `WGSLC_BROWSER_CASES=models/cnn` runs only the cases whose `suite/name` contains the text;
 //! `WGSLC_BROWSER_EXTRA=DIR` adds the cases under DIR (same layout; e.g. `scripts/torch_exports.py --models ...`).
 
 mod common;
@@ -548,7 +548,7 @@ fn handle(mut stream: TcpStream, root: &Path, tx: &mpsc::Sender<Msg>) -> std::io
     }
     let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/web");
     let path = match url {
-        "/wgslc.js" => Some(web.join("wgslc.js")),
+        "/wgslc.js" | "/artifact.js" => Some(web.join(&url[1..])),
         "/harness.html" | "/harness.js" => Some(web.join("test").join(&url[1..])),
         "/cases.json" => Some(root.join("cases.json")),
         u if u.starts_with("/cases/") && !u.split('/').any(|c| c == "..") => Some(root.join(&u[1..])),

@@ -49,7 +49,7 @@ fn compiled_files_use_only_schema_properties() {
     }
 }
 
-/// The field lists and enum values wgslc.js checks plan.json against, as JavaScript: each object type of the plan
+/// The field lists and enum values wgslc.js (its artifact.js) checks plan.json against, as JavaScript: each object type of the plan
 /// schema (the plan itself as `Plan`) with its properties, and each enum with its values (a string enum's strings,
 /// the keys of an enum whose variants hold data).
 fn js_tables(schema: &serde_json::Value) -> String {
@@ -101,17 +101,17 @@ fn js_tables(schema: &serde_json::Value) -> String {
     )
 }
 
-/// wgslc.js checks plan.json against field lists and enum values generated from the plan schema (so the two
-/// runtimes accept the same plans); this fails when the generated block in wgslc.js is not the schema's, and
+/// wgslc.js checks plan.json (in artifact.js) against field lists and enum values generated from the plan schema (so
+/// the two runtimes accept the same plans); this fails when the generated block in artifact.js is not the schema's, and
 /// `WGSLC_UPDATE_SCHEMAS=1` rewrites it.
 #[test]
 fn wgslc_js_tables_are_the_schemas() {
     const BEGIN: &str =
         "// ---- generated from docs/plan.schema.json by cli/tests/schemas.rs (WGSLC_UPDATE_SCHEMAS=1 rewrites it) ----\n";
     const END: &str = "// ---- end of generated code ----\n";
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/web/wgslc.js");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/web/artifact.js");
     let js = std::fs::read_to_string(&path).unwrap();
-    let (Some(b), Some(e)) = (js.find(BEGIN), js.find(END)) else { panic!("wgslc.js lost its generated block") };
+    let (Some(b), Some(e)) = (js.find(BEGIN), js.find(END)) else { panic!("artifact.js lost its generated block") };
     let schema = serde_json::to_value(schemars::schema_for!(wgslc::artifact::Plan)).unwrap();
     let want = js_tables(&schema);
     let have = &js[b + BEGIN.len()..e];
@@ -121,6 +121,6 @@ fn wgslc_js_tables_are_the_schemas() {
     }
     assert!(
         have == want,
-        "wgslc.js's generated tables are stale: run WGSLC_UPDATE_SCHEMAS=1 cargo test --test schemas"
+        "artifact.js's generated tables are stale: run WGSLC_UPDATE_SCHEMAS=1 cargo test --test schemas"
     );
 }

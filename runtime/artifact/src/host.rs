@@ -3,7 +3,7 @@
 //! inputs' shapes and the moves between a run's dense tensors and buffers laid out for each dim's max.
 //!
 //! This is the contract's meaning on the host, with no GPU in it: every runtime writes and reads these bytes
-//! (wgslc.js mirrors it line for line), so it lives with the schema and is tested without a device.
+//! (runtime/web/artifact.js mirrors it line for line), so it lives with the schema and is tested without a device.
 
 use crate::{ArtifactError, Dtype, Ranges, StorageType, TensorSpec};
 
