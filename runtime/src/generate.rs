@@ -9,7 +9,7 @@
 //! must stop at an end-of-sequence token.
 
 use crate::{RuntimeError, Session};
-use wgslc_artifact::{Buf, Instr, Vars};
+use wgslc_artifact::{Buf, Decoder, Instr, Vars};
 
 /// How [`Session::generate`] runs.
 #[derive(Clone, Debug)]
@@ -171,7 +171,7 @@ impl Session {
             let seed = (s.seed ^ (s.seed >> 32)) as u32;
             gpu.queue.write_buffer(p.1, 0, &p.0.words([s.top_k as i64, i64::from(seed as i32)]));
         }
-        let run = Interpreter { s: self, sampling: opts.sampling.is_some(), prompt, constants: &constants };
+        let run = Interpreter { s: self, d, sampling: opts.sampling.is_some(), prompt, constants: &constants };
 
         // Prefill: the start, then one submit per chunk (the last one with the `last` phase).
         let start = std::time::Instant::now();
@@ -253,6 +253,7 @@ fn invalid(m: String) -> RuntimeError {
 /// One generation's reading of the program.
 struct Interpreter<'a> {
     s: &'a Session,
+    d: &'a Decoder,
     sampling: bool,
     prompt: &'a [i64],
     constants: &'a [wgpu::Buffer],
@@ -284,7 +285,7 @@ impl<'a> Interpreter<'a> {
                     }
                     Instr::Clear(i) => commands.push(Command::Clear(&self.s.buffers[plan.inputs[*i].buffer])),
                     Instr::Run(s) => {
-                        let st = &plan.decoder.as_ref().expect("a decoder").steps[*s];
+                        let st = &self.d.steps[*s];
                         let ds = match (&st.sample, self.sampling) {
                             (Some(sm), true) => &sm.dispatches,
                             _ => &st.dispatches,
@@ -292,7 +293,7 @@ impl<'a> Interpreter<'a> {
                         commands.extend(ds.iter().map(|&k| Command::Dispatch(k)));
                     }
                     Instr::Advance(s) => {
-                        let a = plan.decoder.as_ref().and_then(|d| d.steps[*s].advance).expect("checked by the plan");
+                        let a = self.d.steps[*s].advance.expect("checked by the plan");
                         commands.push(Command::Dispatch(if self.sampling { a.sample } else { a.greedy }));
                     }
                     Instr::Copy(c) => {
@@ -355,7 +356,7 @@ impl<'a> Interpreter<'a> {
             Buf::Input(i) => &self.s.buffers[plan.inputs[i].buffer],
             Buf::Output(i) => output(i),
             Buf::Token(s) => {
-                let st = &plan.decoder.as_ref().expect("a decoder").steps[s];
+                let st = &self.d.steps[s];
                 match (&st.sample, self.sampling) {
                     (Some(sm), true) => output(sm.token),
                     _ => output(st.next_token),
