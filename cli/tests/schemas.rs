@@ -49,8 +49,8 @@ fn compiled_files_use_only_schema_properties() {
     }
 }
 
-/// The field lists and enum values wgslc.js (its artifact.js) checks plan.json against, as JavaScript: each object type of the plan
-/// schema (the plan itself as `Plan`) with its properties, and each enum with its values (a string enum's strings,
+/// The field lists and enum values wgslc.js (its artifact.js) checks plan.json against, as JavaScript: each object
+/// type of the plan schema (the plan itself as `Plan`) with its properties, and each enum with its values (a string enum's strings,
 /// the keys of an enum whose variants hold data).
 fn js_tables(schema: &serde_json::Value) -> String {
     use std::collections::BTreeMap;
@@ -101,9 +101,9 @@ fn js_tables(schema: &serde_json::Value) -> String {
     )
 }
 
-/// wgslc.js checks plan.json (in artifact.js) against field lists and enum values generated from the plan schema (so
-/// the two runtimes accept the same plans); this fails when the generated block in artifact.js is not the schema's, and
-/// `WGSLC_UPDATE_SCHEMAS=1` rewrites it.
+/// wgslc.js checks plan.json (in artifact.js) against field lists and enum values generated from the plan schema
+/// (so the two runtimes accept the same plans); this fails when the generated block in artifact.js is not the
+/// schema's, and `WGSLC_UPDATE_SCHEMAS=1` rewrites it.
 #[test]
 fn wgslc_js_tables_are_the_schemas() {
     const BEGIN: &str =

@@ -178,6 +178,14 @@ pub struct PackedGemvTiling {
     pub cols: usize,
 }
 
+impl PackedGemvTiling {
+    /// The layout of `lanes` lanes a group (a power of two up to 256), `per_group` columns each.
+    pub fn new(lanes: usize, per_group: usize) -> PackedGemvTiling {
+        let groups = 256 / lanes;
+        PackedGemvTiling { lanes, groups, per_group, cols: groups * per_group }
+    }
+}
+
 /// The layout of a one-row product over `nn` outputs of a narrow K-major B (each output's weights one stored row,
 /// read in loads of up to 16 bytes) over K = `k`, of which `staged` elements of A sit in workgroup memory at a
 /// time: a load of codes is a few bytes of B against up to 32 elements of A, so A, staged once per workgroup in
@@ -199,10 +207,7 @@ pub struct PackedGemvTiling {
 pub fn packed_gemv_tiling(nn: usize, block_cols: Option<usize>, k: usize, staged: usize) -> PackedGemvTiling {
     let wgs = |cols: usize| nn.div_ceil(cols);
     let fits = |c: usize| block_cols.is_none_or(|b| b % c == 0);
-    let tiling = |lanes: usize, per_group: usize| {
-        let groups = 256 / lanes;
-        PackedGemvTiling { lanes, groups, per_group, cols: groups * per_group }
-    };
+    let tiling = PackedGemvTiling::new;
     if k > staged && fits(2) {
         return tiling(64, 2);
     }

@@ -451,13 +451,7 @@ impl Emitter<'_> {
                         let v: Vec<usize> = layout.split(',').filter_map(|x| x.trim().parse().ok()).collect();
                         if let [lanes, per_group] = v[..] {
                             if lanes.is_power_of_two() && (4..=256).contains(&lanes) && (1..=8).contains(&per_group) {
-                                let groups = 256 / lanes;
-                                t = wgslc_passes::PackedGemvTiling {
-                                    lanes,
-                                    groups,
-                                    per_group,
-                                    cols: groups * per_group,
-                                };
+                                t = wgslc_passes::PackedGemvTiling::new(lanes, per_group);
                             }
                         }
                     }
