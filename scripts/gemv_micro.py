@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Times the one-row products of the Qwen2.5-0.5B decode step alone, over narrow weights, under several layouts of
 the packed matrix-vector kernel (the emitter's WGSLC_PACKED_TILING knob: LANES,COLUMNS, or N:LANES,COLUMNS entries
-separated by ';' for the products of N outputs alone), with GPU timestamps:
+separated by ';' for the products of N outputs alone), with GPU timestamps (`--weights fp32`: the model's own f32
+weights, the plain matrix-vector kernel, whose loads in flight WGSLC_GEMV_UNROLL sets):
 
-    python3 scripts/gemv_micro.py --wgslc .bin/wgslc [--weights q4,f16] [--tilings default,32x1,32x2,16x4]
+    python3 scripts/gemv_micro.py --wgslc .bin/wgslc [--weights q4,f16,fp32] [--tilings default,32x1,32x2,16x4]
 
 Each shape is a MatMul of a [1, K] input by a constant [K, N] (random, std 0.02), compiled with --weights W; the
 down projection's input is SiLU(gate)·up, computed in the product's staging as in the decoder, and `head_norm`'s
@@ -67,7 +68,8 @@ def main():
                     env["WGSLC_PACKED_TILING"] = t.replace("x", ",")
                 art = os.path.join(a.out, f"{name}_{w}_{t}")
                 subprocess.run(["rm", "-rf", art], check=True)
-                r = subprocess.run([a.wgslc, "compile", path, "-o", art, "--weights", w, "--quiet"], env=env,
+                narrow = [] if w == "fp32" else ["--weights", w]
+                r = subprocess.run([a.wgslc, "compile", path, "-o", art, "--quiet"] + narrow, env=env,
                                    capture_output=True, text=True)
                 if r.returncode:
                     row[t] = "compile: " + r.stderr.strip()[-200:]

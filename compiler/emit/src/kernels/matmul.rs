@@ -545,8 +545,7 @@ impl Emitter<'_> {
                 }
             }
             let arms = self.gemv_arms(&blocks, &b_var, &block_values, per);
-            let half = block_values.iter().all(|&v| matches!(narrow_of(g, v), Some(Narrow::Half(_))));
-            let unroll = gemv_unroll(t.vec == 4 && half);
+            let unroll = gemv_unroll();
             let tpl = GemvTpl {
                 h,
                 helpers,
@@ -637,12 +636,12 @@ impl Emitter<'_> {
     }
 }
 
-/// Independent sums per thread of a matrix-vector product (templates/gemv.wgsl), each a load of B in flight: 4,
-/// or 7 where B is float16/bfloat16 read four elements (8 bytes) a load, half an f32 vec4 (H100, Qwen2.5-0.5B's
-/// gate/up over float16 weights, 896 × 9,728 with 28 k-steps a thread: 14.3 µs at 4, 13.2 at 7, 13.0 at 14; the
-/// `--weights f16` decoder 928.8 → 964.1 tok/s at 7, docs/performance.md). `WGSLC_GEMV_UNROLL` (1–16) overrides
-/// it, for measuring.
-fn gemv_unroll(half_vec4: bool) -> usize {
+/// Independent sums per thread of a matrix-vector product (templates/gemv.wgsl), each a load of B in flight: 7.
+/// Measured on the H100 with Qwen2.5-0.5B's decode step: float16 B read four elements (8 bytes) a load, gate/up
+/// (896 × 9,728, 28 k-steps a thread) 14.3 µs at 4, 13.2 at 7, 13.0 at 14, the `--weights f16` decoder 928.8 →
+/// 964.1 tok/s; f32 B (16-byte loads), the fp32 decoder 694.5 → 733.4 tok/s, gate/up 23.9 → 21.7 µs in the step
+/// (docs/performance.md). `WGSLC_GEMV_UNROLL` (1–16) overrides it, for measuring.
+fn gemv_unroll() -> usize {
     let knob = std::env::var("WGSLC_GEMV_UNROLL").ok().and_then(|v| v.parse().ok());
-    knob.filter(|u| (1..=16).contains(u)).unwrap_or(if half_vec4 { 7 } else { 4 })
+    knob.filter(|u| (1..=16).contains(u)).unwrap_or(7)
 }
