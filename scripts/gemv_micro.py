@@ -6,9 +6,10 @@ weights, the plain matrix-vector kernel, whose loads in flight WGSLC_GEMV_UNROLL
 
     python3 scripts/gemv_micro.py --wgslc .bin/wgslc [--weights q4,f16,fp32] [--tilings default,32x1,32x2,16x4]
 
-Each shape is a MatMul of a [1, K] input by a constant [K, N] (random, std 0.02), compiled with --weights W; the
-down projection's input is SiLU(gate)·up, computed in the product's staging as in the decoder, and `head_norm`'s
-is the final RMSNorm (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul), folded into the product as in the decoder.
+Each shape is a MatMul of a [1, K] input by a constant [K, N] (random, std 0.02), compiled with --weights W (no
+flag for fp32); the down projection's input is SiLU(gate)·up, computed in the product's staging as in the decoder,
+and `head_norm`'s is the final RMSNorm (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul), folded into the product
+as in the decoder.
 """
 import argparse, json, os, subprocess, sys
 import numpy as np

@@ -50,8 +50,8 @@ fn compiled_files_use_only_schema_properties() {
 }
 
 /// The field lists and enum values wgslc.js (its artifact.js) checks plan.json against, as JavaScript: each object
-/// type of the plan schema (the plan itself as `Plan`) with its properties, and each enum with its values (a string enum's strings,
-/// the keys of an enum whose variants hold data).
+/// type of the plan schema (the plan itself as `Plan`) with its properties, and each enum with its values (a string
+/// enum's strings, the keys of an enum whose variants hold data).
 fn js_tables(schema: &serde_json::Value) -> String {
     use std::collections::BTreeMap;
     let mut fields: BTreeMap<String, Vec<String>> = BTreeMap::new();
