@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Times the one-row products of the Qwen2.5-0.5B decode step alone, over narrow weights, under several layouts of
-the packed matrix-vector kernel (the emitter's WGSLC_PACKED_TILING knob: LANES,COLUMNS, or N:LANES,COLUMNS entries
-separated by ';' for the products of N outputs alone), with GPU timestamps (`--weights fp32`: the model's own f32
-weights, the plain matrix-vector kernel, whose loads in flight WGSLC_GEMV_UNROLL sets):
+the packed matrix-vector kernel (the emitter's WGSLC_PACKED_TILING knob: LANES,COLUMNS[,TILES], or N:LANES,COLUMNS
+entries separated by ';' for the products of N outputs alone; here LANESxCOLUMNS[xTILES]), with GPU timestamps
+(`--weights fp32`: the model's own f32 weights, the plain matrix-vector kernel, whose loads in flight
+WGSLC_GEMV_UNROLL sets):
 
     python3 scripts/gemv_micro.py --wgslc .bin/wgslc [--weights q4,f16,fp32] [--tilings default,32x1,32x2,16x4]
 

@@ -9,7 +9,7 @@
 // of {{ p.row_words }} 32-bit words, {{ p.per_word }} {% if p.half.is_some() %}float16 values{% else %}{{ p.bits }}-bit codes{% endif %} a word, read {{ p.unit_words }} word(s) ({{ p.unit_elems }} elements) at a time. Those are a few
 // bytes of B against as many elements of A, so A's row is staged in workgroup memory {{ kc }} elements at a time{% if !a_pro.is_empty() %}
 // (through its prologue){% endif %}{% if rms.is_some() %} (times the folded norm's weights){% endif %}, once per workgroup, and read as vec4s.
-// Each workgroup of 256 threads computes {{ t.cols }} outputs: {{ t.groups }} groups of {{ t.lanes }} lanes, each group {{ t.per_group }} column(s)
+// Each workgroup of 256 threads computes {{ t.cols }} outputs{% if t.tiles > 1 %} at a time, {{ t.tiles }} times{% endif %}: {{ t.groups }} groups of {{ t.lanes }} lanes, each group {{ t.per_group }} column(s)
 // whose rows its lanes walk side by side, every element of A read serving all of them. Partial sums meet in
 // workgroup memory at the end.
 
@@ -58,9 +58,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lane = tid % {{ t.lanes }}u;
     let group = tid / {{ t.lanes }}u;
     // This group's first column; columns past the last read the last one's weights and are not stored.
-    let col0 = wid.x * {{ t.cols }}u + group * {{ t.per_group }}u;
+    let col0 = wid.x * {{ t.workgroup_cols() }}u + group * {{ t.per_group }}u;
 {%- for c in cs %}
-    let cl{{ c.c }} = min(col0 + {{ c.c }}u, {{ n_last }}u);
+    {% if t.tiles > 1 %}var{% else %}let{% endif %} cl{{ c.c }} = min(col0 + {{ c.c }}u, {{ n_last }}u);
     var acc{{ c.c }} = 0.0;
 {%- endfor %}
 {%- if rms.is_some() %}
@@ -140,6 +140,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if !blocks.is_empty() %}
         }
 {%- endif %}
+{%- if ld.stage_a %}
 {%- for sw in stage_words %}
         if (tid + {{ sw.word_off }}u < words) {
             let e0 = k0 + (tid + {{ sw.word_off }}u) * {{ p.per_word }}u;
@@ -157,6 +158,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
         }
 {%- endfor %}
+{%- endif %}
     }
 {%- if !ld.close.is_empty() %}
     {{ ld.close }}
@@ -176,7 +178,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- for sl in sw.slots %}
             {
                 let v = (w * {{ p.per_word }}u + {{ sl.j }}u) >> 2u;
-                a_tile[(v % {{ p.unit_vecs }}u) * {{ a_units }}u + v / {{ p.unit_vecs }}u][(w * {{ p.per_word }}u + {{ sl.j }}u) & 3u] = as{{ sl.i }};
+                a_tile[(v % {{ p.unit_vecs }}u) * {{ a_units }}u + v / {{ p.unit_vecs }}u][(w * {{ p.per_word }}u + {{ sl.j }}u) & 3u] = as{{ sl.i }}{{ p.a_scales[sl.j] }};
             }
 {%- endfor %}
 {%- if p.half.is_none() %}
@@ -185,6 +187,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
 {%- endfor %}
         workgroupBarrier();
+{%- if t.tiles > 1 %}
+    }
+{%- if let Some(r) = rms %}
+    let rinv = 1.0 / sqrt(reduce_sum(tid, ssq) / {{ r.k }}.0 + {{ r.eps }});
+{%- endif %}
+    // A is staged, whole: the workgroup's {{ t.tiles }} tiles of {{ t.cols }} columns one after another, each next tile's
+    // loads of B issued before this one's sums and reduction.
+    let units = {{ k }}u / {{ p.per_word }}u / {{ p.unit_words }}u;
+{%- for it in iters %}
+    let ui{{ it.i }} = min(lane + {{ it.off }}u, units - 1u);
+{%- endfor %}
+    for (var tile = 0u; tile < {{ t.tiles }}u; tile = tile + 1u) {
+        let tcol0 = col0 + tile * {{ t.cols }}u;
+{%- endif %}
         // This chunk's B, before the next chunk's loads overwrite the registers.
 {%- for it in iters %}
 {%- for c in cs %}
@@ -233,12 +249,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
         }
 {%- endfor %}
+{%- if t.tiles == 1 %}
     }
 {%- if let Some(r) = rms %}
     let rinv = 1.0 / sqrt(reduce_sum(tid, ssq) / {{ r.k }}.0 + {{ r.eps }});
 {%- endif %}
+{%- endif %}
 {%- for c in cs %}
     sums[{{ c.base }}u + tid] = acc{{ c.c }};
+{%- if t.tiles > 1 %}
+    acc{{ c.c }} = 0.0;
+{%- endif %}
 {%- endfor %}
     workgroupBarrier();
     // Each group's lanes summed pairwise down to {{ tail }} partial sums, which lane 0 adds up itself (a barrier per
@@ -251,12 +272,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
     }
+{%- if t.tiles > 1 %}
+    if (lane == 0u) {
+{%- else %}
     if (lane != 0u) {
         return;
     }
+{%- endif %}
 {%- for c in cs %}
-    if (col0 + {{ c.c }}u < {{ n }}u) {
-        let n = col0 + {{ c.c }}u;
+    if ({{ tile_col0 }} + {{ c.c }}u < {{ n }}u) {
+        let n = {{ tile_col0 }} + {{ c.c }}u;
         let total = {% for i in 0..tail %}{% if i > 0 %} + {% endif %}sums[{{ c.base }}u + tid + {{ i }}u]{% endfor %};
         var v = {{ alpha }} * total{% if rms.is_some() %} * rinv{% endif %};
 {%- if has_bias %}
@@ -266,4 +291,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         {{ fu.store("o", "v") }}
     }
 {%- endfor %}
+{%- if t.tiles > 1 %}
+    }
+    // Lane 0 has read the sums before the next tile writes them.
+    workgroupBarrier();
+    }
+{%- endif %}
 }

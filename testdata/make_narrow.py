@@ -182,25 +182,26 @@ def pack(codes, bits):
     return out
 
 
-def matmul_nbits_case(k, n, bits, block, zp=None, bias=False, fp16_io=False, rank=3):
+def matmul_nbits_case(k, n, bits, block, zp=None, bias=False, fp16_io=False, rank=3, rng=None):
+    rng = rng or RNG
     kb = (k + block - 1) // block
-    codes = RNG.integers(0, 1 << bits, size=(n, kb * block))
+    codes = rng.integers(0, 1 << bits, size=(n, kb * block))
     b = pack(codes, bits).reshape(n, kb, block * bits // 8)
     t = np.float16 if fp16_io else np.float32
     elem = TensorProto.FLOAT16 if fp16_io else TensorProto.FLOAT
-    scales = (RNG.uniform(0.01, 0.05, size=(n, kb)) * RNG.choice([-1, 1], size=(n, kb))).astype(t)
+    scales = (rng.uniform(0.01, 0.05, size=(n, kb)) * rng.choice([-1, 1], size=(n, kb))).astype(t)
     inits = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(scales.reshape(-1), "scales")]
     ins = ["a", "b", "scales"]
     if zp == "packed":
-        z = RNG.integers(0, 1 << bits, size=(n, ((kb * bits + 7) // 8) * 8 // bits))
+        z = rng.integers(0, 1 << bits, size=(n, ((kb * bits + 7) // 8) * 8 // bits))
         inits.append(numpy_helper.from_array(pack(z, bits).reshape(n, -1), "zp"))
         ins.append("zp")
     elif zp == "float":
-        inits.append(numpy_helper.from_array(RNG.uniform(0, (1 << bits) - 1, size=(n, kb)).astype(t), "zp"))
+        inits.append(numpy_helper.from_array(rng.uniform(0, (1 << bits) - 1, size=(n, kb)).astype(t), "zp"))
         ins.append("zp")
     if bias:
         ins += ["", ""] if len(ins) == 3 else [""]
-        inits.append(numpy_helper.from_array(RNG.uniform(-1, 1, n).astype(t), "bias"))
+        inits.append(numpy_helper.from_array(rng.uniform(-1, 1, n).astype(t), "bias"))
         ins.append("bias")
     node = helper.make_node("MatMulNBits", ins, ["y"], domain="com.microsoft", K=k, N=n, bits=bits, block_size=block)
     shape = [2, 3, k] if rank == 3 else [1, k]
@@ -208,7 +209,7 @@ def matmul_nbits_case(k, n, bits, block, zp=None, bias=False, fp16_io=False, ran
                           [helper.make_tensor_value_info("y", elem, None)], initializer=inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 8
-    return m, [RNG.uniform(-1, 1, size=shape).astype(np.float32)]
+    return m, [rng.uniform(-1, 1, size=shape).astype(np.float32)]
 
 
 def gather_block_quantized_case(dtype, bits, block, zp, rows=40, cols=64):
@@ -284,6 +285,10 @@ def op_cases():
                                            ("uint8", 0, 32, True, "gather")]:
         name = f"dequantize_{dtype}_axis{axis}_b{block}" + ("_zp" if zp else "") + f"_{reader}"
         save("ops", name, *dequantize_blocked_case(dtype, axis, block, zp, reader), QUANT, exact=True)
+    # One row over 135,200 outputs (an LLM head's width, K = 32 to keep it small): the packed kernel's workgroups
+    # compute 4 tiles of 32 columns each, the last workgroup's partly past the end.
+    save("ops", "matmul_nbits_one_row_wide_n", *matmul_nbits_case(32, 135_200, 4, 32, None, False, rank=2,
+                                                                      rng=np.random.default_rng(135_200)), QUANT)
 
 
 # ---- decoders -------------------------------------------------------------------------------------------------

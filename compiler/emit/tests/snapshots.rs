@@ -312,6 +312,25 @@ fn one_row_products_over_narrow_weights() {
     insta::assert_snapshot!(k);
 }
 
+/// A one-row product over an LLM head's width of 4-bit codes (135,200 outputs, K = 32): each workgroup computes
+/// 4 tiles of 32 columns one after another, A staged once, each next tile's codes and scales loaded before the
+/// current tile's sums; the codes are masked in place, A staged times 2^-4s for the code 4s bits up its half-word.
+#[test]
+fn a_wide_four_bit_head_loops_over_tiles() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[1, 1, 32]);
+    let (n, k) = (135_200, 32);
+    let vals: Vec<f32> = (0..n * k).map(|i| ((i * 37) % 29) as f32 / 29.0 - 0.5).collect();
+    let b = wgslc_ir::Blocks::quantize(&vals, k, 32, 4, DType::F16);
+    let w = g.add_const("w", Tensor { dtype: DType::F32, shape: vec![n, k], data: wgslc_ir::Data::Blocks(b.into()) });
+    let wt = node(&mut g, Op::Transpose { perm: Some(vec![1, 0]) }, &[w]);
+    let y = node(&mut g, Op::MatMul, &[x, wt]);
+    g.outputs.push(y);
+    let k = kernels(g);
+    assert!(k.contains("for (var tile = 0u; tile < 4u;") && k.contains("as1 * 0.0625f"), "tiles, codes in place:\n{k}");
+    insta::assert_snapshot!(k);
+}
+
 /// A decode step's attention over `[1, 2, 8, 16]` caches: the new key and value rows written into them in place
 /// (`CacheWrite` at the row the loop gives; K's computed by an elementwise kernel, rotary's place), then the one
 /// query row's (computed the same way) scores, [mask,] softmax and product with V over the caches.

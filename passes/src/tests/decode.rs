@@ -75,18 +75,21 @@ fn gemv_tilings_fill_the_gpu_with_coalesced_reads() {
 #[test]
 fn packed_gemv_tilings_follow_the_measured_shapes() {
     let cases = [
-        // (outputs, block columns, K, staged) → (lanes, columns a group)
-        ((151_936, None, 896, 896), (16, 2)),        // 4-bit LM head
-        ((30_388, Some(30_388), 896, 896), (16, 2)), // a block of a split f16 head
-        ((30_387, Some(30_387), 896, 896), (32, 1)), // a block of an odd width: one column a group
-        ((896, None, 4864, 2048), (64, 2)),          // down projection: three chunks of A
-        ((9728, None, 896, 896), (16, 2)),           // gate and up, merged
-        ((1152, None, 896, 896), (32, 1)),           // Q, K and V, merged
-        ((896, None, 896, 896), (32, 1)),            // o-projection
+        // (outputs, block columns, K, staged) → (lanes, columns a group, tiles a workgroup)
+        ((151_936, None, 896, 896), (16, 2, 4)),        // 4-bit LM head
+        ((128_256, None, 2048, 2048), (32, 4, 1)),      // a Llama-3 head: A too wide for 16 lanes
+        ((128_256, None, 1024, 1024), (16, 2, 2)),      // … over K = 1024: 2 tiles keep 2,004 workgroups
+        ((50_257, None, 768, 768), (16, 2, 1)),         // GPT-2's head: 786 workgroups of one tile
+        ((30_388, Some(30_388), 896, 896), (16, 2, 1)), // a block of a split f16 head
+        ((30_387, Some(30_387), 896, 896), (32, 1, 1)), // a block of an odd width: one column a group
+        ((896, None, 4864, 2048), (64, 2, 1)),          // down projection: three chunks of A
+        ((9728, None, 896, 896), (16, 2, 1)),           // gate and up, merged
+        ((1152, None, 896, 896), (32, 1, 1)),           // Q, K and V, merged
+        ((896, None, 896, 896), (32, 1, 1)),            // o-projection
     ];
-    for ((nn, block_cols, k, staged), (lanes, per_group)) in cases {
+    for ((nn, block_cols, k, staged), (lanes, per_group, tiles)) in cases {
         let t = packed_gemv_tiling(nn, block_cols, k, staged);
-        assert_eq!((t.lanes, t.per_group), (lanes, per_group), "{nn} outputs over K = {k}: {t:?}");
+        assert_eq!((t.lanes, t.per_group, t.tiles), (lanes, per_group, tiles), "{nn} outputs over K = {k}: {t:?}");
         assert_eq!(t.lanes * t.groups, 256);
         assert_eq!(t.cols, t.groups * t.per_group);
         assert!(block_cols.is_none_or(|b| b % t.per_group == 0), "{t:?}");

@@ -440,8 +440,9 @@ impl Emitter<'_> {
                 let block_cols = (!blocks.is_empty()).then_some(per);
                 let kc = k.min(PACKED_A_CHUNK);
                 let mut t = wgslc_passes::packed_gemv_tiling(nn, block_cols, k, kc);
-                // A tuning knob for measuring layouts against each other (scripts/gemv_micro.py): LANES,COLUMNS for
-                // every packed product, or entries `N:LANES,COLUMNS` separated by `;` for the products of N outputs.
+                // A tuning knob for measuring layouts against each other (scripts/gemv_micro.py): LANES,COLUMNS or
+                // LANES,COLUMNS,TILES for every packed product, or entries `N:LANES,COLUMNS[,TILES]` separated by `;`
+                // for the products of N outputs.
                 if let Ok(knob) = std::env::var("WGSLC_PACKED_TILING") {
                     for entry in knob.split(';') {
                         let (only, layout) = entry.split_once(':').map_or((None, entry), |(n, l)| (Some(n), l));
@@ -449,14 +450,26 @@ impl Emitter<'_> {
                             continue;
                         }
                         let v: Vec<usize> = layout.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-                        if let [lanes, per_group] = v[..] {
-                            if lanes.is_power_of_two() && (4..=256).contains(&lanes) && (1..=8).contains(&per_group) {
-                                t = wgslc_passes::PackedGemvTiling::new(lanes, per_group);
-                            }
+                        let (lanes, per_group, tiles) = match v[..] {
+                            [l, c] => (l, c, 1),
+                            [l, c, t] => (l, c, t),
+                            _ => continue,
+                        };
+                        if lanes.is_power_of_two()
+                            && (4..=256).contains(&lanes)
+                            && (1..=8).contains(&per_group)
+                            && (1..=64).contains(&tiles)
+                        {
+                            t = wgslc_passes::PackedGemvTiling::new(lanes, per_group);
+                            t.tiles = tiles;
                         }
                     }
                 }
-                let gx = nn.div_ceil(t.cols);
+                // Tiles a workgroup only where A is staged once and no group straddles two blocks.
+                if k > kc || !blocks.is_empty() {
+                    t.tiles = 1;
+                }
+                let gx = nn.div_ceil(t.workgroup_cols());
                 let max = self.limits.max_workgroups_per_dimension as usize;
                 if gx > max {
                     return Err(self.err(n, format!("a product of {nn} columns needs more than {max} workgroups")));
@@ -476,12 +489,26 @@ impl Emitter<'_> {
                         slots: (0..p.per_word).map(|j| PackedSlot { i: s * p.per_word + j, j }).collect(),
                     })
                     .collect();
-                let mut loads = vec![PackedLoads { k0: "0u".into(), open: String::new(), close: String::new() }];
+                let mut loads =
+                    vec![PackedLoads { k0: "0u".into(), open: String::new(), close: String::new(), stage_a: true }];
                 if k > kc {
                     loads.push(PackedLoads {
                         k0: format!("k0 + {kc}u"),
                         open: format!("if (k0 + {kc}u < {k}u) {{"),
                         close: "}".into(),
+                        stage_a: true,
+                    });
+                }
+                if t.tiles > 1 {
+                    // The next tile's B (its columns `cols` further on), while this one is summed.
+                    let next: String = (0..t.per_group)
+                        .map(|c| format!(" cl{c} = min(tcol0 + {}u, {}u);", t.cols + c, nn - 1))
+                        .collect();
+                    loads.push(PackedLoads {
+                        k0: "0u".into(),
+                        open: format!("if (tile + 1u < {}u) {{{next}", t.tiles),
+                        close: "}".into(),
+                        stage_a: false,
                     });
                 }
                 let tpl = GemvPackedTpl {
@@ -510,6 +537,7 @@ impl Emitter<'_> {
                     loads,
                     p,
                     t,
+                    tile_col0: if t.tiles > 1 { "tcol0" } else { "col0" },
                     arms,
                     blocks,
                     per,
@@ -524,7 +552,7 @@ impl Emitter<'_> {
                 };
                 let name = self.group_name(group);
                 let mut kern = self.kernel(n, name, "gemv", tpl.render(), &bindings, [gx as u32, 1, 1])?;
-                kern.grid[0] = Some(GridAxis { walks: Walks::Cols, extent: nn, tile: t.cols });
+                kern.grid[0] = Some(GridAxis { walks: Walks::Cols, extent: nn, tile: t.workgroup_cols() });
                 return Ok(kern);
             }
             let t = wgslc_passes::gemv_tiling(nn, k, batches, kmajor, vec4);

@@ -41,6 +41,8 @@ pub(super) struct PackedGemv {
     pub(super) zeros_at: Option<usize>,
     pub(super) zero: String,
     pub(super) bits: u32,
+    /// Each element of a word's factor as A is staged (` * 2^-s`, or empty), for the in-place codes.
+    pub(super) a_scales: Vec<String>,
     pub(super) word_shift: u32,
     pub(super) lane_mask: u32,
 }
@@ -107,26 +109,37 @@ impl PackedGemv {
                 Some(_) => {
                     format!("let h{j} = bitcast<vec2<f32>>(vec2<u32>({w} << 16u, {w} & 0xffff0000u));", w = word(j))
                 }
-                None => format!("let w{j} = {};", word(j)),
+                // A word's codes read in place from its two halves (the upper one shifted down once).
+                None => format!("let w{j} = {};\n                let v{j} = w{j} >> 16u;", word(j)),
             })
             .collect();
+        let per_half = 16 / bits as usize;
         let elems = (0..unit_elems)
             .map(|e| {
                 let (j, l) = (e / per_word, e % per_word);
                 let b = match half {
                     Some(_) => format!("h{j}.{}", ['x', 'y'][l]),
                     // The code c as a float without an integer conversion (a quarter-rate or slower instruction
-                    // on GPUs, one per weight): 2^23 + c has c as its mantissa bits, so the subtraction is exact.
+                    // on GPUs, one per weight) nor a shift: masked in place in its half of the word, it is
+                    // c · 2^s (s = its bit offset in the half, below 16), and 2^23 + c · 2^s has it as mantissa
+                    // bits, so the subtraction is exact; A's element was staged times 2^-s ([`Self::a_scale`]),
+                    // so the product is c · A's element, as exact as with c itself.
                     None => format!(
-                        "(bitcast<f32>(((w{j} >> {}u) & {}u) | 0x4b000000u) - 8388608.0)",
-                        l as u32 * bits,
-                        (1u32 << bits) - 1
+                        "(bitcast<f32>(({}{j} & {}u) | 0x4b000000u) - 8388608.0)",
+                        if l < per_half { 'w' } else { 'v' },
+                        ((1u32 << bits) - 1) << ((l % per_half) as u32 * bits),
                     ),
                 };
                 PackedElem { g: j / group_words, q: e / 4, comp: ['x', 'y', 'z', 'w'][e % 4], b }
             })
             .collect();
         let mut p = PackedGemv {
+            a_scales: (0..per_word)
+                .map(|l| match (half, (l % per_half) as u32 * bits) {
+                    (None, s) if s > 0 => format!(" * {}", f32_lit(1.0 / (1u32 << s) as f32)),
+                    _ => String::new(),
+                })
+                .collect(),
             per_word,
             row_words,
             row_units: row_words / unit_words,
@@ -190,6 +203,8 @@ pub(super) struct GemvPackedTpl {
     pub(super) rms: Option<RmsFold>,
     pub(super) p: PackedGemv,
     pub(super) t: wgslc_passes::PackedGemvTiling,
+    /// The current tile's first column of the group: `tcol0` in the tile loop, else `col0`.
+    pub(super) tile_col0: &'static str,
     pub(super) half_lanes: usize,
     /// Partial sums a column has left after the lanes' pairwise sums, added up by lane 0 ([`tree_tail`]).
     pub(super) tail: usize,
@@ -241,11 +256,13 @@ pub(super) struct PackedStageWord {
     pub(super) slots: Vec<PackedSlot>,
 }
 
-/// One place a chunk's loads are written: the chunk's first element `k0`, inside `open` … `close`.
+/// One place a chunk's loads are written: the chunk's first element `k0`, inside `open` … `close`; B's, and A's
+/// elements to stage where `stage_a` (a next tile's loads read B alone: A is staged once).
 pub(super) struct PackedLoads {
     pub(super) k0: String,
     pub(super) open: String,
     pub(super) close: String,
+    pub(super) stage_a: bool,
 }
 
 pub(super) struct PackedIter {
