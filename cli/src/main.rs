@@ -87,9 +87,10 @@ enum Cmd {
         #[arg(long = "block", value_name = "N", default_value_t = 32, requires = "weights")]
         block: usize,
         /// Print what a stage produced to stdout and stop: the IR after import, layout (--kv-cache's proven cache
-        /// layout), infer, lower, dce, ranges (ranged dims masked), merge, legalize, kmajor, narrow, weights,
-        /// tabulate (a decoder's position tables) or split; with schedule also the kernels (folds, recipes) and why
-        /// each boundary stands; with memory also the buffer plan; with emit also every kernel's WGSL.
+        /// layout), infer, last_row (a prefill step's LM head over its last token), lower, dce, ranges (ranged dims
+        /// masked), merge, legalize, kmajor, narrow, weights, tabulate (a decoder's position tables) or split; with
+        /// schedule also the kernels (folds, recipes) and why each boundary stands; with memory also the buffer
+        /// plan; with emit also every kernel's WGSL.
         #[arg(long = "dump-after", value_name = "STAGE")]
         dump_after: Option<String>,
     },

@@ -420,8 +420,8 @@ fn dump_after_reaches_schedule_and_memory() {
     let o = wgslc(&["compile", model, "-o", "/nonexistent/never-written", "--dump-after", "fusion"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(error_line(&o).contains(
-        "stages: import, layout, infer, lower, dce, ranges, merge, legalize, kmajor, narrow, weights, tabulate, \
-         split, schedule, memory, emit"
+        "stages: import, layout, infer, last_row, lower, dce, ranges, merge, legalize, kmajor, narrow, weights, \
+         tabulate, split, schedule, memory, emit"
     ));
     // A decoder's position tables appear at `tabulate`, not before it.
     let decoder = common::testdata().join("decoders/qwen2_dynamo20/model.onnx");

@@ -280,9 +280,9 @@ fn generation_fills_the_cache_and_refuses_more() {
 }
 
 /// One cached step (3 past rows, 2 new tokens; testdata's step/ case) through both compiled steps at once: the
-/// prefill step (chunk 2) takes both tokens, the decode step the first (causal: its logits and rows are the
-/// first token's of the 2-token step). The cache inputs hold the 3 rows in a cache of 10 (the prefill step's
-/// window is its first 9), the rest masked; the decode step writes its token's rows at row 3 in place, so its
+/// prefill step (chunk 2) takes both tokens (its logits are the second token's, its rows both), the decode step the
+/// first (causal: its logits and rows are the first token's of the 2-token step). The cache inputs hold the 3 rows
+/// in a cache of 10 (the prefill step's window is its first 9), the rest masked; the decode step writes its token's rows at row 3 in place, so its
 /// rows are checked through its logits (attention reads them back from the cache).
 #[test]
 fn cached_steps_match_onnxruntime() {
@@ -351,7 +351,8 @@ fn cached_steps_match_onnxruntime() {
                 failures.push(format!("{name} {what}: {e}"));
             }
         };
-        check("prefill logits", out("prefill/logits"), want[0].clone());
+        // The prefill step's logits are its last real token's row (`last_row`: the head multiplies that row only).
+        check("prefill logits", out("prefill/logits"), rows_of(&want[0], 1, 1, 1));
         check("decode logits", out("logits"), rows_of(&want[0], 1, 0, 1));
         for (i, p) in ["present.0.key", "present.0.value", "present.1.key", "present.1.value"].iter().enumerate() {
             check(&format!("prefill {p}"), out(&format!("prefill/{p}")), rows_of(&want[i + 1], 2, past_len, 2));

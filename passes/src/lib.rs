@@ -23,7 +23,8 @@ mod split;
 mod tabulate;
 
 pub use decoder::{
-    convention_constants, CacheLayout, DecoderLayout, DecoderPlan, KvCache, StepKind, StepLayout, PREFILL,
+    convention_constants, prefill_head_on_last_row, CacheLayout, DecoderLayout, DecoderPlan, KvCache, StepKind,
+    StepLayout, PREFILL,
 };
 pub use dedupe::{dedupe_constants, dedupe_nodes};
 pub use infer::infer_shapes;
@@ -139,6 +140,14 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
         about: "types, resolved ops, folded constants (shape subgraphs disappear here)",
         without_fusion: true,
         run: infer_shapes,
+        establishes: Stage::Inferred,
+    },
+    GraphPass {
+        name: "last_row",
+        about: "a prefill step's LM head over its last real token only (the row generation reads), where its \
+                logits are a 2-D product over the chunk's rows",
+        without_fusion: true,
+        run: prefill_head_on_last_row,
         establishes: Stage::Inferred,
     },
     GraphPass {

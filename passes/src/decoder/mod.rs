@@ -37,7 +37,10 @@ use crate::PassError;
 use std::collections::{HashMap, HashSet};
 use wgslc_ir::{DType, Graph, NodeId, Op, ReduceOp, Signature, Tensor, TensorType, ValueId};
 
+mod last_row;
 mod positions;
+pub use last_row::prefill_head_on_last_row;
+use last_row::LAST_LOGITS;
 use positions::{bypass_copies, positions_from_row};
 
 /// The prefix of the prefill step's names.
@@ -506,8 +509,8 @@ impl DecoderPlan {
         let last_index = (kind == StepKind::Prefill).then(|| g.add_value(LAST_INDEX, int64(1)));
         let row = match last_index {
             Some(li) => {
-                let row = g.add_value("wgslc.last_logits", None);
-                g.add_node("wgslc.last_logits", Op::Gather { axis: 1 }, vec![Some(logits), Some(li)], vec![row])?;
+                let row = g.add_value(LAST_LOGITS, None);
+                g.add_node(LAST_LOGITS, Op::Gather { axis: 1 }, vec![Some(logits), Some(li)], vec![row])?;
                 row
             }
             None => logits,

@@ -73,3 +73,56 @@ fn unusable_signatures_are_refused_by_input() {
     let e = refused(&ins, &["view_9", "cat_1"]);
     assert!(e.contains("found no cache inputs"), "{e}");
 }
+
+/// A prefill step's `logits = Cast(MatMul(h, B))` gathered at its last index: after `last_row` the head reads
+/// the gathered row of `h`, the step's `logits` output is that one row (keeping the name), and `dce` drops the
+/// chunk-wide product; logits that another node also reads stay as they are.
+#[test]
+fn the_prefill_head_multiplies_the_last_row_only() {
+    let build = |extra_reader: bool| {
+        let mut g = Graph::new();
+        let f32s = |shape: &[usize]| Some(TensorType::new(DType::F32, shape.to_vec()));
+        let h = g.add_value("prefill/h", f32s(&[1, 4, 8]));
+        let index = g.add_value(format!("{PREFILL}{LAST_INDEX}"), Some(TensorType::new(DType::I64, vec![1])));
+        g.inputs = vec![h, index];
+        let b = g.add_const("head", Tensor::f32(vec![8, 10], vec![0.5; 80]));
+        let product = g.add_value("prefill/product", f32s(&[1, 4, 10]));
+        g.add_node("prefill/matmul", Op::MatMul, vec![Some(h), Some(b)], vec![product]).unwrap();
+        let logits = g.add_value("prefill/logits", f32s(&[1, 4, 10]));
+        let cast = Op::Cast { to: DType::F32, saturate: true };
+        g.add_node("prefill/cast", cast, vec![Some(product)], vec![logits]).unwrap();
+        let row = g.add_value(format!("{PREFILL}{LAST_LOGITS}"), f32s(&[1, 1, 10]));
+        let gather = Op::Gather { axis: 1 };
+        g.add_node(format!("{PREFILL}{LAST_LOGITS}"), gather, vec![Some(logits), Some(index)], vec![row]).unwrap();
+        let next = g.add_value("prefill/next_token", Some(TensorType::new(DType::I64, vec![1, 1])));
+        let argmax = Op::ArgReduce { max: true, axis: -1, keepdims: false, select_last: false };
+        g.add_node("prefill/next_token", argmax, vec![Some(row)], vec![next]).unwrap();
+        g.outputs = vec![logits, next];
+        if extra_reader {
+            let e = g.add_value("prefill/exp", f32s(&[1, 4, 10]));
+            g.add_node("prefill/exp", Op::Unary(wgslc_ir::UnaryOp::Exp), vec![Some(logits)], vec![e]).unwrap();
+            g.outputs.push(e);
+        }
+        g
+    };
+    let mut g = build(false);
+    prefill_head_on_last_row(&mut g).unwrap();
+    crate::eliminate_dead_code(&mut g);
+    let out = g.value(g.outputs[0]);
+    assert_eq!((out.name.as_str(), &out.ty.as_ref().unwrap().shape[..]), ("prefill/logits", &[1, 1, 10][..]));
+    let matmuls: Vec<NodeId> = g.node_ids().filter(|&n| g.node(n).op == Op::MatMul).collect();
+    assert_eq!(matmuls.len(), 1, "the chunk-wide product is gone");
+    let a = g.node(matmuls[0]).inputs[0].unwrap();
+    let gather = g.node(g.value(a).producer.unwrap());
+    assert_eq!((&gather.op, gather.inputs[0]), (&Op::Gather { axis: 1 }, Some(g.inputs[0])));
+    assert_eq!(g.value(a).ty.as_ref().unwrap().shape, [1, 1, 8]);
+    // The ArgMax reads the new row.
+    let argmax = g.node_ids().find(|&n| matches!(g.node(n).op, Op::ArgReduce { .. })).unwrap();
+    assert_eq!(g.node(argmax).inputs[0], Some(g.outputs[0]));
+
+    let mut g = build(true);
+    let before = g.num_nodes();
+    prefill_head_on_last_row(&mut g).unwrap();
+    assert_eq!(g.num_nodes(), before, "logits read by another node: unchanged");
+    assert_eq!(g.ty(g.outputs[0]).shape, [1, 4, 10]);
+}
