@@ -280,8 +280,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 {%- endif %}
 {%- for c in cs %}
-    if ({{ tile_col0 }} + {{ c.c }}u < {{ n }}u) {
-        let n = {{ tile_col0 }} + {{ c.c }}u;
+    if ({{ self.tile_col0() }} + {{ c.c }}u < {{ n }}u) {
+        let n = {{ self.tile_col0() }} + {{ c.c }}u;
         let total = {% for i in 0..tail %}{% if i > 0 %} + {% endif %}sums[{{ c.base }}u + tid + {{ i }}u]{% endfor %};
         var v = {{ alpha }} * total{% if rms.is_some() %} * rinv{% endif %};
 {%- if has_bias %}

@@ -537,7 +537,6 @@ impl Emitter<'_> {
                     loads,
                     p,
                     t,
-                    tile_col0: if t.tiles > 1 { "tcol0" } else { "col0" },
                     arms,
                     blocks,
                     per,

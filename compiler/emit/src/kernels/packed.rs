@@ -122,7 +122,7 @@ impl PackedGemv {
                     // The code c as a float without an integer conversion (a quarter-rate or slower instruction
                     // on GPUs, one per weight) nor a shift: masked in place in its half of the word, it is
                     // c · 2^s (s = its bit offset in the half, below 16), and 2^23 + c · 2^s has it as mantissa
-                    // bits, so the subtraction is exact; A's element was staged times 2^-s ([`Self::a_scale`]),
+                    // bits, so the subtraction is exact; A's element was staged times 2^-s ([`Self::a_scales`]),
                     // so the product is c · A's element, as exact as with c itself.
                     None => format!(
                         "(bitcast<f32>(({}{j} & {}u) | 0x4b000000u) - 8388608.0)",
@@ -203,8 +203,6 @@ pub(super) struct GemvPackedTpl {
     pub(super) rms: Option<RmsFold>,
     pub(super) p: PackedGemv,
     pub(super) t: wgslc_passes::PackedGemvTiling,
-    /// The current tile's first column of the group: `tcol0` in the tile loop, else `col0`.
-    pub(super) tile_col0: &'static str,
     pub(super) half_lanes: usize,
     /// Partial sums a column has left after the lanes' pairwise sums, added up by lane 0 ([`tree_tail`]).
     pub(super) tail: usize,
@@ -237,6 +235,17 @@ pub(super) struct GemvPackedTpl {
     pub(super) has_bias: bool,
     pub(super) bias_ld: Ld,
     pub(super) bias_sn: usize,
+}
+
+impl GemvPackedTpl {
+    /// The current tile's first column of the group: `tcol0` in the tile loop, else `col0`.
+    fn tile_col0(&self) -> &'static str {
+        if self.t.tiles > 1 {
+            "tcol0"
+        } else {
+            "col0"
+        }
+    }
 }
 
 pub(super) struct PackedCol {
