@@ -106,7 +106,22 @@ fn load_b(b_base: u32, col0: u32, k_begin: u32, k0: u32, e: u32, batch: u32) -> 
     return bv;
 }
 
+{% if t.vec > 1 -%}
+// Workgroup memory holds vec4s: a thread reads its runs of four rows of A and four columns of B at once. Each
+// staged k-row is {{ t.row_len }} floats ({{ t.tile }} and 4 of padding), so that a transposed operand's stores, {{ t.ks }} k-rows
+// apart, fall in different banks.
+var<workgroup> smem: array<vec4<f32>, {{ t.smem_vec4s }}>;
+
+fn stage(i: u32, v: f32) {
+    smem[i / 4u][i % 4u] = v;
+}
+
+fn staged(i: u32) -> f32 {
+    return smem[i / 4u][i % 4u];
+}
+{%- else -%}
 var<workgroup> smem: array<f32, {{ t.smem_len }}>;
+{%- endif %}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -120,6 +135,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let st = tid % {{ t.slice_threads }}u;
     let ly = st / {{ t.tg }}u;
     let lx = st % {{ t.tg }}u;
+{%- if t.vec > 1 %}
+    // Its outputs: {{ t.runs.len() }} run(s) of {{ t.vec }} rows from row {{ t.vec }}·ly and of {{ t.vec }} columns from column {{ t.vec }}·lx{% if t.runs.len() > 1 %}, {{ t.run_stride }} apart{% endif %}.
+{%- endif %}
     // The slice's A tile ({{ t.tile }} rows x {{ t.ks }} k, k-major) and B tile ({{ t.ks }} k x {{ t.tile }} columns) in workgroup memory.
     let a_at = slice * {{ t.steps_len }}u;
     let b_at = a_at + {{ t.step_len }}u;
@@ -142,12 +160,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
     for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + {{ t.ks }}u) {
 {%- for l in t.load_lanes %}
+{%- if t.vec > 1 %}
 {%- if a_mmajor %}
+        stage(a_at + ((st + {{ l.off }}u) / {{ t.tile }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) % {{ t.tile }}u, pa{{ l.i }});
+{%- else %}
+        stage(a_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) / {{ t.ks }}u, pa{{ l.i }});
+{%- endif %}
+{%- if b_kmajor %}
+        stage(b_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) / {{ t.ks }}u, pb{{ l.i }});
+{%- else %}
+        stage(b_at + ((st + {{ l.off }}u) / {{ t.tile }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) % {{ t.tile }}u, pb{{ l.i }});
+{%- endif %}
+{%- else if a_mmajor %}
         smem[a_at + st + {{ l.off }}u] = pa{{ l.i }};
 {%- else %}
         smem[a_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l.off }}u) / {{ t.ks }}u] = pa{{ l.i }};
 {%- endif %}
-{%- if b_kmajor %}
+{%- if t.vec > 1 %}
+{%- else if b_kmajor %}
         smem[b_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l.off }}u) / {{ t.ks }}u] = pb{{ l.i }};
 {%- else %}
         smem[b_at + st + {{ l.off }}u] = pb{{ l.i }};
@@ -164,6 +194,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
         }
         for (var kk = 0u; kk < {{ t.ks }}u; kk = kk + 1u) {
+{%- if t.vec > 1 %}
+{%- for r in t.runs %}
+            let ar4_{{ r.i }} = smem[a_at / 4u + kk * {{ t.row_vec4s }}u + ly + {{ r.off }}u];
+            let br4_{{ r.i }} = smem[b_at / 4u + kk * {{ t.row_vec4s }}u + lx + {{ r.off }}u];
+{%- endfor %}
+{%- for r in t.lanes %}{% for c in t.lanes %}
+            acc{{ r.i }}{{ c.i }} = fma(ar4_{{ r.run }}.{{ r.comp }}, br4_{{ c.run }}.{{ c.comp }}, acc{{ r.i }}{{ c.i }});
+{%- endfor %}{% endfor %}
+{%- else %}
 {%- for r in t.lanes %}
             let ar{{ r.i }} = smem[a_at + kk * {{ t.tile }}u + ly + {{ r.off }}u];
             let br{{ r.i }} = smem[b_at + kk * {{ t.tile }}u + lx + {{ r.off }}u];
@@ -171,25 +210,42 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- for r in t.lanes %}{% for c in t.lanes %}
             acc{{ r.i }}{{ c.i }} = fma(ar{{ r.i }}, br{{ c.i }}, acc{{ r.i }}{{ c.i }});
 {%- endfor %}{% endfor %}
+{%- endif %}
         }
         workgroupBarrier();
     }
 {%- if let Some(r) = rms %}
     // Each row's sum of squares over all of K (every slice, {{ t.ks }} partials each), then its inverse RMS.
 {%- for l in t.load_lanes %}
+{%- if t.vec > 1 %}
+    stage(slice * {{ t.step_len }}u + st + {{ l.off }}u, ssq{{ l.i }});
+{%- else %}
     smem[slice * {{ t.step_len }}u + st + {{ l.off }}u] = ssq{{ l.i }};
+{%- endif %}
 {%- endfor %}
     workgroupBarrier();
     if (tid < {{ t.tile }}u) {
         var total = 0.0;
         for (var s = 0u; s < {{ t.ssq_terms }}u; s = s + 1u) {
+{%- if t.vec > 1 %}
+            total = total + staged((s / {{ t.ks }}u) * {{ t.step_len }}u + tid * {{ t.ks }}u + s % {{ t.ks }}u);
+{%- else %}
             total = total + smem[(s / {{ t.ks }}u) * {{ t.step_len }}u + tid * {{ t.ks }}u + s % {{ t.ks }}u];
+{%- endif %}
         }
+{%- if t.vec > 1 %}
+        stage({{ t.rinv_at }}u + tid, 1.0 / sqrt(total / {{ r.k }}.0 + {{ r.eps }}));
+{%- else %}
         smem[{{ t.rinv_at }}u + tid] = 1.0 / sqrt(total / {{ r.k }}.0 + {{ r.eps }});
+{%- endif %}
     }
     workgroupBarrier();
 {%- for q in t.lanes %}
+{%- if t.vec > 1 %}
+    let rinv{{ q.i }} = staged({{ t.rinv_at }}u + ly * {{ t.vec }}u + {{ q.off }}u);
+{%- else %}
     let rinv{{ q.i }} = smem[{{ t.rinv_at }}u + ly + {{ q.off }}u];
+{%- endif %}
 {%- endfor %}
     workgroupBarrier();
 {%- endif %}
@@ -197,7 +253,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // Slices 1.. leave their partial tiles in workgroup memory; slice 0 adds them up and stores.
     if (slice > 0u) {
 {%- for r in t.lanes %}{% for c in t.lanes %}
+{%- if t.vec > 1 %}
+        stage((slice - 1u) * {{ t.tile_len }}u + (ly * {{ t.vec }}u + {{ r.off }}u) * {{ t.tile }}u + lx * {{ t.vec }}u + {{ c.off }}u, acc{{ r.i }}{{ c.i }});
+{%- else %}
         smem[(slice - 1u) * {{ t.tile_len }}u + (ly + {{ r.off }}u) * {{ t.tile }}u + lx + {{ c.off }}u] = acc{{ r.i }}{{ c.i }};
+{%- endif %}
 {%- endfor %}{% endfor %}
     }
     workgroupBarrier();
@@ -206,14 +266,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     for (var s = 0u; s < {{ t.slices_after }}u; s = s + 1u) {
 {%- for r in t.lanes %}{% for c in t.lanes %}
+{%- if t.vec > 1 %}
+        acc{{ r.i }}{{ c.i }} = acc{{ r.i }}{{ c.i }} + staged(s * {{ t.tile_len }}u + (ly * {{ t.vec }}u + {{ r.off }}u) * {{ t.tile }}u + lx * {{ t.vec }}u + {{ c.off }}u);
+{%- else %}
         acc{{ r.i }}{{ c.i }} = acc{{ r.i }}{{ c.i }} + smem[s * {{ t.tile_len }}u + (ly + {{ r.off }}u) * {{ t.tile }}u + lx + {{ c.off }}u];
+{%- endif %}
 {%- endfor %}{% endfor %}
     }
 {%- endif %}
 {%- for r in t.lanes %}{% for c in t.lanes %}
     {
-        let m = row0 + ly + {{ r.off }}u;
-        let n = col0 + lx + {{ c.off }}u;
+        let m = row0 + ly{% if t.vec > 1 %} * {{ t.vec }}u{% endif %} + {{ r.off }}u;
+        let n = col0 + lx{% if t.vec > 1 %} * {{ t.vec }}u{% endif %} + {{ c.off }}u;
         if (m < {{ m }}u && n < {{ n }}u) {
             var v = {{ alpha }} * acc{{ r.i }}{{ c.i }}{% if rms.is_some() %} * rinv{{ r.i }}{% endif %};
 {%- if has_bias %}

@@ -99,6 +99,36 @@ fn gemm_transposed_with_bias() {
     insta::assert_snapshot!(kernels(g));
 }
 
+/// A product with 256 output tiles of 128x128: each thread holds 8x8 outputs in runs of four, read from workgroup
+/// memory as `vec4`s; a bias as its epilogue.
+#[test]
+fn a_large_product_reads_runs_of_four() {
+    let mut g = Graph::new();
+    let a = input(&mut g, "a", &[2048, 40]);
+    let b = input(&mut g, "b", &[40, 2048]);
+    let mm = node(&mut g, Op::MatMul, &[a, b]);
+    let bias = weight(&mut g, "bias", &[2048]);
+    let y = node(&mut g, Op::Binary(BinaryOp::Add), &[mm, bias]);
+    g.outputs.push(y);
+    let k = kernels(g);
+    assert!(k.contains("var<workgroup> smem: array<vec4<f32>") && k.contains("128x128 output tile"), "{k}");
+    insta::assert_snapshot!(k);
+}
+
+/// A prompt-shaped product (128 rows, K = 1024): 32x32 tiles in four K-slices, each thread's 4x4 outputs one run of
+/// four a side, read as `vec4`s; the slices' partial tiles summed through workgroup memory.
+#[test]
+fn a_short_product_splits_k_over_runs_of_four() {
+    let mut g = Graph::new();
+    let a = input(&mut g, "a", &[128, 1024]);
+    let b = input(&mut g, "b", &[1024, 1024]);
+    let y = node(&mut g, Op::MatMul, &[a, b]);
+    g.outputs.push(y);
+    let k = kernels(g);
+    assert!(k.contains("var<workgroup> smem: array<vec4<f32>") && k.contains("in 4 slice(s)"), "{k}");
+    insta::assert_snapshot!(k);
+}
+
 #[test]
 fn softmax_layernorm_and_reduce() {
     let mut g = Graph::new();

@@ -63,13 +63,38 @@ pub struct ProductTiling {
     pub kc: usize,
     /// K per step through workgroup memory.
     pub ks: usize,
+    /// Neighbouring outputs a thread holds along each side: 1 (a thread's rows and columns `tg` apart) or 4 (runs of
+    /// four, `4·tg` apart, read from workgroup memory as `vec4`s; one slice only).
+    pub vec: usize,
 }
 
 impl ProductTiling {
+    /// Floats of one k-row of a staged tile: the tile, plus 4 when the tiles are read as `vec4`s (so that a
+    /// transposed operand's stores, `ks` rows apart, fall in different banks).
+    pub fn row_len(&self) -> usize {
+        self.tile + if self.vec > 1 { 4 } else { 0 }
+    }
+
     /// Floats of workgroup memory the product kernel declares.
     pub fn smem_len(&self) -> usize {
         let (s, ks, t) = (self.slices, self.ks, self.tile);
-        (s * 2 * ks * t).max((s - 1) * t * t).max(s * ks * t + t)
+        (s * 2 * ks * self.row_len()).max((s - 1) * t * t).max(s * ks * self.row_len() + t)
+    }
+
+    /// `tile`-wide tiles over K = `k` computed by `slices` slices (1 of 16x16 threads, or 4 of 8x8 threads that each
+    /// take a quarter of K), `vec` neighbouring outputs per side a thread, with the longest k-step (up to 16) that
+    /// keeps [`MAX_LOADS_PER_STEP`]. `None` unless the slice's threads cover the tile in runs of `vec`. Used by
+    /// [`product_tiling`], and by the emitter's `WGSLC_PRODUCT_TILING` knob (for measuring, and for the tests
+    /// that run every layout).
+    pub fn of(tile: usize, vec: usize, slices: usize, k: usize) -> Option<ProductTiling> {
+        let tg = match slices {
+            1 => 16,
+            4 => 8,
+            _ => return None,
+        };
+        let ok = matches!(vec, 1 | 4) && matches!(tile, 16 | 32 | 64 | 128) && tile.is_multiple_of(tg * vec);
+        let ks = (MAX_LOADS_PER_STEP * tg * tg / tile).min(16);
+        ok.then(|| ProductTiling { tile, tg, slices, kc: k.div_ceil(slices).div_ceil(ks) * ks, ks, vec })
     }
 }
 
@@ -83,38 +108,48 @@ pub const KSPLIT16_BELOW: usize = 128;
 /// ([`product_tiling`]).
 pub const MAX_LOADS_PER_STEP: usize = 4;
 
-/// The shape of work for an M×N product over K, `batches` times: 64x64 tiles (4x4 outputs per thread) when they
-/// give at least 256 workgroups; else, with K to spare, 32x32 (4x4 per thread) or, below [`KSPLIT16_BELOW`] such
-/// tiles, 16x16 tiles (2x2 per thread), computed by four slices of 64 threads that each take a quarter of K (short
-/// sequences and small images would otherwise leave most of a large GPU idle or run one output per thread); else
-/// the largest smaller tile that gives 256 workgroups. Tiles are no wider than the product's narrower side rounded
-/// up to 16 or 32: a matrix-vector product (one row, an LM head of 32000×768) took 0.300 ms in 64x64 tiles and
-/// 0.213 ms in 16x16 ones on an H100 (medians of five).
+/// The shape of work for an M×N product over K, `batches` times:
+/// - 128x128 tiles, 8x8 outputs per thread in runs of four read as `vec4`s (K 8 at a time), when they give at
+///   least 256 workgroups; else 64x64 tiles, 4x4 outputs per thread in one run of four a side, when those do.
+///   H200, fp32, one product alone (`scripts/gemm_micro.py`, µs; 64x64 tiles of scalar reads before): 4096³ 10,129 →
+///   64x64 `vec4` 7,044 → 128x128 4,671 (29.4 TFLOP/s; `torch.mm` 49.3 with TF32 off), 2048³ 1,304 → 924 → 611,
+///   512×896×4864 385 → 282 → 287;
+/// - else, with K to spare, 32x32 (4x4 per thread, one run of four a side) or, below [`KSPLIT16_BELOW`] such
+///   tiles, 16x16 tiles (2x2 per thread), computed by four slices of 64 threads that each take a quarter of K (short
+///   sequences and small images would otherwise leave most of a large GPU idle or run one output per thread). The
+///   32x32 tiles' runs read as `vec4`s: 128×3072×768 99.2 → 94.5 µs, 128×768×3072 64.3 → 51.8, 128×768×768
+///   32.1 → 30.2 (H200);
+/// - else the largest smaller tile that gives 256 workgroups.
 ///
-/// K goes through workgroup memory 16 at a time, except in 32x32 tiles of four slices, which step by 8 so that each
-/// thread loads at most 4 elements of A and 4 of B per step (as in every other tiling): with 8 each, SwiftShader's
-/// shader compiler (Chrome's WebGPU without a GPU) ran for minutes and grew to gigabytes until Chrome's GPU process
-/// died, while the same kernel with 4 compiled in under 3 s ([`MAX_LOADS_PER_STEP`]).
+/// Tiles are no wider than the product's narrower side rounded up to 16, 32 or 64: a matrix-vector product (one
+/// row, an LM head of 32000×768) took 0.300 ms in 64x64 tiles and 0.213 ms in 16x16 ones on an H100 (medians of
+/// five).
+///
+/// K goes through workgroup memory 16 at a time, except in 128x128 tiles and in 32x32 tiles of four slices, which
+/// step by 8 so that each thread loads at most 4 elements of A and 4 of B per step (as in every other tiling): with
+/// 8 each, SwiftShader's shader compiler (Chrome's WebGPU without a GPU) ran for minutes and grew to gigabytes until
+/// Chrome's GPU process died, while the same kernel with 4 compiled in under 3 s ([`MAX_LOADS_PER_STEP`]).
 pub fn product_tiling(m: usize, nn: usize, k: usize, batches: usize) -> ProductTiling {
     let wgs = |t: usize| nn.div_ceil(t) * m.div_ceil(t) * batches;
     // No wider tile than the product's narrow side needs: a 64-wide tile over one row multiplies 63 rows of zeros.
     let cap = match m.min(nn) {
         0..=16 => 16,
         17..=32 => 32,
-        _ => 64,
+        33..=64 => 64,
+        _ => 128,
     };
-    let (tile, slices) = if cap >= 64 && wgs(64) >= 256 {
-        (64, 1)
+    let (tile, vec, slices) = if cap >= 128 && wgs(128) >= 256 {
+        (128, 4, 1)
+    } else if cap >= 64 && wgs(64) >= 256 {
+        (64, 4, 1)
     } else if cap >= 32 && k >= 256 && wgs(32) >= KSPLIT16_BELOW {
-        (32, 4)
+        (32, 4, 4)
     } else if k >= 256 {
-        (16, 4)
+        (16, 1, 4)
     } else {
-        ([32usize, 16].into_iter().filter(|&t| t <= cap).find(|&t| wgs(t) >= 256).unwrap_or(16), 1)
+        ([32usize, 16].into_iter().filter(|&t| t <= cap).find(|&t| wgs(t) >= 256).unwrap_or(16), 1, 1)
     };
-    let tg = if slices == 4 { 8 } else { 16 };
-    let ks = if tile * 16 / (tg * tg) > MAX_LOADS_PER_STEP { 8 } else { 16 };
-    ProductTiling { tile, tg, slices, kc: k.div_ceil(slices).div_ceil(ks) * ks, ks }
+    ProductTiling::of(tile, vec, slices, k).expect("a tiling of 16 to 128 in one or four slices")
 }
 
 /// How a matrix-vector product (one row of A) lays out its work ([`gemv_tiling`]).

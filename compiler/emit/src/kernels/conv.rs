@@ -339,7 +339,7 @@ impl Emitter<'_> {
         };
         let fu = self.fused_body(group, Some(conv_out), &mut reads, &mut helpers)?;
         let bindings = bindings(&reads, &[(out, "out")]);
-        let t = self.product_tiling(group, n)?;
+        let t = self.product_tiling(group, n, k)?;
         let (gx, gy) = (p.div_ceil(t.tile), m.div_ceil(t.tile));
         let max = self.limits.max_workgroups_per_dimension as usize;
         if gx > max || gy > max || batches > max {

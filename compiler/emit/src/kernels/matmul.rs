@@ -153,7 +153,17 @@ pub(super) struct Tiling {
     /// Tile elements each thread loads per k-step (A and B each), for unrolled loops: `off` is the element's
     /// offset from the thread's first (a slice's `tg²` threads apart).
     pub(super) load_lanes: Vec<Lane>,
-    pub(super) lanes: Vec<Lane>,
+    /// A thread's outputs along a side: `off` from its first (`ly · vec`, `lx · vec`).
+    pub(super) lanes: Vec<OutLane>,
+    /// Neighbouring outputs a thread holds along a side (1 or 4), its runs of them along a side (`off` in `vec4`s
+    /// from the thread's first), and the floats of one staged k-row.
+    pub(super) vec: usize,
+    pub(super) runs: Vec<Lane>,
+    pub(super) row_len: usize,
+    /// With `vec4` reads: `vec4`s of workgroup memory, of one staged k-row, and the outputs between a thread's runs.
+    pub(super) smem_vec4s: usize,
+    pub(super) row_vec4s: usize,
+    pub(super) run_stride: usize,
     /// Threads of a slice (`tg²`); floats of a k-step's A tile (`tile · ks`) and of A's and B's (twice that).
     pub(super) slice_threads: usize,
     pub(super) step_len: usize,
@@ -176,16 +186,38 @@ impl From<wgslc_passes::ProductTiling> for Tiling {
             ks: t.ks,
             smem_len: t.smem_len(),
             load_lanes: unrolled(t.tile * t.ks / (t.tg * t.tg), t.tg * t.tg),
-            lanes: unrolled(t.tile / t.tg, t.tg),
+            lanes: (0..t.tile / t.tg)
+                .map(|i| OutLane {
+                    i,
+                    off: i % t.vec + (i / t.vec) * t.tg * t.vec,
+                    run: i / t.vec,
+                    comp: ["x", "y", "z", "w"][i % t.vec],
+                })
+                .collect(),
+            vec: t.vec,
+            runs: unrolled(t.tile / t.tg / t.vec, t.tg),
+            row_len: t.row_len(),
+            smem_vec4s: t.smem_len().div_ceil(4),
+            row_vec4s: t.row_len() / 4,
+            run_stride: t.vec * t.tg,
             slice_threads: t.tg * t.tg,
-            step_len: t.tile * t.ks,
-            steps_len: t.tile * t.ks * 2,
+            step_len: t.row_len() * t.ks,
+            steps_len: t.row_len() * t.ks * 2,
             tile_len: t.tile * t.tile,
-            rinv_at: t.slices * t.tile * t.ks,
+            rinv_at: t.slices * t.row_len() * t.ks,
             ssq_terms: t.slices * t.ks,
             slices_after: t.slices - 1,
         }
     }
+}
+
+/// One of a thread's outputs along a side of a product's tile: `off` from the thread's first, and where it is
+/// read from workgroup memory when the tiling reads `vec4`s: component `comp` of run `run`.
+pub(super) struct OutLane {
+    pub(super) i: usize,
+    pub(super) off: usize,
+    pub(super) run: usize,
+    pub(super) comp: &'static str,
 }
 
 /// An RMSNormalization folded into a product: rows of A are normalized by 1 / sqrt(Σ a² / k + eps).
@@ -218,9 +250,22 @@ impl Emitter<'_> {
         }
     }
 
-    /// The product tiling the scheduler chose for `group`.
-    pub(super) fn product_tiling(&self, group: &KernelGroup, n: NodeId) -> Result<Tiling, EmitError> {
+    /// The product tiling the scheduler chose for `group` (K = `k`), or, where `WGSLC_PRODUCT_TILING=TILE,VEC[,SLICES]`
+    /// is set (for measuring, and for the tests that run every layout), that tiling instead
+    /// ([`wgslc_passes::ProductTiling::of`]).
+    pub(super) fn product_tiling(&self, group: &KernelGroup, n: NodeId, k: usize) -> Result<Tiling, EmitError> {
         let t = group.recipe.product.ok_or_else(|| self.err(n, "a product without its tiling (a scheduler bug)"))?;
+        if let Ok(knob) = std::env::var("WGSLC_PRODUCT_TILING") {
+            let v: Vec<usize> = knob.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            let forced = match v[..] {
+                [tile, vec] => wgslc_passes::ProductTiling::of(tile, vec, 1, k),
+                [tile, vec, slices] => wgslc_passes::ProductTiling::of(tile, vec, slices, k),
+                _ => None,
+            };
+            return forced.map(Tiling::from).ok_or_else(|| {
+                self.err(n, format!("WGSLC_PRODUCT_TILING={knob:?} is not a tiling TILE,VEC[,SLICES]"))
+            });
+        }
         Ok(t.into())
     }
 
@@ -612,7 +657,7 @@ impl Emitter<'_> {
             k.grid[0] = Some(GridAxis { walks: Walks::Cols, extent: nn, tile: t.cols });
             return Ok(k);
         }
-        let t = self.product_tiling(group, n)?;
+        let t = self.product_tiling(group, n, k)?;
         let tile = t.tile;
         let gx = nn.div_ceil(t.tile);
         let gy = m.div_ceil(t.tile);
