@@ -100,9 +100,12 @@ impl ProductTiling {
 
 /// Below this many 32x32 tiles, a product with K to spare runs 16x16 tiles in four K-slices instead (2x2 outputs per
 /// thread): more workgroups for products with few output tiles (ResNet-18's late convolutions, 512 x 49 over K =
-/// 4608). Measured on an H100 (ms per inference, thresholds 0 / 64 / 128 / 256): ResNet-18 1.98 / 1.33 / 1.31 /
-/// 1.31, GPT-2 5.28 / 5.30 / 5.03 / 5.05, BERT 5.22 / 5.23 / 5.05 / 5.01.
-pub const KSPLIT16_BELOW: usize = 128;
+/// 4608). Measured on an H100 with scalar reads (ms per inference, thresholds 0 / 64 / 128 / 256): ResNet-18 1.98 /
+/// 1.33 / 1.31 / 1.31, GPT-2 5.28 / 5.30 / 5.03 / 5.05, BERT 5.22 / 5.23 / 5.05 / 5.01. Once the 32x32 tiles read
+/// runs of four as `vec4`s, 96 of them beat the 16x16 ones (H200, µs: 128×3072×768 94.5 against 122.3,
+/// 128×768×768 30.2 against 37.7) and 28 did not (32×4864×896 142.5 against 94.4): 128 → 64 took GPT-2 4.27 →
+/// 3.97 ms, BERT 4.32 → 3.92, Llama 3.72 → 3.41, ResNet-18 unchanged (medians of three, interleaved).
+pub const KSPLIT16_BELOW: usize = 64;
 
 /// The most elements of A (and of B) one thread loads per k-step: beyond it SwiftShader's compiler blows up
 /// ([`product_tiling`]).
