@@ -7,6 +7,7 @@ TILExVEC[xSLICES]), against `torch.mm` on the same shapes in the same run (fp32,
 call, median):
 
     python3 scripts/gemm_micro.py --wgslc .bin/wgslc [--shapes 4096x4096x4096,128x3072x768] [--tilings default,64x4,128x4,32x4x4]
+        [--forms kn,nk,rms]
 
 Shapes are MxKxN. Prints one JSON line a shape: µs and TFLOP/s for each tiling and for torch.mm. Each wgslc
 output is checked against numpy (float64) first; a tiling whose result is off reports the error instead of a time.
@@ -19,18 +20,34 @@ from onnx import TensorProto as T, helper, numpy_helper
 SHAPES = "4096x4096x4096,2048x2048x2048,128x3072x768,128x768x3072,128x768x768,32x896x4864,32x4864x896,512x896x4864"
 
 
-def model(path, m, k, n):
+def model(path, m, k, n, form="kn"):
+    """form: `kn` MatMul(x, W[K, N]); `nk` Gemm(x, W[N, K], transB=1), a Linear's weight as exporters write it;
+    `rms` MatMul(RMSNorm(x) · gamma, W[K, N]), the norm as Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul
+    (folded into the product, as in a decoder's prefill)."""
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((k, n)) * 0.02).astype(np.float32)
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", T.FLOAT, [m, k])],
-                          [helper.make_tensor_value_info("y", T.FLOAT, [m, n])],
-                          initializer=[numpy_helper.from_array(w, "w")])
+    inits = [numpy_helper.from_array(w.T.copy() if form == "nk" else w, "w")]
+    if form == "nk":
+        nodes = [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)]
+    elif form == "rms":
+        c = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.float32), name)
+        nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
+                 helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+                 helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
+                 helper.make_node("Reciprocal", ["rms"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["xn"]),
+                 helper.make_node("Mul", ["xn", "gamma"], ["xg"]), helper.make_node("MatMul", ["xg", "w"], ["y"])]
+        inits += [c("two", 2.0), c("eps", 1e-6), c("gamma", np.ones(k))]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [m, k])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [m, n])], initializer=inits)
     mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     mo.ir_version = 8
     onnx.save(mo, path, save_as_external_data=True, location=os.path.basename(path) + ".data")
     x = rng.standard_normal((m, k)).astype(np.float32)
     np.save(path + ".x.npy", x)
+    if form == "rms":
+        x = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6)
     return x, w
 
 
@@ -62,23 +79,24 @@ def main():
     ap.add_argument("--tilings", default="default,64x1,64x4,128x4")
     ap.add_argument("--iterations", default="50")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--forms", default="kn", help="kn, nk (Gemm transB=1) and/or rms (see model())")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    for shape in a.shapes.split(","):
+    for shape, form in [(s, f) for s in a.shapes.split(",") for f in a.forms.split(",")]:
         m, k, n = map(int, shape.split("x"))
         flop = 2.0 * m * k * n
-        path = os.path.join(a.out, f"{shape}.onnx")
-        x, w = model(path, m, k, n)
+        path = os.path.join(a.out, f"{shape}_{form}.onnx")
+        x, w = model(path, m, k, n, form)
         want = x.astype(np.float64) @ w.astype(np.float64)
-        row = {"shape": shape}
-        if not a.no_torch:
+        row = {"shape": shape, "form": form}
+        if not a.no_torch and form == a.forms.split(",")[0]:
             us = torch_mm_us(m, k, n)
             row["torch_mm"] = {"us": round(us, 1), "tflops": round(flop / us / 1e6, 2)}
         for t in a.tilings.split(","):
             env = dict(os.environ)
             if t != "default":
                 env["WGSLC_PRODUCT_TILING"] = t.replace("x", ",")
-            art = os.path.join(a.out, f"{shape}_{t}")
+            art = os.path.join(a.out, f"{shape}_{form}_{t}")
             subprocess.run(["rm", "-rf", art, art + "_out"], check=True)
             r = subprocess.run([a.wgslc, "compile", path, "-o", art, "--quiet"], env=env, capture_output=True, text=True)
             if r.returncode:
