@@ -12,10 +12,13 @@ call, median):
 Shapes are MxKxN. Prints one JSON line a shape: µs and TFLOP/s for each tiling and for torch.mm. Each wgslc
 output is checked against numpy (float64) first; a tiling whose result is off reports the error instead of a time.
 """
-import argparse, json, os, subprocess
+import argparse, json, os, subprocess, sys
 import numpy as np
 import onnx
 from onnx import TensorProto as T, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemv_micro import rms_product  # noqa: E402
 
 SHAPES = "4096x4096x4096,2048x2048x2048,128x3072x768,128x768x3072,128x768x768,32x896x4864,32x4864x896,512x896x4864"
 
@@ -30,13 +33,8 @@ def model(path, m, k, n, form="kn"):
     if form == "nk":
         nodes = [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)]
     elif form == "rms":
-        c = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.float32), name)
-        nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
-                 helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
-                 helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
-                 helper.make_node("Reciprocal", ["rms"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["xn"]),
-                 helper.make_node("Mul", ["xn", "gamma"], ["xg"]), helper.make_node("MatMul", ["xg", "w"], ["y"])]
-        inits += [c("two", 2.0), c("eps", 1e-6), c("gamma", np.ones(k))]
+        nodes, consts = rms_product(np.ones(k))
+        inits += consts
     else:
         nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [m, k])],

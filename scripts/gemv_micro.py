@@ -21,18 +21,24 @@ SHAPES = {"gateup": (896, 9728, False), "down": (4864, 896, True), "qkv": (896, 
           "oproj": (896, 896, False), "head": (896, 151936, False), "head_norm": (896, 151936, "rms")}
 
 
+def rms_product(gamma):
+    """MatMul(RMSNorm(x) · gamma, w) as exporters write the norm (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul):
+    its nodes and constants."""
+    c = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.float32), name)
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+             helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
+             helper.make_node("Reciprocal", ["rms"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["xn"]),
+             helper.make_node("Mul", ["xn", "gamma"], ["xg"]), helper.make_node("MatMul", ["xg", "w"], ["y"])]
+    return nodes, [c("two", 2.0), c("eps", 1e-6), c("gamma", gamma)]
+
+
 def model(path, k, n, glu):
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((k, n)) * 0.02).astype(np.float32)
     if glu == "rms":
-        c = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.float32), name)
-        nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
-                 helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
-                 helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
-                 helper.make_node("Reciprocal", ["rms"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["xn"]),
-                 helper.make_node("Mul", ["xn", "gamma"], ["xg"]), helper.make_node("MatMul", ["xg", "w"], ["y"])]
+        nodes, consts = rms_product(1.0 + 0.1 * rng.standard_normal(k))
         ins = [helper.make_tensor_value_info("x", T.FLOAT, [1, k])]
-        consts = [c("two", 2.0), c("eps", 1e-6), c("gamma", 1.0 + 0.1 * rng.standard_normal(k))]
     elif glu:
         nodes = [helper.make_node("Sigmoid", ["g"], ["sg"]), helper.make_node("Mul", ["g", "sg"], ["silu"]),
                  helper.make_node("Mul", ["silu", "u"], ["x"]), helper.make_node("MatMul", ["x", "w"], ["y"])]
