@@ -26,11 +26,28 @@ SHAPES = "4096x4096x4096,2048x2048x2048,128x3072x768,128x768x3072,128x768x768,32
 def model(path, m, k, n, form="kn"):
     """form: `kn` MatMul(x, W[K, N]); `nk` Gemm(x, W[N, K], transB=1), a Linear's weight as exporters write it;
     `rms` MatMul(RMSNorm(x) · gamma, W[K, N]), the norm as Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul
-    (folded into the product, as in a decoder's prefill)."""
+    (folded into the product, as in a decoder's prefill); `splitS` (S a divisor of K) the product as S products
+    over K / S each, batched ([S, M, K/S] a view of x, the weight stored [S, K/S, N]), summed by Split and Adds
+    (one elementwise kernel): split-K across workgroups written as a graph, to measure what it would give."""
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((k, n)) * 0.02).astype(np.float32)
     inits = [numpy_helper.from_array(w.T.copy() if form == "nk" else w, "w")]
-    if form == "nk":
+    if form.startswith("split"):
+        sp = int(form[5:])
+        inits = [numpy_helper.from_array(w.reshape(sp, k // sp, n), "w"),
+                 numpy_helper.from_array(np.array([m, sp, k // sp], np.int64), "xs"),
+                 ]
+        nodes = [helper.make_node("Reshape", ["x", "xs"], ["x3"]),
+                 helper.make_node("Transpose", ["x3"], ["xt"], perm=[1, 0, 2]),
+                 helper.make_node("MatMul", ["xt", "w"], ["p"]),
+                 helper.make_node("Split", ["p"], [f"p{i}" for i in range(sp)], axis=0, num_outputs=sp)]
+        acc = "p0"
+        for i in range(1, sp):
+            nodes.append(helper.make_node("Add", [acc, f"p{i}"], [f"s{i}"]))
+            acc = f"s{i}"
+        inits.append(numpy_helper.from_array(np.array([m, n], np.int64), "ys"))
+        nodes.append(helper.make_node("Reshape", [acc, "ys"], ["y"]))
+    elif form == "nk":
         nodes = [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)]
     elif form == "rms":
         nodes, consts = rms_product(np.ones(k))
@@ -39,7 +56,7 @@ def model(path, m, k, n, form="kn"):
         nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [m, k])],
                           [helper.make_tensor_value_info("y", T.FLOAT, [m, n])], initializer=inits)
-    mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     mo.ir_version = 8
     onnx.save(mo, path, save_as_external_data=True, location=os.path.basename(path) + ".data")
     x = rng.standard_normal((m, k)).astype(np.float32)

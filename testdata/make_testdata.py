@@ -734,6 +734,30 @@ def ops():
               [init("w", rand(256, 512))]),
         [rand(256, 256)],
     )
+    # Few output tiles over a long K: the product is split along K across workgroups (`split_k`: S parts, a
+    # batched product, then one elementwise kernel summing the parts with the epilogue). A 3-D A with a bias and
+    # a residual Add (S 4); Gemm with transB and C, K = 3000 (parts of 750, not a multiple of the k-step); A read
+    # through a Transpose (views composed). Weights of 0.05 at most, so that K terms sum within the
+    # suite's tolerance in any order. Own generator: the cases after these keep their data.
+    sk = np.random.default_rng(34)
+    cases["matmul_split_k_residual"] = (
+        model([helper.make_node("MatMul", ["a", "w"], ["p"]), helper.make_node("Add", ["p", "bias"], ["q"]),
+               helper.make_node("Add", ["q", "r"], ["y"])],
+              [vi("a", F, [1, 40, 2048]), vi("r", F, [1, 40, 48])], [vi("y", F, None)],
+              [init("w", rand(2048, 48, rng=sk) * 0.05), init("bias", rand(48, rng=sk))]),
+        [rand(1, 40, 2048, rng=sk), rand(1, 40, 48, rng=sk)],
+    )
+    cases["gemm_split_k_trans_b"] = (
+        model([helper.make_node("Gemm", ["a", "w", "c"], ["y"], transB=1)],
+              [vi("a", F, [24, 3000])], [vi("y", F, None)],
+              [init("w", rand(20, 3000, rng=sk) * 0.05), init("c", rand(20, rng=sk))]),
+        [rand(24, 3000, rng=sk)],
+    )
+    cases["matmul_split_k_transposed_a"] = (
+        model([helper.make_node("Transpose", ["x"], ["a"], perm=[1, 0]), helper.make_node("MatMul", ["a", "w"], ["y"])],
+              [vi("x", F, [2048, 36])], [vi("y", F, None)], [init("w", rand(2048, 40, rng=sk) * 0.05)]),
+        [rand(2048, 36, rng=sk)],
+    )
     # A ResNet shortcut projection: the strided 1x1 Conv of the block input is summed into the second 3x3 Conv's
     # kernel (one product over both K ranges), then ReLU.
     cases["conv_shortcut_projection"] = (

@@ -52,7 +52,7 @@ enum Cmd {
         #[arg(long = "no-reuse")]
         no_reuse: bool,
         /// Activation memory the planner may spend, as a multiple of the lower bound, so that kernels bind their
-        /// inputs read-only (two sets of arenas; faster on NVIDIA GPUs). Default 1.10; 2 or more always allows it.
+        /// inputs read-only (two sets of arenas; faster on NVIDIA GPUs). Default 1.25; 2 or more always allows it.
         #[arg(long = "memory-budget", value_name = "RATIO")]
         memory_budget: Option<f64>,
         /// Whether Q·Kᵀ → softmax → ·V becomes one attention kernel with an online softmax (the default) or three

@@ -421,7 +421,7 @@ fn dump_after_reaches_schedule_and_memory() {
     assert_eq!(o.status.code(), Some(1));
     assert!(error_line(&o).contains(
         "stages: import, layout, infer, last_row, lower, dce, ranges, merge, legalize, kmajor, narrow, weights, \
-         tabulate, split, schedule, memory, emit"
+         tabulate, split, ksplit, schedule, memory, emit"
     ));
     // A decoder's position tables appear at `tabulate`, not before it.
     let decoder = common::testdata().join("decoders/qwen2_dynamo20/model.onnx");

@@ -11,6 +11,7 @@ mod dedupe;
 mod eval;
 mod expand;
 mod infer;
+mod ksplit;
 mod lower;
 mod memory;
 mod narrow;
@@ -28,6 +29,7 @@ pub use decoder::{
 };
 pub use dedupe::{dedupe_constants, dedupe_nodes};
 pub use infer::infer_shapes;
+pub use ksplit::{k_splits, split_k, KSPLIT_BELOW_WORKGROUPS, KSPLIT_MIN_K};
 pub use lower::{
     alias_root, eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, kmajor_weights, legalize,
     lower_batchnorm, materialize_outputs, merge_sibling_matmuls, storage_of, storage_root, stored_bytes, Storage,

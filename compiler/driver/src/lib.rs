@@ -103,7 +103,7 @@ pub struct CompileOptions {
     /// `--no-reuse`: one buffer per intermediate instead of the liveness-based plan.
     pub no_reuse: bool,
     /// `--memory-budget RATIO`: how much activation memory, as a multiple of the lower bound, the planner may spend
-    /// so that kernels bind their inputs read-only (faster on NVIDIA GPUs). `None`: 1.10.
+    /// so that kernels bind their inputs read-only (faster on NVIDIA GPUs). `None`: 1.25.
     pub memory_budget: Option<f64>,
     /// `--attention fused|unfused`: whether Q·Kᵀ → softmax → ·V becomes one kernel (the default).
     pub attention: wgslc_passes::AttentionMode,

@@ -1,7 +1,7 @@
 //! The pipeline as one table of named stages: the import (with `--kv-cache`'s decoder rewrite), the proof of the
 //! decoder's cache layout, every graph pass of `wgslc_passes` (each a stage of its own), the ranged dims'
-//! masks, narrow weights, the decoder's position tables, the split of large weights, and the schedule, memory
-//! plan and emission. `--dump-after` reaches every one of them; a compile runs them all, then (with ranged dims)
+//! masks, narrow weights, the decoder's position tables, the split of large weights, the products split along K,
+//! and the schedule, memory plan and emission. `--dump-after` reaches every one of them; a compile runs them all, then (with ranged dims)
 //! the probes' kernels, from which the workgroup counts that follow a dim are read.
 
 use crate::ranged::{check_ranges, grid_scales, probe_dims, RangedCompile};
@@ -30,6 +30,8 @@ enum Step {
     Tabulate,
     /// Weights larger than one binding, in blocks their readers address.
     Split,
+    /// Products with a long K and few output tiles split across workgroups (when fusing, at fixed shapes).
+    KSplit,
     Schedule,
     Memory,
     Emit,
@@ -48,6 +50,7 @@ fn table() -> Vec<(&'static str, Step)> {
         ("weights", Step::Weights),
         ("tabulate", Step::Tabulate),
         ("split", Step::Split),
+        ("ksplit", Step::KSplit),
         ("schedule", Step::Schedule),
         ("memory", Step::Memory),
         ("emit", Step::Emit),
@@ -154,6 +157,13 @@ impl<'a> Run<'a> {
                 let bindings = limits.max_storage_buffers_per_shader_stage as usize;
                 wgslc_passes::split_weights(&mut self.g, limits.max_storage_buffer_binding_size, bindings)?;
                 wgslc_passes::verify(&self.g, wgslc_passes::Stage::Legalized)?;
+            }
+            Step::KSplit => {
+                // A ranged dim's probes must tile as the graph at its max, so ranged graphs keep their products.
+                if !opts.no_fuse && opts.ranges.is_empty() {
+                    wgslc_passes::split_k(&mut self.g)?;
+                    wgslc_passes::verify(&self.g, wgslc_passes::Stage::Legalized)?;
+                }
             }
             Step::Schedule => {
                 progress.stage("schedule");

@@ -200,3 +200,58 @@ fn scalar_constants_cost_no_binding() {
     let s = schedule(&g, &FuseOptions::default()).unwrap();
     assert_eq!(s.kernels.len(), 1, "{:?}", s.kernels);
 }
+
+/// A product with few output tiles over a long K runs as parts of K summed by one more kernel (`split_k`): a
+/// 32-token prefill's down projection in 8 parts, its bias and residual Add in the kernel that sums the parts;
+/// products that fill the GPU, or whose K is short, stay whole.
+#[test]
+fn long_products_with_few_tiles_split_k_across_workgroups() {
+    // (rows, N, K) → parts, from the measured shapes in `k_splits`' doc.
+    for ((m, nn, k), parts) in [
+        ((32, 896, 4864), 8),
+        ((128, 768, 3072), 4),
+        ((512, 896, 4864), 1),
+        ((128, 768, 768), 1),
+        ((32, 4864, 896), 1),
+        ((1, 896, 4864), 1),
+        ((4096, 4096, 4096), 1),
+        ((40, 48, 1000), 1),
+    ] {
+        assert_eq!(k_splits(m, nn, k), parts, "{m}x{k}x{nn}");
+    }
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[1, 32, 4864]);
+    let r = f32_input(&mut g, "r", &[1, 32, 896]);
+    let w = g.add_const("w", Tensor::f32(vec![4864, 896], vec![0.01; 4864 * 896]));
+    let bias = g.add_const("bias", Tensor::f32(vec![896], vec![0.5; 896]));
+    let [p, q, y] = ["p", "q", "y"].map(|n| g.add_value(n, None));
+    g.add_node("down", Op::MatMul, vec![Some(x), Some(w)], vec![p]).unwrap();
+    g.add_node("bias", Op::Binary(BinaryOp::Add), vec![Some(p), Some(bias)], vec![q]).unwrap();
+    g.add_node("residual", Op::Binary(BinaryOp::Add), vec![Some(q), Some(r)], vec![y]).unwrap();
+    g.outputs.push(y);
+    run_pipeline(&mut g, None).unwrap();
+    split_k(&mut g).unwrap();
+    verify(&g, Stage::Legalized).unwrap();
+    let products: Vec<_> = g.node_ids().filter(|&n| g.node(n).op == Op::MatMul).collect();
+    assert_eq!(products.len(), 1);
+    assert_eq!(g.ty(g.node(products[0]).outputs[0]).shape, [8, 32, 896]);
+    // The product's value is now the last of the parts' sums; its readers are unchanged.
+    assert_eq!(g.node(g.value(p).producer.unwrap()).op, Op::Binary(BinaryOp::Add));
+    assert_eq!(g.ty(p).shape, [1, 32, 896]);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert_eq!(sched.kernels.len(), 2);
+    assert_eq!(sched.kernels[0].anchor, Some(products[0]));
+    let sums = &sched.kernels[1];
+    assert_eq!(sums.last(), g.value(y).producer.unwrap(), "the epilogue is in the kernel that sums the parts");
+    // The same product over K = 896 (a gate projection's) stays whole.
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[32, 896]);
+    let w = g.add_const("w", Tensor::f32(vec![896, 4864], vec![0.01; 896 * 4864]));
+    let y = g.add_value("y", None);
+    g.add_node("gate", Op::MatMul, vec![Some(x), Some(w)], vec![y]).unwrap();
+    g.outputs.push(y);
+    run_pipeline(&mut g, None).unwrap();
+    let before = g.num_nodes();
+    split_k(&mut g).unwrap();
+    assert_eq!(g.num_nodes(), before);
+}
