@@ -71,6 +71,12 @@ fn product_tilings_match_onnxruntime() {
         }
         eprintln!("{tiling}: {} cases", cases.len());
     }
+    // A knob that names no tiling is refused (every field a number), never read as another.
+    for bad in ["128,x,4", "7,4", "64"] {
+        std::env::set_var("WGSLC_PRODUCT_TILING", bad);
+        let e = compile_run(&cases[0].0, &cases[0].1).expect_err(bad);
+        assert!(e.contains("is not a tiling TILE,VEC[,SLICES]"), "{bad}: {e}");
+    }
     std::env::remove_var("WGSLC_PRODUCT_TILING");
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
 }

@@ -256,7 +256,9 @@ impl Emitter<'_> {
     pub(super) fn product_tiling(&self, group: &KernelGroup, n: NodeId, k: usize) -> Result<Tiling, EmitError> {
         let t = group.recipe.product.ok_or_else(|| self.err(n, "a product without its tiling (a scheduler bug)"))?;
         if let Ok(knob) = std::env::var("WGSLC_PRODUCT_TILING") {
-            let v: Vec<usize> = knob.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            // Every field a number: `128,x,4` is refused, not read as `128,4`.
+            let v: Vec<usize> =
+                knob.split(',').map(|x| x.trim().parse().ok()).collect::<Option<_>>().unwrap_or_default();
             let forced = match v[..] {
                 [tile, vec] => wgslc_passes::ProductTiling::of(tile, vec, 1, k),
                 [tile, vec, slices] => wgslc_passes::ProductTiling::of(tile, vec, slices, k),
