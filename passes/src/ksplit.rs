@@ -37,7 +37,7 @@ pub fn k_splits(m: usize, nn: usize, k: usize) -> usize {
 /// of Adds (plus Gemm's C) that writes the product's output value, so its readers and epilogue are unchanged.
 ///
 /// Requires: a legalized graph, after narrow weights (a weight stored narrow is read by its product only: such
-/// products are left whole). Establishes: every product it rewrites computes the same sums of the same terms,
+/// products are left whole, as are products whose A is an RMSNormalization they alone read). Establishes: every product it rewrites computes the same sums of the same terms,
 /// grouped by part of K; f32 operands only; nothing else changes. Run only on graphs compiled at fixed shapes
 /// (a ranged dim's probes must tile like the graph at its max).
 pub fn split_k(g: &mut Graph) -> Result<(), PassError> {
@@ -81,6 +81,13 @@ fn plan(g: &Graph, n: NodeId) -> Option<Split> {
         return None;
     }
     if [a, b].iter().any(|&v| narrow_of(g, stored_root(g, v)).is_some()) {
+        return None;
+    }
+    // An RMSNormalization read by this product alone is computed inside it (the scheduler's `Fold::RmsNorm`);
+    // a view between them would give the norm a kernel of its own besides the parts' sum. Such products stay
+    // whole (the split's gain there is unmeasured).
+    let rms_a = g.value(a).producer.is_some_and(|p| matches!(g.node(p).op, Op::LayerNorm { rms: true, .. }));
+    if rms_a && g.consumers(a) == [n] {
         return None;
     }
     let (trans_b, bias) = match node.op {

@@ -243,6 +243,22 @@ fn long_products_with_few_tiles_split_k_across_workgroups() {
     assert_eq!(sched.kernels[0].anchor, Some(products[0]));
     let sums = &sched.kernels[1];
     assert_eq!(sums.last(), g.value(y).producer.unwrap(), "the epilogue is in the kernel that sums the parts");
+    // The same product with an RMSNormalization before it stays whole: the norm is computed in the product.
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[32, 4864]);
+    let gamma = g.add_const("gamma", Tensor::f32(vec![4864], vec![1.0; 4864]));
+    let w = g.add_const("w", Tensor::f32(vec![4864, 896], vec![0.01; 4864 * 896]));
+    let [xn, y] = ["xn", "y"].map(|n| g.add_value(n, None));
+    let norm = Op::LayerNorm { axis: -1, epsilon: 1e-6, rms: true };
+    g.add_node("norm", norm, vec![Some(x), Some(gamma)], vec![xn]).unwrap();
+    g.add_node("down", Op::MatMul, vec![Some(xn), Some(w)], vec![y]).unwrap();
+    g.outputs.push(y);
+    run_pipeline(&mut g, None).unwrap();
+    let before = g.num_nodes();
+    split_k(&mut g).unwrap();
+    assert_eq!(g.num_nodes(), before);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert!(sched.kernels.len() == 1 && sched.kernels[0].rms_norm().is_some());
     // The same product over K = 896 (a gate projection's) stays whole.
     let mut g = Graph::new();
     let x = f32_input(&mut g, "x", &[32, 896]);
