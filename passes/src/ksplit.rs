@@ -1,6 +1,7 @@
 //! Products with a long K and few output tiles, computed as several products over parts of K, summed.
 
-use crate::{narrow_of, product_tiling, PassError};
+use crate::narrow::views_narrow_constant;
+use crate::{product_tiling, PassError};
 use wgslc_ir::{contiguous_strides, BinaryOp, Builder, DType, Graph, NodeId, Op, TensorType, ValueId};
 
 /// The least K each part of a split product keeps ([`k_splits`]).
@@ -61,18 +62,6 @@ struct Split {
     parts: usize,
 }
 
-/// The view's producers followed back to what is stored: a narrow weight is read only by its own product.
-fn stored_root(g: &Graph, mut v: ValueId) -> ValueId {
-    while let Some(p) = g.value(v).producer {
-        let node = g.node(p);
-        if !matches!(node.op, Op::Alias | Op::StridedCopy { .. }) {
-            break;
-        }
-        v = node.inputs[0].expect("view input");
-    }
-    v
-}
-
 fn plan(g: &Graph, n: NodeId) -> Option<Split> {
     let node = g.node(n);
     let (a, b) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
@@ -80,7 +69,7 @@ fn plan(g: &Graph, n: NodeId) -> Option<Split> {
     if [at, bt, ot].iter().any(|t| t.dtype != DType::F32) || bt.rank() != 2 || at.rank() < 2 {
         return None;
     }
-    if [a, b].iter().any(|&v| narrow_of(g, stored_root(g, v)).is_some()) {
+    if [a, b].iter().any(|&v| views_narrow_constant(g, v)) {
         return None;
     }
     // An RMSNormalization read by this product alone is computed inside it (the scheduler's `Fold::RmsNorm`);
