@@ -79,7 +79,15 @@ if ((cfg.onnx ?? []).length) {
   const limits = ["maxBufferSize", "maxStorageBufferBindingSize", "maxComputeWorkgroupStorageSize",
     "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX", "maxStorageBuffersPerShaderStage"];
   const requiredLimits = Object.fromEntries(limits.map((l) => [l, adapter.limits[l]]));
-  ort.env.webgpu.device = await adapter.requestDevice({ requiredFeatures: features, requiredLimits });
+  const device = await adapter.requestDevice({ requiredFeatures: features, requiredLimits });
+  // onnxruntime-web's threaded wasm writes from views of a SharedArrayBuffer, which dawn.node refuses ("Invalid
+  // argument"): hand it a copy (a browser takes either).
+  const queue = Object.getPrototypeOf(device.queue);
+  const writeBuffer = queue.writeBuffer;
+  queue.writeBuffer = function (buffer, offset, data, ...rest) {
+    return writeBuffer.call(this, buffer, offset, data?.buffer instanceof SharedArrayBuffer ? data.slice() : data, ...rest);
+  };
+  ort.env.webgpu.device = device;
   emit({ adapter: adapter.info?.description ?? "", features });
   for (const o of cfg.onnx) {
     const t = performance.now();

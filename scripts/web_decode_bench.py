@@ -12,6 +12,10 @@ the same prompt with
   onnxruntime-webgpu's library) on the same model: scripts/ort_genai_decode.py says what STACK holds.
 
     python3 scripts/web_decode_bench.py --wgslc BIN --stack DIR [--ort-genai STACK] [--model BUILDER_DIR] [--layers 24]
+        [--target cpu]
+
+On a machine without a GPU, Chrome's CPU adapter (SwiftShader) serves every runtime here: VK_ICD_FILENAMES=
+/usr/lib/chromium/vk_swiftshader_icd.json (Debian's chromium ships it) makes Dawn and wgpu find it.
 
 DIR holds `node` (a Node 20 binary), `webgpu/` (the npm package: index.js, dist/linux-x64/dawn.node) and `ort/`
 (onnxruntime-web's dist: ort.webgpu.mjs, ort-wasm-simd-threaded.asyncify.mjs and .asyncify.wasm). The GPU machine has no
@@ -69,6 +73,8 @@ def main():
     ap.add_argument("--chunk", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--node-timeout", type=int, default=300, help="seconds for each Node process")
+    ap.add_argument("--target", default="gpu", choices=["gpu", "cpu"],
+                    help="wgslc compile --target (cpu: a CPU adapter, SwiftShader through VK_ICD_FILENAMES)")
     ap.add_argument("--ort-genai", help="a directory with onnxruntime_genai/ and onnxruntime-webgpu's library")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -100,7 +106,7 @@ def measure(a, model, prompt):
     os.makedirs(root)
     art = os.path.join(root, "art")
     r = subprocess.run([a.wgslc, "--quiet", "compile", os.path.join(model, "model.onnx"), "-o", art, "--kv-cache",
-                        str(a.capacity), "--prefill-chunk", str(a.chunk)], capture_output=True, text=True)
+                        str(a.capacity), "--prefill-chunk", str(a.chunk), "--target", a.target], capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"{name}: compile failed: {r.stderr[-2000:]}")
     lines = []

@@ -14,7 +14,7 @@ pub mod npy;
 
 pub use wgslc_artifact as artifact;
 pub use wgslc_driver::{
-    compile, dump_after, import, stages, CompileError, CompileOptions, DimRange, KvCache, Progress, Summary,
+    compile, dump_after, import, stages, CompileError, CompileOptions, DimRange, KvCache, Progress, Summary, Target,
     WeightFormat,
 };
 pub use wgslc_emit::Limits;

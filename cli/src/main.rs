@@ -64,6 +64,12 @@ enum Cmd {
         /// where the projection has at most 64 channels. `unfused` keeps a kernel per convolution, for comparison.
         #[arg(long = "inverted-residual", value_enum, default_value_t = Mode::Fused)]
         inverted_residual: Mode,
+        /// The kind of adapter to shape the kernels for: `gpu` (the default) or `cpu`, a CPU implementation of
+        /// WebGPU or Vulkan (SwiftShader, which Chrome uses without a usable GPU; Mesa's lavapipe): few workgroups,
+        /// matrix-vector products without barriers in their sums, weights in their stored layout, no product split
+        /// along K, and inverted-residual blocks a kernel per convolution. The artifact runs on any adapter either way.
+        #[arg(long = "target", value_enum, default_value_t = TargetKind::Gpu)]
+        target: TargetKind,
         /// Compile a decoder for generation with a KV cache of MAX tokens (prompt plus generated) held on the GPU:
         /// a one-token decode step and a prefill step, replayed by `wgslc generate`. The model's inputs must be
         /// input_ids, attention_mask, position_ids (cache_position optional) and past_key_values.N.key/value,
@@ -195,6 +201,13 @@ enum Weights {
     Q4,
 }
 
+/// `--target`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum TargetKind {
+    Gpu,
+    Cpu,
+}
+
 /// Whether a fusion is applied (`--attention`, `--inverted-residual`).
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum Mode {
@@ -272,6 +285,7 @@ fn real_main() -> Result<()> {
             memory_budget,
             attention,
             inverted_residual,
+            target,
             kv_cache,
             prefill_chunk,
             state,
@@ -311,6 +325,10 @@ fn real_main() -> Result<()> {
                 memory_budget,
                 attention,
                 inverted_residual,
+                target: match target {
+                    TargetKind::Gpu => wgslc_passes::Target::Gpu,
+                    TargetKind::Cpu => wgslc_passes::Target::Cpu,
+                },
                 weights,
                 weight_block: Some(block),
                 ..Default::default()

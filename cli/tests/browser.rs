@@ -130,14 +130,22 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
     let testdata = common::testdata();
     // One decoder also with bindings too small for its embedding table, LM head and gate/up weight: their blocks
     // are read by one kernel each (GatherBlocks, Fold::Blocks), which Tint must take too.
-    let mut variants: Vec<(String, Option<u64>)> = names.iter().map(|n| (n.clone(), None)).collect();
+    let gpu = wgslc::Target::Gpu;
+    let mut variants: Vec<(String, Option<u64>, wgslc::Target)> =
+        names.iter().map(|n| (n.clone(), None, gpu)).collect();
     if names.iter().any(|n| n == "decoders/qwen2_dynamo20") {
-        variants.push(("decoders/qwen2_dynamo20".into(), Some(40000)));
+        variants.push(("decoders/qwen2_dynamo20".into(), Some(40000), gpu));
     }
-    for (name, binding) in variants.into_iter().filter(|(n, _)| n.contains(&only)) {
-        let id = match binding {
-            None => name.replace('/', "__"),
-            Some(_) => format!("{}_blocks", name.replace('/', "__")),
+    // Two compiled for a CPU adapter (`--target cpu`): its matrix-vector layouts (a thread per output's K, K-major
+    // or not) and unfused attention, over f32 and 4-bit weights, which Tint must take too.
+    for name in ["decoders/llama_dynamo20", "genai/qwen2_int4_webgpu"] {
+        variants.push((name.into(), None, wgslc::Target::Cpu));
+    }
+    for (name, binding, target) in variants.into_iter().filter(|(n, _, _)| n.contains(&only)) {
+        let id = match (binding, target) {
+            (Some(_), _) => format!("{}_blocks", name.replace('/', "__")),
+            (None, wgslc::Target::Cpu) => format!("{}_cpu", name.replace('/', "__")),
+            (None, wgslc::Target::Gpu) => name.replace('/', "__"),
         };
         let dir = root.path().join("cases").join(&id);
         let kv_cache = Some(wgslc::KvCache { capacity: 46, chunk: 4, state: vec![], fixed: Default::default() });
@@ -145,7 +153,7 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
             None => wgslc::Limits::default(),
             Some(b) => wgslc::Limits { max_storage_buffer_binding_size: b, ..Default::default() },
         };
-        let opts = wgslc::CompileOptions { kv_cache, limits, ..Default::default() };
+        let opts = wgslc::CompileOptions { kv_cache, limits, target, ..Default::default() };
         let pt2 = testdata.join(&name).join("model.pt2");
         let model = if pt2.exists() { pt2 } else { testdata.join(&name).join("model.onnx") };
         if let Err(e) = wgslc::compile(&model, &dir, &opts) {

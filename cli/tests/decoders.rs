@@ -73,9 +73,14 @@ fn npy(path: &Path) -> HostTensor {
 }
 
 fn compile(name: &str, capacity: usize, chunk: usize) -> (tempfile::TempDir, Session) {
+    compile_for(name, capacity, chunk, wgslc::Target::Gpu)
+}
+
+fn compile_for(name: &str, capacity: usize, chunk: usize, target: wgslc::Target) -> (tempfile::TempDir, Session) {
     let out = tempfile::tempdir().unwrap();
     let opts = wgslc::CompileOptions {
         kv_cache: Some(wgslc::KvCache { capacity, chunk, state: vec![], fixed: Default::default() }),
+        target,
         ..Default::default()
     };
     wgslc::compile(&model_of(&case(name)), out.path(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -128,11 +133,64 @@ fn a_decode_step_that_cannot_write_in_place_copies_its_rows() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Decoders compiled for a CPU adapter (`--target cpu`: matrix-vector products whose sums over K stay in at most
+/// 4 threads, attention unfused, weights in their stored layout) generate the reference tokens too: torch's,
+/// transformers' and onnxruntime's (fp32, float16 and 4-bit weights; ONNX's Attention op; GroupQueryAttention).
+#[test]
+fn decoders_compiled_for_a_cpu_give_the_same_tokens() {
+    let names = [
+        "llama_dynamo20",
+        "qwen2_torchscript17",
+        "qwen2_dynamo20_fp16",
+        "qwen2_dynamo20_q4",
+        "qwen2_hf_dynamo23",
+        "genai/llama_fp32_webgpu",
+        "genai/qwen2_int4_webgpu",
+    ];
+    let mut failures = Vec::new();
+    for name in names {
+        failures.extend(greedy_failures_for(name, wgslc::Target::Cpu));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The layouts `--target cpu` gives a decoder's one-row products: every plain matrix-vector kernel keeps each
+/// output's sum in at most 4 threads (the GPU layouts split it across 32 to 256), and no weight is stored K-major.
+#[test]
+fn a_cpu_target_keeps_matrix_vector_sums_in_few_threads() {
+    let splits = |target| {
+        let (dir, session) = compile_for("llama_dynamo20", 46, 4, target);
+        let mut splits = Vec::new();
+        for e in std::fs::read_dir(dir.path().join("kernels")).unwrap() {
+            let w = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            if !w.contains("// Matrix-vector product (one row of A)") {
+                continue;
+            }
+            // "// G groups of L lanes; …": K-major lanes split each output's K, row-major groups do.
+            let line = w.lines().find(|l| l.contains(" groups of ") && l.contains(" lanes;")).unwrap();
+            let n: Vec<usize> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
+            splits.push(if w.contains("(K-major)") { n[1] } else { n[0] });
+        }
+        let kmajor = session.plan().weights.iter().any(|w| w.name.ends_with(".kmajor"));
+        (splits, kmajor)
+    };
+    let (cpu, cpu_kmajor) = splits(wgslc::Target::Cpu);
+    let (gpu, gpu_kmajor) = splits(wgslc::Target::Gpu);
+    assert!(cpu.len() >= 4 && cpu.iter().all(|&s| s <= 4), "CPU: each sum over K in {cpu:?} threads");
+    assert!(gpu.iter().any(|&s| s >= 32), "GPU: each sum over K in {gpu:?} threads");
+    assert!(gpu_kmajor && !cpu_kmajor, "K-major weights: GPU {gpu_kmajor}, CPU {cpu_kmajor}");
+}
+
 /// Where a case's greedy generation differs from its tokens (prompts 0 and 1, 16 steps a submit and one, and
 /// stopping at an end-of-sequence token); `decode_steps` is asserted.
 fn greedy_failures(name: &str) -> Vec<String> {
+    greedy_failures_for(name, wgslc::Target::Gpu)
+}
+
+/// [`greedy_failures`] of the case compiled for `target`.
+fn greedy_failures_for(name: &str, target: wgslc::Target) -> Vec<String> {
     let mut failures = Vec::new();
-    let (_dir, session) = compile(name, 46, 4);
+    let (_dir, session) = compile_for(name, 46, 4, target);
     for k in 0..2 {
         let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));
         let want = ids(&npy(&case(name).join(format!("tokens_{k}.npy"))));

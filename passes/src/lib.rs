@@ -48,10 +48,10 @@ pub use schedule::{
     input_view, mm_batch_refinement, packed_gemv_tiling, product_tiling, read_spec, refined_strides, scalar_literal,
     scalar_op_data_slot, schedule, store_permutation, verify_schedule, AnchorKind, AttentionMode, AttentionTail,
     AttentionTiling, Boundary, ExpandTile, Fold, FoldKind, FoldedConv, FuseOptions, GemvTiling, InvertedResidualMode,
-    KernelGroup, PackedGemvTiling, ProductTiling, Readers, Recipe, Schedule, StorePlacement, ATTENTION_MAX_DK,
-    ATTENTION_MAX_DV, ATTENTION_ROW_MAX_DK, ATTENTION_ROW_MAX_KEYS, DEPTHWISE_MAX_CHANNELS, EXPAND_MAX_RECOMPUTE,
-    EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP, PROJECT_MAX_CHANNELS,
-    PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
+    KernelGroup, PackedGemvTiling, ProductTiling, Readers, Recipe, Schedule, StorePlacement, Target, ATTENTION_MAX_DK,
+    ATTENTION_MAX_DV, ATTENTION_ROW_MAX_DK, ATTENTION_ROW_MAX_KEYS, CPU_GEMV_MACS_PER_WORKGROUP, CPU_GEMV_WORKGROUPS,
+    DEPTHWISE_MAX_CHANNELS, EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, KSPLIT16_BELOW,
+    MAX_LOADS_PER_STEP, PROJECT_MAX_CHANNELS, PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
 };
 pub use split::split_weights;
 pub use tabulate::tabulate_bounded_input;
@@ -131,6 +131,8 @@ pub struct GraphPass {
     pub about: &'static str,
     /// Whether it runs under `--no-fuse` (rewrites that only serve fusion do not, so one kernel stays per source op).
     pub without_fusion: bool,
+    /// Whether it runs for [`Target::Cpu`] (rewrites that only shape work for a GPU do not).
+    pub on_cpu: bool,
     pub run: fn(&mut Graph) -> Result<(), PassError>,
     pub establishes: Stage,
 }
@@ -141,6 +143,7 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
         name: "infer",
         about: "types, resolved ops, folded constants (shape subgraphs disappear here)",
         without_fusion: true,
+        on_cpu: true,
         run: infer_shapes,
         establishes: Stage::Inferred,
     },
@@ -149,6 +152,7 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
         about: "a prefill step's LM head over its last real token only (the row generation reads), where its \
                 logits are a 2-D product over the chunk's rows",
         without_fusion: true,
+        on_cpu: true,
         run: prefill_head_on_last_row,
         establishes: Stage::Inferred,
     },
@@ -156,6 +160,7 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
         name: "lower",
         about: "compile-time rewrites into fewer kernel kinds: BatchNormalization → scale and shift",
         without_fusion: true,
+        on_cpu: true,
         run: lower_batchnorm,
         establishes: Stage::Inferred,
     },
@@ -163,6 +168,7 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
         name: "dce",
         about: "nodes no output depends on removed",
         without_fusion: true,
+        on_cpu: true,
         run: |g| {
             eliminate_dead_code(g);
             Ok(())
@@ -177,6 +183,7 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
                 rotary's Concat(Neg(slice), slice) → RotateHalf; a long ArgMax row (a vocabulary) → ArgChunks → \
                 ArgMerge",
         without_fusion: false,
+        on_cpu: true,
         run: |g| {
             dedupe_nodes(g)?;
             merge_sibling_matmuls(g)?;
@@ -194,6 +201,7 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
         about: "storage types (int64 → i32, bool → u32), outputs that own their buffers, identical constants \
                 stored once",
         without_fusion: true,
+        on_cpu: true,
         run: |g| {
             legalize(g)?;
             materialize_outputs(g)?;
@@ -208,6 +216,7 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
                 down and output projections), read through a transposing view; identical constants stored once \
                 (a small tied LM head transposed back is its embedding table)",
         without_fusion: false,
+        on_cpu: false,
         run: |g| {
             kmajor_weights(g)?;
             dedupe_constants(g);
@@ -220,6 +229,7 @@ pub const GRAPH_PASSES: &[GraphPass] = &[
         about: "float16/bfloat16 and block-quantized weights kept narrow where every reader decodes them, \
                 float32 elsewhere",
         without_fusion: true,
+        on_cpu: true,
         run: legalize_narrow_weights,
         establishes: Stage::Legalized,
     },
@@ -231,19 +241,20 @@ pub fn pass_names() -> Vec<&'static str> {
 }
 
 /// Runs the graph passes after `start_after` (all of them when `None`), up to and including `stop_after`, verifying
-/// after each; passes that only serve fusion are skipped when `fuse` is false.
+/// after each; passes that only serve fusion are skipped when `opts.fuse` is false, and those that only shape work
+/// for a GPU when `opts.target` is [`Target::Cpu`].
 pub fn run_passes(
     g: &mut Graph,
     start_after: Option<&str>,
     stop_after: Option<&str>,
-    fuse: bool,
+    opts: &FuseOptions,
 ) -> Result<(), PassError> {
     let first = start_after.map_or(0, |s| GRAPH_PASSES.iter().position(|p| p.name == s).map_or(0, |i| i + 1));
     if first == 0 {
         verify(g, Stage::Imported)?;
     }
     for pass in &GRAPH_PASSES[first..] {
-        if fuse || pass.without_fusion {
+        if (opts.fuse || pass.without_fusion) && (opts.target == Target::Gpu || pass.on_cpu) {
             (pass.run)(g)?;
             verify(g, pass.establishes)?;
         }
@@ -262,7 +273,7 @@ pub fn run_pipeline(g: &mut Graph, stop_after: Option<&str>) -> Result<(), PassE
 /// [`run_pipeline`], with the passes that only serve fusion (`merge`) skipped when `fuse` is false, so
 /// `--no-fuse` keeps one kernel per source op.
 pub fn run_pipeline_with(g: &mut Graph, stop_after: Option<&str>, fuse: bool) -> Result<(), PassError> {
-    run_passes(g, None, stop_after, fuse)
+    run_passes(g, None, stop_after, &FuseOptions { fuse, ..FuseOptions::default() })
 }
 
 #[cfg(test)]

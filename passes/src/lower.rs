@@ -637,7 +637,7 @@ pub fn stored_bytes(g: &Graph, v: ValueId) -> u64 {
 /// (through a `StridedCopy` of the transposed constant); only 2-D f32 constants whose readers are all MatMuls
 /// reading them as B, one of them a one-row product that gets more workgroups K-major, are transposed.
 pub fn kmajor_weights(g: &mut Graph) -> Result<(), PassError> {
-    use crate::{gemv_tiling, GEMV_WORKGROUPS};
+    use crate::{gemv_tiling, Target, GEMV_WORKGROUPS};
     let mut chosen = Vec::new();
     for v in g.value_ids() {
         let Some(t) = g.const_data(v) else { continue };
@@ -657,8 +657,8 @@ pub fn kmajor_weights(g: &mut Graph) -> Result<(), PassError> {
             let a = g.ty(g.node(r).inputs[0].expect("A"));
             a.rank() >= 1 && a.shape[..a.rank() - 1].iter().product::<usize>() == 1
         });
-        let row_major = gemv_tiling(n, k, 1, false, n % 4 == 0);
-        let k_major = gemv_tiling(n, k, 1, true, false);
+        let row_major = gemv_tiling(n, k, 1, false, n % 4 == 0, Target::Gpu);
+        let k_major = gemv_tiling(n, k, 1, true, false, Target::Gpu);
         let wgs = |t: crate::GemvTiling| n.div_ceil(t.cols);
         if one_row && wgs(row_major) < GEMV_WORKGROUPS && wgs(k_major) > wgs(row_major) {
             chosen.push(v);

@@ -218,9 +218,12 @@ pub fn run_suite(suite: &str) {
     assert!(!cases.is_empty(), "no cases in testdata/{suite}");
     let mut failures = Vec::new();
     for case in &cases {
-        // Fused (the default) and one kernel per op must both reproduce the reference; unfused graphs are where
+        // Fused (the default), one kernel per op and the CPU target must all reproduce the reference; unfused graphs are where
         // most elementwise kernels write in place. (A buffer per value is compared bitwise in tests/cli.rs.)
         let unfused = wgslc::CompileOptions { no_fuse: true, ..case.opts.clone() };
+        // And shaped for a CPU adapter (`--target cpu`): its matrix-vector layouts, attention unfused, weights in
+        // their stored layout.
+        let cpu = wgslc::CompileOptions { target: wgslc::Target::Cpu, ..case.opts.clone() };
         let run = |opts: &wgslc::CompileOptions, what: &str| {
             compile_and_run(case, opts)
                 .and_then(|got| compare(&got, &case.expected, case.rtol, case.atol))
@@ -228,6 +231,7 @@ pub fn run_suite(suite: &str) {
         };
         let r = run(&case.opts, "")
             .and_then(|()| run(&unfused, "--no-fuse: "))
+            .and_then(|()| run(&cpu, "--target cpu: "))
             .and_then(|()| case.also.as_ref().map_or(Ok(()), |o| run(o, "--inverted-residual unfused: ")));
         match r {
             Ok(()) => eprintln!("ok   {suite}/{}", case.name),

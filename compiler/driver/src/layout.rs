@@ -77,7 +77,7 @@ pub(crate) fn prove(
             lg.inputs.push(v);
         }
     }
-    wgslc_passes::run_passes(&mut lg, None, Some("infer"), !opts.no_fuse)?;
+    wgslc_passes::run_passes(&mut lg, None, Some("infer"), &opts.fuse_options())?;
     let input = |g: &Graph, name: &str| g.inputs.iter().copied().find(|&v| g.value(v).name == name);
     let in_place = layout.steps.iter().any(|s| s.cache_row.is_some());
     let cache_rows = if in_place { layout.rows + 1 } else { layout.rows };
@@ -111,7 +111,7 @@ pub(crate) fn prove(
                 }
             }
             let mut rg = source.import_opaque(&io, OPAQUE_ELEMENTS)?;
-            wgslc_passes::run_passes(&mut rg, None, Some("infer"), !opts.no_fuse)?;
+            wgslc_passes::run_passes(&mut rg, None, Some("infer"), &opts.fuse_options())?;
             let positions: Vec<f64> = (p.past..total).map(|x| x as f64).collect();
             let mut given = Vec::new();
             let give = |g: &Graph, given: &mut Vec<(ValueId, Tensor)>, name: &str, vals: Vec<f64>| {

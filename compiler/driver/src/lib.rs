@@ -28,7 +28,7 @@ use ranged::ranges_section;
 pub use ranged::RangedCompile;
 use wgslc_passes::CacheLayout;
 pub use wgslc_passes::KvCache;
-pub use wgslc_passes::{DimRange, WeightChange, WeightFormat};
+pub use wgslc_passes::{DimRange, Target, WeightChange, WeightFormat};
 
 /// Everything that can stop a compile, by layer.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +121,10 @@ pub struct CompileOptions {
     pub weights: WeightFormat,
     /// `--block N`: elements per quantization block along K for `--weights q8|q4` (`None`: 32).
     pub weight_block: Option<usize>,
+    /// `--target gpu|cpu`: what kind of adapter the kernels are shaped for (`wgslc_passes::Target`); `Cpu`
+    /// also keeps attention and inverted-residual blocks a kernel per op (`attention` and `inverted_residual` are
+    /// then not read).
+    pub target: wgslc_passes::Target,
     /// Told each stage's name as it starts.
     pub progress: Progress,
 }
@@ -130,8 +134,15 @@ impl CompileOptions {
         wgslc_passes::FuseOptions {
             fuse: !self.no_fuse,
             max_storage_buffers: self.limits.max_storage_buffers_per_shader_stage as usize,
-            attention: self.attention,
-            inverted_residual: self.inverted_residual,
+            attention: match self.target {
+                wgslc_passes::Target::Gpu => self.attention,
+                wgslc_passes::Target::Cpu => wgslc_passes::AttentionMode::Unfused,
+            },
+            inverted_residual: match self.target {
+                wgslc_passes::Target::Gpu => self.inverted_residual,
+                wgslc_passes::Target::Cpu => wgslc_passes::InvertedResidualMode::Unfused,
+            },
+            target: self.target,
             ..Default::default()
         }
     }

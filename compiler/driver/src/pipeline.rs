@@ -123,7 +123,7 @@ impl<'a> Run<'a> {
                 if self.last_pass.is_none() {
                     progress.stage("graph passes");
                 }
-                wgslc_passes::run_passes(&mut self.g, self.last_pass, Some(name), !opts.no_fuse)?;
+                wgslc_passes::run_passes(&mut self.g, self.last_pass, Some(name), &opts.fuse_options())?;
                 self.last_pass = Some(name);
             }
             Step::Ranges => {
@@ -160,7 +160,8 @@ impl<'a> Run<'a> {
             }
             Step::KSplit => {
                 // A ranged dim's probes must tile as the graph at its max, so ranged graphs keep their products.
-                if !opts.no_fuse && opts.ranges.is_empty() {
+                // A CPU runs a few workgroups at a time: the split only adds the parts' sums.
+                if !opts.no_fuse && opts.ranges.is_empty() && opts.target == wgslc_passes::Target::Gpu {
                     wgslc_passes::split_k(&mut self.g)?;
                     wgslc_passes::verify(&self.g, wgslc_passes::Stage::Legalized)?;
                 }

@@ -31,7 +31,7 @@ pub(crate) fn probe_dims(
             p.dims.insert(n.to_string(), b);
         }
         let (mut pg, _) = import_model(model, &p, crate::CacheLayout::Window).map_err(|e| e.to_string())?;
-        wgslc_passes::run_passes(&mut pg, None, Some(at), !opts.no_fuse).map_err(|e| e.to_string())?;
+        wgslc_passes::run_passes(&mut pg, None, Some(at), &opts.fuse_options()).map_err(|e| e.to_string())?;
         Ok(pg)
     };
     let ranges = &opts.ranges;

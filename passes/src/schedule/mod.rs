@@ -49,8 +49,9 @@ pub use reads::{
 pub use recipe::{
     anchor_kind, attention_tiling, concat_placement, expand_tile, gemv_tiling, packed_gemv_tiling, product_tiling,
     store_permutation, AttentionTiling, ExpandTile, GemvTiling, PackedGemvTiling, ProductTiling, Recipe,
-    StorePlacement, EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP,
-    PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
+    StorePlacement, Target, CPU_GEMV_MACS_PER_WORKGROUP, CPU_GEMV_WORKGROUPS, EXPAND_MAX_RECOMPUTE,
+    EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP, PROJECT_MAX_PER_THREAD,
+    WORKGROUP_FLOATS,
 };
 pub use rules::depthwise::{DEPTHWISE_MAX_CHANNELS, PROJECT_MAX_CHANNELS};
 pub use verify::verify_schedule;
@@ -91,6 +92,8 @@ pub struct Schedule {
     /// kernel of their own, in no group.
     pub concats: HashSet<NodeId>,
     pub boundaries: Vec<Boundary>,
+    /// What the kernels are shaped for ([`FuseOptions::target`]); the emitter lays out their work for it.
+    pub target: Target,
 }
 
 #[derive(Clone, Debug)]
@@ -106,6 +109,8 @@ pub struct FuseOptions {
     /// Whether a 1x1 expansion is computed inside the depthwise convolution that reads it, and a whole expansion →
     /// depthwise → projection block in one kernel (`fuse_expand`).
     pub inverted_residual: InvertedResidualMode,
+    /// What the kernels are shaped for (`--target`).
+    pub target: Target,
 }
 
 impl Default for FuseOptions {
@@ -116,6 +121,7 @@ impl Default for FuseOptions {
             max_storage_buffers: 8,
             attention: AttentionMode::Fused,
             inverted_residual: InvertedResidualMode::Fused,
+            target: Target::Gpu,
         }
     }
 }
@@ -163,7 +169,7 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
         g,
         opts,
         readers: &readers,
-        sched: Schedule::default(),
+        sched: Schedule { target: opts.target, ..Schedule::default() },
         group_of: HashMap::new(),
         reasons: HashMap::new(),
     };

@@ -176,6 +176,24 @@ pub struct GemvTiling {
 /// coalescing width for more of them.
 pub const GEMV_WORKGROUPS: usize = 264;
 
+/// What kind of adapter the kernels are shaped for (`--target`).
+///
+/// - `Gpu` (the default): many workgroups of 256 threads that cooperate through workgroup memory and barriers, as
+///   a GPU's SMs hide latency with them.
+/// - `Cpu`: a CPU implementation of WebGPU or Vulkan (SwiftShader, what Chrome gives a machine without a usable
+///   GPU; Mesa's lavapipe). Such a driver runs a workgroup on one core, its invocations a few SIMD lanes at a time,
+///   and a barrier switches every group of lanes in and out (coroutines), so a barrier costs far more than a read
+///   and a few workgroups fill the machine. Matrix-vector products keep each output's sum over K in one thread
+///   ([`gemv_tiling`]), B stays in its stored layout (no K-major copy), no product is split along K across
+///   workgroups, and inverted-residual blocks stay a kernel per convolution (their recomputed borders cost a CPU
+///   their full price).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Target {
+    #[default]
+    Gpu,
+    Cpu,
+}
+
 /// The layout of a one-row product over `nn` outputs and K = `k`, `batches` times, reading B in its layout: a
 /// memory-bound kernel, so everything is about reading B once, coalesced, with enough workgroups in flight.
 /// K-major B (an LM head tied to its embedding table, Gemm's transB): as few lanes per output as keep whole
@@ -185,8 +203,11 @@ pub const GEMV_WORKGROUPS: usize = 264;
 /// sector) that gives enough workgroups, the rest of the 256 threads splitting K. With `vec4` (B's rows and
 /// offset in whole `vec4`s) each lane reads four neighbouring outputs at once, down to two lanes (the 32-byte
 /// sector): a down projection (896 outputs over K = 4864) then keeps four times the bytes in flight.
-pub fn gemv_tiling(nn: usize, k: usize, batches: usize, kmajor: bool, vec4: bool) -> GemvTiling {
+pub fn gemv_tiling(nn: usize, k: usize, batches: usize, kmajor: bool, vec4: bool, target: Target) -> GemvTiling {
     let wgs = |cols: usize| nn.div_ceil(cols) * batches;
+    if target == Target::Cpu {
+        return cpu_gemv_tiling(nn, k, batches, kmajor, vec4);
+    }
     if kmajor {
         let max_lanes = k.next_power_of_two().clamp(32, 256);
         let lanes = [32usize, 64, 128, 256]
@@ -201,6 +222,40 @@ pub fn gemv_tiling(nn: usize, k: usize, batches: usize, kmajor: bool, vec4: bool
         let lanes = widths.iter().copied().find(|&l| wgs(l * vec) >= GEMV_WORKGROUPS).unwrap_or(narrowest);
         GemvTiling { kmajor, lanes, groups: 256 / lanes, cols: lanes * vec, vec }
     }
+}
+
+/// The most workgroups a matrix-vector product aims for on [`Target::Cpu`]: a CPU driver runs one workgroup per
+/// core, and each workgroup costs a fixed price for its 256 invocations whatever their work.
+pub const CPU_GEMV_WORKGROUPS: usize = 8;
+
+/// Multiply-adds that pay for a workgroup of their own on [`Target::Cpu`].
+pub const CPU_GEMV_MACS_PER_WORKGROUP: usize = 1 << 19;
+
+/// [`gemv_tiling`] for [`Target::Cpu`]: each output's sum over K in as few threads as give the product one
+/// workgroup per [`CPU_GEMV_MACS_PER_WORKGROUP`] multiply-adds (at most [`CPU_GEMV_WORKGROUPS`]), and never more
+/// than 4 (their partial sums meet after the one barrier every layout has; 8 or more added workgroups of idle
+/// invocations, and a reduction tree). Row-major B: the 256 threads own 256/groups neighbouring outputs (four each
+/// with `vec4`), the groups splitting K; K-major B: 256/lanes outputs, their lanes splitting K.
+///
+/// Measured on SwiftShader and lavapipe (2 cores; `wgslc bench`, ms, GPU layout against this): one-row products of
+/// K × N = 4864 × 896 81.3 / 16.9 → 10.4 / 12.6–14.6, 896 × 1152 43.5 / 3.85 → 3.9 / 0.84–1.8, 128 × 512 32.6 / 2.19
+/// → 0.6–1.2 / 0.14–0.25; the tiny testdata Llama's decode step on SwiftShader through wgslc.js 4.5 → 44 tok/s.
+/// 8 groups a workgroup lost (the Llama 44 → 29 tok/s).
+fn cpu_gemv_tiling(nn: usize, k: usize, batches: usize, kmajor: bool, vec4: bool) -> GemvTiling {
+    const MAX_SPLIT: usize = 4;
+    let goal = (nn * k * batches / CPU_GEMV_MACS_PER_WORKGROUP).clamp(1, CPU_GEMV_WORKGROUPS);
+    let wgs = |cols: usize| nn.div_ceil(cols) * batches;
+    let split = |cols_of: &dyn Fn(usize) -> usize| {
+        [1usize, 2, 4].into_iter().find(|&s| wgs(cols_of(s)) >= goal).unwrap_or(MAX_SPLIT)
+    };
+    if kmajor {
+        let lanes = split(&|l| 256 / l);
+        return GemvTiling { kmajor, lanes, groups: 256 / lanes, cols: 256 / lanes, vec: 1 };
+    }
+    let vec = if vec4 { 4 } else { 1 };
+    let groups = split(&|g| 256 / g * vec);
+    let lanes = 256 / groups;
+    GemvTiling { kmajor, lanes, groups, cols: lanes * vec, vec }
 }
 
 /// How a one-row product over a narrow K-major B lays out its work ([`packed_gemv_tiling`]).

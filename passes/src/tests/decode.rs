@@ -58,7 +58,7 @@ fn gemv_tilings_fill_the_gpu_with_coalesced_reads() {
         ((10, 64, true, false), (64, 4)),       // lanes never exceed K (rounded up)
     ];
     for ((nn, k, kmajor, vec4), (lanes, cols)) in cases {
-        let t = gemv_tiling(nn, k, 1, kmajor, vec4);
+        let t = gemv_tiling(nn, k, 1, kmajor, vec4, Target::Gpu);
         assert_eq!((t.lanes, t.cols), (lanes, cols), "{nn} outputs over K = {k}: {t:?}");
         assert_eq!(t.lanes * t.groups, 256);
         let run_bytes = if kmajor { t.lanes * 4 } else { t.lanes * t.vec * 4 };
@@ -66,6 +66,29 @@ fn gemv_tilings_fill_the_gpu_with_coalesced_reads() {
         if nn.div_ceil(t.cols) < GEMV_WORKGROUPS {
             assert!(if kmajor { t.cols == 1 || t.lanes >= k } else { t.lanes * 4 * t.vec == 32 }, "{t:?}");
         }
+    }
+}
+
+/// On a CPU adapter ([`Target::Cpu`]) a one-row product's sums over K stay in at most 4 threads each (one barrier,
+/// no reduction tree), and small products take one workgroup (a CPU pays for every workgroup's 256 invocations):
+/// a workgroup per `CPU_GEMV_MACS_PER_WORKGROUP` multiply-adds, at most `CPU_GEMV_WORKGROUPS`.
+#[test]
+fn cpu_gemv_tilings_keep_each_sum_in_few_threads() {
+    let cases = [
+        // (outputs, K, K-major, vec4) → (lanes, groups, outputs per workgroup)
+        ((512, 64, false, true), (256, 1, 1024)), // the tiny testdata Llama's gate/up: one workgroup
+        ((64, 128, false, true), (256, 1, 1024)), // its down projection
+        ((1152, 896, false, true), (256, 1, 1024)), // Q, K and V of a 0.5B model: 2 MMACs, 2 workgroups
+        ((896, 4864, false, true), (64, 4, 256)), // its down projection: 8 wanted, 4 at the most groups
+        ((9728, 896, false, true), (256, 1, 1024)), // its gate and up: 10 workgroups at one group
+        ((256, 64, true, false), (1, 256, 256)),  // K-major: each thread walks its output's K alone
+        ((151_936, 896, true, false), (1, 256, 256)), // a tied LM head
+    ];
+    for ((nn, k, kmajor, vec4), (lanes, groups, cols)) in cases {
+        let t = gemv_tiling(nn, k, 1, kmajor, vec4, Target::Cpu);
+        assert_eq!((t.lanes, t.groups, t.cols), (lanes, groups, cols), "{nn} outputs over K = {k}: {t:?}");
+        assert_eq!(t.lanes * t.groups, 256);
+        assert!(if kmajor { t.lanes } else { t.groups } <= 4, "{t:?}");
     }
 }
 
@@ -443,7 +466,7 @@ fn probes_evaluate_attention_biases_and_the_positions_the_network_reads() {
     let r = v(&mut g, "r", DType::F32, &[1, 4]);
     g.add_node("rot", Op::Binary(BinaryOp::Mul), vec![Some(p), Some(pf)], vec![r]).unwrap();
     g.outputs.push(r);
-    run_passes(&mut g, None, Some("infer"), true).unwrap();
+    run_passes(&mut g, None, Some("infer"), &FuseOptions::default()).unwrap();
     let given = [(mask, Tensor::i64(vec![4], vec![1, 1, 0, 1])), (pos, Tensor::i64(vec![1], vec![7]))];
     let probed = probe(&g, &given, |_| true).unwrap();
     let [sm] = &probed.softmaxes[..] else { panic!("{:?}", probed.softmaxes) };
@@ -458,7 +481,7 @@ fn probes_evaluate_attention_biases_and_the_positions_the_network_reads() {
     let e = v(&mut h, "e", DType::F32, &[1, 4]);
     h.add_node("softmax", Op::Softmax { axis: -1, legacy: false, log: false }, vec![Some(x)], vec![e]).unwrap();
     h.outputs.push(e);
-    run_passes(&mut h, None, Some("infer"), true).unwrap();
+    run_passes(&mut h, None, Some("infer"), &FuseOptions::default()).unwrap();
     let err = probe(&h, &[], |_| true).unwrap_err().to_string();
     assert!(err.contains("'softmax'") && err.contains("data other than a product"), "{err}");
 }

@@ -601,7 +601,7 @@ impl Emitter<'_> {
                 kern.grid[0] = Some(GridAxis { walks: Walks::Cols, extent: nn, tile: t.workgroup_cols() });
                 return Ok(kern);
             }
-            let t = wgslc_passes::gemv_tiling(nn, k, batches, kmajor, vec4);
+            let t = wgslc_passes::gemv_tiling(nn, k, batches, kmajor, vec4, self.sched.target);
             let gx = nn.div_ceil(t.cols);
             let max = self.limits.max_workgroups_per_dimension as usize;
             if gx > max {
