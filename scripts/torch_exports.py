@@ -8,8 +8,9 @@ For each model (by default an MLP, a CNN, nanoGPT and a GPT-2-style decoder with
 torchvision's squeezenet1_1, mobilenet_v2, shufflenet_v2_x0_5, mnasnet0_5 and resnet18, and a BERT-style encoder,
 all with random weights, since nothing is downloaded) and each exporter (TorchScript at opset 17, dynamo at
 opset 20) it writes OUT_DIR/<model>_<exporter>/ in testdata's case layout: model.onnx,
-input_<i>.npy, output_<i>.npy (onnxruntime's outputs). testdata/torch holds the default models' cases and
-bert_dynamo20 (`--models bert`). With --wgslc it also compiles and runs each case with
+input_<i>.npy, output_<i>.npy (onnxruntime's outputs). testdata/torch holds the default models' cases,
+bert_dynamo20 (`--models bert`) and bert_wide_dynamo20 (`--models bert_wide`, a long feed-forward that wgslc splits
+along K). With --wgslc it also compiles and runs each case with
 that binary and prints a table (max abs error, rtol 1e-4 / atol 1e-5 verdict). Needs torch, transformers, onnx,
 onnxscript and onnxruntime; the GPU machine has them.
 """
@@ -131,6 +132,26 @@ def bert():
     return Wrap(m)
 
 
+def bert_wide():
+    """transformers' BertModel with a feed-forward 16 times its width (one layer): at 16 tokens the output
+    projection (K = 2048, 128 outputs) has too few tiles to fill a GPU, so wgslc's `ksplit` stage splits it along K
+    (its bias and residual in the parts' sums)."""
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(vocab_size=256, hidden_size=128, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=2048, max_position_embeddings=32)
+    m = BertModel(cfg)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    return Wrap(m)
+
+
 def randomize_batchnorm(model):
     """Non-trivial BatchNorm statistics, so folding them into convolutions is tested."""
     with torch.no_grad():
@@ -162,12 +183,16 @@ def models(names):
             mask = torch.ones(1, 16, dtype=torch.long)
             mask[0, 12:] = 0
             yield name, bert(), (torch.randint(0, 1000, (1, 16)), mask)
+        elif name == "bert_wide":
+            mask = torch.ones(1, 16, dtype=torch.long)
+            mask[0, 13:] = 0
+            yield name, bert_wide(), (torch.randint(0, 256, (1, 16)), mask)
         elif name in TORCHVISION:
             import torchvision
             model = randomize_batchnorm(getattr(torchvision.models, name)(weights=None))
             yield name, model, (torch.randn(1, 3, 224, 224),)
         else:
-            raise SystemExit(f"unknown model '{name}' (known: {', '.join(DEFAULT + ['bert'] + TORCHVISION)})")
+            raise SystemExit(f"unknown model '{name}' (known: {', '.join(DEFAULT + ['bert', 'bert_wide'] + TORCHVISION)})")
 
 
 def export(model, args, path, dynamo):

@@ -30,6 +30,33 @@ fn torch_exports_match_onnxruntime() {
     common::run_suite("torch");
 }
 
+/// A real export that the `ksplit` stage rewrites: transformers' BertModel with a feed-forward of 2048 over 128
+/// (`scripts/torch_exports.py --models bert_wide`, dynamo exporter) at 16 tokens, whose output projection has too
+/// few tiles for a GPU. Compiled for a GPU it becomes one batched product of the parts and one kernel summing them
+/// with the projection's bias and the residual (the torch suite checks its outputs against onnxruntime's); for a
+/// CPU it stays whole.
+#[test]
+fn a_transformers_export_splits_its_long_product_along_k() {
+    let case = common::cases("torch").into_iter().find(|c| c.name == "bert_wide_dynamo20").expect("the case");
+    let heads = |target| {
+        let out = tempfile::tempdir().unwrap();
+        let opts = wgslc::CompileOptions { target, ..case.opts.clone() };
+        wgslc::compile(&case.model, out.path(), &opts).unwrap();
+        let mut heads = Vec::new();
+        for e in std::fs::read_dir(out.path().join("kernels")).unwrap() {
+            let w = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            heads.push(w.lines().next().unwrap_or_default().to_string());
+        }
+        heads
+    };
+    let gpu = heads(wgslc::Target::Gpu);
+    let parts = gpu.iter().filter(|h| h.contains("/ksplit/parts: MatMul(float32[4, 16, 512], float32[4, 512, 128])"));
+    assert_eq!(parts.count(), 1, "{gpu:#?}");
+    let sums = gpu.iter().find(|h| h.contains("/ksplit/sum3+")).expect("the parts' sums");
+    assert!(sums.contains("fused Add + Add + Add + Add + Add"), "the bias and residual join the sums: {sums}");
+    assert!(heads(wgslc::Target::Cpu).iter().all(|h| !h.contains("/ksplit/")), "split for a CPU");
+}
+
 /// Programs saved by `torch.export.save` (`scripts/pt2_exports.py`), compiled from the .pt2 with torch's eager
 /// outputs as the reference: torch 2.11's archives in the core ATen dialect, one in the training-IR dialect, one
 /// with a dynamic batch bound by `--dim`, and archives written by torch 2.6 and 2.8 themselves (`*_torch26`,
