@@ -55,19 +55,21 @@ enum Cmd {
         /// inputs read-only (two sets of arenas; faster on NVIDIA GPUs). Default 1.25; 2 or more always allows it.
         #[arg(long = "memory-budget", value_name = "RATIO")]
         memory_budget: Option<f64>,
-        /// Whether Q·Kᵀ → softmax → ·V becomes one attention kernel with an online softmax (the default) or three
-        /// kernels, for comparison.
-        #[arg(long = "attention", value_enum, default_value_t = Mode::Fused)]
-        attention: Mode,
-        /// Whether MobileNet-style inverted-residual blocks are fused (the default): a 1x1 expansion computed inside
-        /// the depthwise convolution that reads it, and the whole expansion → depthwise → projection as one kernel
-        /// where the projection has at most 64 channels. `unfused` keeps a kernel per convolution, for comparison.
-        #[arg(long = "inverted-residual", value_enum, default_value_t = Mode::Fused)]
-        inverted_residual: Mode,
+        /// Whether Q·Kᵀ → softmax → ·V becomes one attention kernel with an online softmax or three kernels.
+        /// Default: fused for `--target gpu`, unfused for `--target cpu`.
+        #[arg(long = "attention", value_enum)]
+        attention: Option<Mode>,
+        /// Whether MobileNet-style inverted-residual blocks are fused: a 1x1 expansion computed inside the
+        /// depthwise convolution that reads it, and the whole expansion → depthwise → projection as one kernel where
+        /// the projection has at most 64 channels. `unfused` keeps a kernel per convolution. Default: fused for
+        /// `--target gpu`, unfused for `--target cpu`.
+        #[arg(long = "inverted-residual", value_enum)]
+        inverted_residual: Option<Mode>,
         /// The kind of adapter to shape the kernels for: `gpu` (the default) or `cpu`, a CPU implementation of
         /// WebGPU or Vulkan (SwiftShader, which Chrome uses without a usable GPU; Mesa's lavapipe): few workgroups,
-        /// matrix-vector products without barriers in their sums, weights in their stored layout, no product split
-        /// along K, and inverted-residual blocks a kernel per convolution. The artifact runs on any adapter either way.
+        /// matrix-vector products whose sums over K stay in at most 4 threads, weights in their stored layout, no
+        /// product split along K, and (unless --attention or --inverted-residual say otherwise) attention and
+        /// inverted-residual blocks a kernel per op. The artifact runs on any adapter either way.
         #[arg(long = "target", value_enum, default_value_t = TargetKind::Gpu)]
         target: TargetKind,
         /// Compile a decoder for generation with a KV cache of MAX tokens (prompt plus generated) held on the GPU:
@@ -293,14 +295,14 @@ fn real_main() -> Result<()> {
             block,
             dump_after,
         } => {
-            let attention = match attention {
+            let attention = attention.map(|m| match m {
                 Mode::Fused => wgslc_passes::AttentionMode::Fused,
                 Mode::Unfused => wgslc_passes::AttentionMode::Unfused,
-            };
-            let inverted_residual = match inverted_residual {
+            });
+            let inverted_residual = inverted_residual.map(|m| match m {
                 Mode::Fused => wgslc_passes::InvertedResidualMode::Fused,
                 Mode::Unfused => wgslc_passes::InvertedResidualMode::Unfused,
-            };
+            });
             if memory_budget.is_some_and(|b| !b.is_finite() || b < 1.0) {
                 bail!("--memory-budget takes a ratio of at least 1.0");
             }

@@ -295,6 +295,28 @@ fn a_lost_device_gives_an_error_not_a_panic() {
     assert!(err.to_string().contains("device lost") || err.to_string().contains("GPU error"), "{err}");
 }
 
+/// `--target cpu` unfuses attention unless `--attention` says otherwise (the CLI, on the testdata transformer).
+#[test]
+fn a_cpu_target_unfuses_attention_unless_told() {
+    let model = common::testdata().join("models/transformer/model.onnx");
+    let attention_kernels = |extra: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("art");
+        let mut args = vec!["--quiet", "compile", model.to_str().unwrap(), "-o", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = wgslc(&args);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        std::fs::read_dir(out.join("kernels"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with("_attention.wgsl"))
+            .count()
+    };
+    assert_eq!(attention_kernels(&[]), 1);
+    assert_eq!(attention_kernels(&["--target", "cpu"]), 0);
+    assert_eq!(attention_kernels(&["--target", "cpu", "--attention", "fused"]), 1);
+    assert_eq!(attention_kernels(&["--attention", "unfused"]), 0);
+}
+
 #[test]
 fn the_attention_kernel_reproduces_the_reference() {
     // Stated rather than left to the default, so the test keeps covering the kernel if the default changes.
@@ -313,7 +335,7 @@ fn the_attention_kernel_reproduces_the_reference() {
     ];
     for model in models {
         let case = common::load_case(&common::testdata().join(model));
-        let opts = wgslc::CompileOptions { attention: wgslc_passes::AttentionMode::Fused, ..case.opts.clone() };
+        let opts = wgslc::CompileOptions { attention: Some(wgslc_passes::AttentionMode::Fused), ..case.opts.clone() };
         let dir = tempfile::tempdir().unwrap();
         let summary = wgslc::compile(&case.dir.join("model.onnx"), dir.path(), &opts).unwrap();
         assert!(
@@ -331,7 +353,7 @@ fn gqa_expansion_folds_into_the_products() {
     // strides over finer batch coordinates, fused into one attention kernel or as three kernels, never copied.
     let case = common::load_case(&common::testdata().join("ops/attention_gqa"));
     for (attention, kernels) in [(wgslc_passes::AttentionMode::Fused, 1), (wgslc_passes::AttentionMode::Unfused, 3)] {
-        let opts = wgslc::CompileOptions { attention, ..case.opts.clone() };
+        let opts = wgslc::CompileOptions { attention: Some(attention), ..case.opts.clone() };
         let dir = tempfile::tempdir().unwrap();
         let summary = wgslc::compile(&case.dir.join("model.onnx"), dir.path(), &opts).unwrap();
         let names: Vec<&str> = summary.plan.kernels.iter().map(|k| k.wgsl.as_str()).collect();

@@ -56,7 +56,7 @@ pub fn load_case(dir: &Path) -> Case {
             }
         }
         if meta.get("inverted_residual").and_then(|v| v.as_str()) == Some("unfused") {
-            let inverted_residual = wgslc_passes::InvertedResidualMode::Unfused;
+            let inverted_residual = Some(wgslc_passes::InvertedResidualMode::Unfused);
             also = Some(wgslc::CompileOptions { inverted_residual, ..opts.clone() });
         }
         // Inputs bound at compile time: `--const NAME=FILE.npy`.

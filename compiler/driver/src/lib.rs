@@ -105,11 +105,12 @@ pub struct CompileOptions {
     /// `--memory-budget RATIO`: how much activation memory, as a multiple of the lower bound, the planner may spend
     /// so that kernels bind their inputs read-only (faster on NVIDIA GPUs). `None`: 1.25.
     pub memory_budget: Option<f64>,
-    /// `--attention fused|unfused`: whether Q·Kᵀ → softmax → ·V becomes one kernel (the default).
-    pub attention: wgslc_passes::AttentionMode,
+    /// `--attention fused|unfused`: whether Q·Kᵀ → softmax → ·V becomes one kernel. `None`: the target's default
+    /// (fused for a GPU, unfused for a CPU).
+    pub attention: Option<wgslc_passes::AttentionMode>,
     /// `--inverted-residual fused|unfused`: whether MobileNet's expansion → depthwise (→ projection) chains become
-    /// one kernel each (the default).
-    pub inverted_residual: wgslc_passes::InvertedResidualMode,
+    /// one kernel each. `None`: the target's default (fused for a GPU, unfused for a CPU).
+    pub inverted_residual: Option<wgslc_passes::InvertedResidualMode>,
     /// `--force`: write into a non-empty directory that holds no artifact (its other files are still never
     /// replaced).
     pub force: bool,
@@ -121,9 +122,8 @@ pub struct CompileOptions {
     pub weights: WeightFormat,
     /// `--block N`: elements per quantization block along K for `--weights q8|q4` (`None`: 32).
     pub weight_block: Option<usize>,
-    /// `--target gpu|cpu`: what kind of adapter the kernels are shaped for (`wgslc_passes::Target`); `Cpu`
-    /// also keeps attention and inverted-residual blocks a kernel per op (`attention` and `inverted_residual` are
-    /// then not read).
+    /// `--target gpu|cpu`: what kind of adapter the kernels are shaped for (`wgslc_passes::Target`), and the
+    /// defaults of `attention` and `inverted_residual`.
     pub target: wgslc_passes::Target,
     /// Told each stage's name as it starts.
     pub progress: Progress,
@@ -134,14 +134,15 @@ impl CompileOptions {
         wgslc_passes::FuseOptions {
             fuse: !self.no_fuse,
             max_storage_buffers: self.limits.max_storage_buffers_per_shader_stage as usize,
-            attention: match self.target {
-                wgslc_passes::Target::Gpu => self.attention,
+            // A CPU pays full price for the fused kernels' barriers and recomputed borders (docs/performance.md).
+            attention: self.attention.unwrap_or(match self.target {
+                wgslc_passes::Target::Gpu => wgslc_passes::AttentionMode::Fused,
                 wgslc_passes::Target::Cpu => wgslc_passes::AttentionMode::Unfused,
-            },
-            inverted_residual: match self.target {
-                wgslc_passes::Target::Gpu => self.inverted_residual,
+            }),
+            inverted_residual: self.inverted_residual.unwrap_or(match self.target {
+                wgslc_passes::Target::Gpu => wgslc_passes::InvertedResidualMode::Fused,
                 wgslc_passes::Target::Cpu => wgslc_passes::InvertedResidualMode::Unfused,
-            },
+            }),
             target: self.target,
             ..Default::default()
         }
