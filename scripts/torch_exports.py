@@ -115,10 +115,11 @@ def gpt2():
     return Wrap(m)
 
 
-def bert():
+def bert(**config):
+    """transformers' BertModel (two layers of 128 unless `config` says otherwise), returning last_hidden_state."""
     from transformers import BertConfig, BertModel
-    cfg = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=512, max_position_embeddings=64)
+    cfg = BertConfig(**{**dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=512, max_position_embeddings=64), **config})
     m = BertModel(cfg)
 
     class Wrap(torch.nn.Module):
@@ -133,23 +134,10 @@ def bert():
 
 
 def bert_wide():
-    """transformers' BertModel with a feed-forward 16 times its width (one layer): at 16 tokens the output
-    projection (K = 2048, 128 outputs) has too few tiles to fill a GPU, so wgslc's `ksplit` stage splits it along K
-    (its bias and residual in the parts' sums)."""
-    from transformers import BertConfig, BertModel
-    cfg = BertConfig(vocab_size=256, hidden_size=128, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=2048, max_position_embeddings=32)
-    m = BertModel(cfg)
-
-    class Wrap(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids, attention_mask):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    return Wrap(m)
+    """One BERT layer with a feed-forward 16 times its width: at 16 tokens the output projection (K = 2048, 128
+    outputs) has too few tiles to fill a GPU, so wgslc's `ksplit` stage splits it along K (its bias and residual in
+    the parts' sums)."""
+    return bert(vocab_size=256, num_hidden_layers=1, intermediate_size=2048, max_position_embeddings=32)
 
 
 def randomize_batchnorm(model):
