@@ -218,8 +218,9 @@ pub fn run_suite(suite: &str) {
     assert!(!cases.is_empty(), "no cases in testdata/{suite}");
     let mut failures = Vec::new();
     for case in &cases {
-        // Fused (the default), one kernel per op and the CPU target must all reproduce the reference; unfused graphs are where
-        // most elementwise kernels write in place. (A buffer per value is compared bitwise in tests/cli.rs.)
+        // Fused (the default), one kernel per op and the CPU target must all reproduce the reference; unfused
+        // graphs are where most elementwise kernels write in place. (A buffer per value is compared bitwise in
+        // tests/cli.rs.)
         let unfused = wgslc::CompileOptions { no_fuse: true, ..case.opts.clone() };
         // And shaped for a CPU adapter (`--target cpu`): its matrix-vector layouts, attention unfused, weights in
         // their stored layout.

@@ -183,10 +183,10 @@ pub const GEMV_WORKGROUPS: usize = 264;
 /// - `Cpu`: a CPU implementation of WebGPU or Vulkan (SwiftShader, what Chrome gives a machine without a usable
 ///   GPU; Mesa's lavapipe). Such a driver runs a workgroup on one core, its invocations a few SIMD lanes at a time,
 ///   and a barrier switches every group of lanes in and out (coroutines), so a barrier costs far more than a read
-///   and a few workgroups fill the machine. Matrix-vector products keep each output's sum over K in one thread
-///   ([`gemv_tiling`]), B stays in its stored layout (no K-major copy), no product is split along K across
-///   workgroups, and inverted-residual blocks stay a kernel per convolution (their recomputed borders cost a CPU
-///   their full price).
+///   and a few workgroups fill the machine. Matrix-vector products keep each output's sum over K in at most 4
+///   threads ([`gemv_tiling`]), B stays in its stored layout (no K-major copy), no product is split along K across
+///   workgroups, and attention and inverted-residual blocks default to a kernel per op (barriers over a handful
+///   of keys, recomputed borders: a CPU pays their full price).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Target {
     #[default]
@@ -204,10 +204,10 @@ pub enum Target {
 /// offset in whole `vec4`s) each lane reads four neighbouring outputs at once, down to two lanes (the 32-byte
 /// sector): a down projection (896 outputs over K = 4864) then keeps four times the bytes in flight.
 pub fn gemv_tiling(nn: usize, k: usize, batches: usize, kmajor: bool, vec4: bool, target: Target) -> GemvTiling {
-    let wgs = |cols: usize| nn.div_ceil(cols) * batches;
     if target == Target::Cpu {
         return cpu_gemv_tiling(nn, k, batches, kmajor, vec4);
     }
+    let wgs = |cols: usize| nn.div_ceil(cols) * batches;
     if kmajor {
         let max_lanes = k.next_power_of_two().clamp(32, 256);
         let lanes = [32usize, 64, 128, 256]
