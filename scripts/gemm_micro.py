@@ -56,7 +56,8 @@ def model(path, m, k, n, form="kn"):
         nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [m, k])],
                           [helper.make_tensor_value_info("y", T.FLOAT, [m, n])], initializer=inits)
-    mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    # rms_product writes ReduceMean's axes as an attribute: opset 17 (18 made it an input; Split's num_outputs needs 18).
+    mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17 if form == "rms" else 18)])
     mo.ir_version = 8
     onnx.save(mo, path, save_as_external_data=True, location=os.path.basename(path) + ".data")
     x = rng.standard_normal((m, k)).astype(np.float32)

@@ -122,6 +122,14 @@ impl Importer<'_> {
             return self.contrib(&a, node, inputs);
         }
         let opset = self.opset;
+        if let Some((attr, since)) = moved_to_input(&node.op_type, opset).find(|(attr, _)| a.get(attr).is_some()) {
+            // Read as the older opset would, this model means something else; ignored, the op would silently
+            // change meaning (a ReduceMean over every axis instead of the last). onnxruntime rejects it too.
+            return Err(a.err(format!(
+                "attribute '{attr}' is not part of {} at opset {opset}: since opset {since} it is an input",
+                node.op_type
+            )));
+        }
         let op = match node.op_type.as_str() {
             "Constant" => return self.constant(&a, node),
             "Sample" if own => Op::Sample,
@@ -715,4 +723,22 @@ impl Importer<'_> {
             ceil_mode: a.int("ceil_mode", 0) != 0,
         })
     }
+}
+
+/// The attributes of `op` that an ONNX opset turned into inputs, with that opset, where the model's opset is at
+/// least it (so that a model carrying them is invalid, not an older form to translate).
+fn moved_to_input(op: &str, opset: i64) -> impl Iterator<Item = (&'static str, i64)> {
+    let moved: &[(&str, i64)] = match op {
+        "ReduceSum" => &[("axes", 13)],
+        "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceSumSquare" | "ReduceL1" | "ReduceL2"
+        | "ReduceLogSum" | "ReduceLogSumExp" => &[("axes", 18)],
+        "Squeeze" | "Unsqueeze" => &[("axes", 13)],
+        "Split" => &[("split", 13)],
+        "Slice" => &[("starts", 10), ("ends", 10), ("axes", 10)],
+        "Pad" => &[("pads", 11), ("value", 11)],
+        "Clip" => &[("min", 11), ("max", 11)],
+        "TopK" => &[("k", 10)],
+        _ => &[],
+    };
+    moved.iter().copied().filter(move |&(_, since)| opset >= since)
 }

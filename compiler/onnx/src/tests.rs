@@ -160,6 +160,23 @@ fn opset_variants_normalise_to_inputs() {
     assert_eq!(g.const_data(node.inputs[1].unwrap()).unwrap().to_i64(), vec![0]);
 }
 
+/// An attribute that the model's opset made an input is refused, not ignored: ReduceMean-18 with an `axes`
+/// attribute would otherwise reduce over every axis (onnxruntime rejects such a model as invalid).
+#[test]
+fn attributes_that_became_inputs_are_refused() {
+    for (op, opset, since) in [("ReduceMean", 18, 18), ("ReduceSum", 13, 13), ("Unsqueeze", 13, 13)] {
+        let mut n = node(op, &["x"], &["y"]);
+        n.attribute.push(AttributeProto { name: "axes".into(), ints: vec![0], ..Default::default() });
+        let mut m = model(vec![n], vec![input("x", &[fixed(3)])], &["y"], vec![]);
+        m.opset_import[0].version = opset;
+        let err = import(&m, &ImportOptions::default()).unwrap_err().to_string();
+        assert!(err.contains(&format!("'axes' is not part of {op} at opset {opset}: since opset {since}")), "{err}");
+        // One opset earlier the attribute is the op's own, and imports.
+        m.opset_import[0].version = opset - 1;
+        import(&m, &ImportOptions::default()).unwrap();
+    }
+}
+
 #[test]
 fn unknown_domains_and_subgraphs_are_refused() {
     let mut n = node("Relu", &["x"], &["y"]);
