@@ -193,7 +193,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             pb{{ l.i }} = load_b(b_base, col0, k_begin, k0 + {{ t.ks }}u, st + {{ l.off }}u, batch);
 {%- endfor %}
         }
-        for (var kk = 0u; kk < {{ t.ks }}u; kk = kk + 1u) {
+        // The k-step unrolled: no loop counter, and every workgroup-memory index a constant offset.
+{%- for kk in 0..t.ks %}
+        {
+            let kk = {{ kk }}u;
 {%- if t.vec > 1 %}
 {%- for r in t.runs %}
             let ar4_{{ r.i }} = smem[a_at / 4u + kk * {{ t.row_vec4s }}u + ly + {{ r.off }}u];
@@ -212,6 +215,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}{% endfor %}
 {%- endif %}
         }
+{%- endfor %}
         workgroupBarrier();
     }
 {%- if let Some(r) = rms %}

@@ -4,7 +4,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use wgslc::runtime::{Gpu, HostTensor, Session};
+use std::sync::Arc;
+use wgslc::runtime::{Gpu, HostTensor, Session, ShaderChecks};
 
 #[derive(Parser)]
 #[command(name = "wgslc", version, about = "Compile ONNX models to fused WGSL and replay them on WebGPU")]
@@ -12,6 +13,11 @@ struct Cli {
     /// No progress display and no informational lines on stderr (errors still go there).
     #[arg(long, global = true)]
     quiet: bool,
+    /// Load artifacts with wgpu's runtime checks on their kernels (index clamps, loop bounds), as for untrusted
+    /// shaders: for artifacts you did not compile. Off by default: wgslc's kernels need neither, and they cost
+    /// products up to 25 %.
+    #[arg(long, global = true)]
+    shader_checks: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -257,9 +263,9 @@ fn spinner(quiet: bool, msg: &str) -> indicatif::ProgressBar {
 }
 
 /// Loads an artifact behind a spinner.
-fn load(dir: &Path, quiet: bool) -> Result<Session> {
+fn load(dir: &Path, quiet: bool, gpu: Arc<Gpu>) -> Result<Session> {
     let pb = spinner(quiet, &format!("loading {}", dir.display()));
-    let r = Session::load(dir).with_context(|| format!("loading '{}'", dir.display()));
+    let r = Session::load_with(dir, gpu).with_context(|| format!("loading '{}'", dir.display()));
     pb.finish_and_clear();
     r
 }
@@ -267,6 +273,8 @@ fn load(dir: &Path, quiet: bool) -> Result<Session> {
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
     let quiet = cli.quiet;
+    let checks = if cli.shader_checks { ShaderChecks::Checked } else { ShaderChecks::Trusted };
+    let gpu = || Gpu::with_shader_checks(checks);
     // Informational lines on stderr, which --quiet silences.
     let info = |line: String| {
         if !quiet {
@@ -405,7 +413,7 @@ fn real_main() -> Result<()> {
             }
         }
         Cmd::Run { dir, inputs, out } => {
-            let session = load(&dir, quiet)?;
+            let session = load(&dir, quiet, gpu()?)?;
             info(format!("wgslc: running on {}", session.gpu().describe()));
             let tensors = load_inputs(&session, &inputs, false)?;
             let outputs = session.run(&tensors)?;
@@ -442,7 +450,7 @@ fn real_main() -> Result<()> {
                 TensorData::I32(v) => v.into_iter().map(i64::from).collect(),
                 _ => bail!("--input-ids: expected int64 or int32 token ids"),
             };
-            let session = load(&dir, quiet)?;
+            let session = load(&dir, quiet, gpu()?)?;
             info(format!("wgslc: generating on {}", session.gpu().describe()));
             let opts = GenerateOptions {
                 max_new_tokens: max_new_tokens as usize,
@@ -505,11 +513,7 @@ fn real_main() -> Result<()> {
             }
         }
         Cmd::Bench { dir, inputs, iterations, warmup, profile, step, decode, prompt, tokens, steps_per_submit } => {
-            let gpu = Gpu::new()?;
-            let pb = spinner(quiet, &format!("loading {}", dir.display()));
-            let session = Session::load_with(&dir, gpu).with_context(|| format!("loading '{}'", dir.display()));
-            pb.finish_and_clear();
-            let mut session = session?;
+            let mut session = load(&dir, quiet, gpu()?)?;
             if decode {
                 let runs = iterations.min(5) as usize;
                 return bench_decode(

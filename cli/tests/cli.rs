@@ -295,6 +295,43 @@ fn a_lost_device_gives_an_error_not_a_panic() {
     assert!(err.to_string().contains("device lost") || err.to_string().contains("GPU error"), "{err}");
 }
 
+/// The kernels compute the same bits whether wgpu adds its runtime checks (index clamps, loop bounds) or not
+/// (`ShaderChecks::Trusted`, the default, which every other test runs): the compiler's indices stay in bounds and
+/// its loops end, so the checks never fire. The library on the testdata transformer (products, attention,
+/// normalizations), and `--shader-checks` on the command line.
+#[test]
+fn kernels_give_the_same_bits_with_and_without_wgpus_shader_checks() {
+    use wgslc::runtime::{Gpu, Session, ShaderChecks};
+    let case = common::load_case(&common::testdata().join("models/transformer"));
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("art");
+    wgslc::compile(&case.dir.join("model.onnx"), &art, &case.opts).unwrap();
+    let outputs = |checks| {
+        let gpu = Gpu::with_shader_checks(checks).unwrap();
+        assert_eq!(gpu.shader_checks(), checks);
+        let out = Session::load_with(&art, gpu).unwrap().run(&case.inputs).unwrap();
+        common::compare(&out, &case.expected, case.rtol, case.atol).unwrap();
+        out
+    };
+    assert_eq!(ShaderChecks::default(), ShaderChecks::Trusted);
+    let (trusted, checked) = (outputs(ShaderChecks::Trusted), outputs(ShaderChecks::Checked));
+    for (t, c) in trusted.iter().zip(&checked) {
+        assert_eq!(t.data, c.data);
+    }
+
+    let out = dir.path().join("out");
+    let mut args = vec!["--shader-checks", "run", art.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    let inputs: Vec<String> =
+        (0..case.inputs.len()).map(|i| case.dir.join(format!("input_{i}.npy")).display().to_string()).collect();
+    for i in &inputs {
+        args.extend(["--input", i.as_str()]);
+    }
+    let o = wgslc(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = wgslc::npy::read(&out.join("output_0.npy")).unwrap();
+    assert_eq!(got.data, checked[0].data);
+}
+
 /// `--target cpu` unfuses attention unless `--attention` says otherwise (the CLI, on the testdata transformer).
 #[test]
 fn a_cpu_target_unfuses_attention_unless_told() {

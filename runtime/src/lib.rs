@@ -42,6 +42,7 @@ pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
+    shader_checks: ShaderChecks,
     lost: Arc<Mutex<Option<String>>>,
     /// wgpu's error scopes are a per-device stack: scoped sections must not interleave across threads.
     scope_lock: Mutex<()>,
@@ -60,9 +61,33 @@ pub struct Profile {
     pub kernels: Vec<(String, f64)>,
 }
 
+/// What wgpu adds to an artifact's kernels when it compiles them for the driver.
+///
+/// wgpu guards every shader it is given as if it were untrusted: each index into a workgroup or private array is
+/// clamped to the array (a `min` before every workgroup-memory read, which also keeps the driver from folding
+/// constant offsets into the load), and every loop carries a counter that breaks out after 2⁶⁴ iterations. A
+/// wgslc artifact's kernels need neither: the compiler sizes every array for the indices it emits, and every loop
+/// it emits ends (a constant, a dim the runtime checked, or a digit count bounds it). On an H200 the checks cost a 4096³ product 16 % and a forward pass up to
+/// 25 % (docs/performance.md). Buffer accesses are bounded by the driver's robust buffer access either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShaderChecks {
+    /// The kernels as the compiler wrote them (the default): for artifacts wgslc compiled, which are code in the way
+    /// a native library is. Load an artifact from elsewhere with `Checked`.
+    #[default]
+    Trusted,
+    /// wgpu's index clamps and loop bounds, as for any untrusted shader.
+    Checked,
+}
+
 impl Gpu {
-    /// Opens the first high-performance adapter (respecting `WGPU_BACKEND`), with the adapter's real limits.
+    /// Opens the first high-performance adapter (respecting `WGPU_BACKEND`), with the adapter's real limits;
+    /// artifacts loaded on it run their kernels as compiled ([`ShaderChecks::Trusted`]).
     pub fn new() -> Result<Arc<Gpu>, RuntimeError> {
+        Gpu::with_shader_checks(ShaderChecks::default())
+    }
+
+    /// [`Gpu::new`], with the given checks on every kernel loaded on it.
+    pub fn with_shader_checks(shader_checks: ShaderChecks) -> Result<Arc<Gpu>, RuntimeError> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         // Read here: wgpu-types' own `from_env` reads nothing unless its "std" feature is on.
         desc.backends = std::env::var("WGPU_BACKEND")
@@ -91,7 +116,12 @@ impl Gpu {
         device.set_device_lost_callback(move |reason, msg| {
             *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
         });
-        Ok(Arc::new(Gpu { device, queue, info, lost, scope_lock: Mutex::new(()) }))
+        Ok(Arc::new(Gpu { device, queue, info, shader_checks, lost, scope_lock: Mutex::new(()) }))
+    }
+
+    /// What wgpu adds to the kernels of artifacts loaded on this device.
+    pub fn shader_checks(&self) -> ShaderChecks {
+        self.shader_checks
     }
 
     /// "name (backend, driver)": which adapter runs the kernels.
@@ -276,10 +306,19 @@ impl Session {
         let mut bind_groups = Vec::with_capacity(plan.kernels.len());
         for (k, src) in plan.kernels.iter().zip(&sources) {
             let (pipeline, bg) = gpu.scoped(&format!("kernel '{}'", k.name), || {
-                let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+                let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(&k.name),
                     source: wgpu::ShaderSource::Wgsl(src.as_str().into()),
-                });
+                };
+                let module = match gpu.shader_checks {
+                    // SAFETY: `ShaderChecks::Trusted` is the caller's statement that the artifact came from wgslc,
+                    // whose kernels index workgroup and private arrays within their sizes and whose loops end
+                    // (what the checks guard against); buffer accesses stay bounded by the driver's robust access.
+                    ShaderChecks::Trusted => unsafe {
+                        dev.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+                    },
+                    ShaderChecks::Checked => dev.create_shader_module(desc),
+                };
                 let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some(&k.name),
                     layout: None,
