@@ -308,7 +308,7 @@ fn kernels_give_the_same_bits_with_and_without_wgpus_shader_checks() {
     wgslc::compile(&case.dir.join("model.onnx"), &art, &case.opts).unwrap();
     let outputs = |checks| {
         let gpu = Gpu::with_shader_checks(checks).unwrap();
-        assert_eq!(gpu.shader_checks(), checks);
+        assert_eq!(gpu.shader_checks, checks);
         let out = Session::load_with(&art, gpu).unwrap().run(&case.inputs).unwrap();
         common::compare(&out, &case.expected, case.rtol, case.atol).unwrap();
         out

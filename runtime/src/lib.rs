@@ -42,7 +42,8 @@ pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
-    shader_checks: ShaderChecks,
+    /// What wgpu adds to the kernels of artifacts loaded on this device.
+    pub shader_checks: ShaderChecks,
     lost: Arc<Mutex<Option<String>>>,
     /// wgpu's error scopes are a per-device stack: scoped sections must not interleave across threads.
     scope_lock: Mutex<()>,
@@ -61,27 +62,21 @@ pub struct Profile {
     pub kernels: Vec<(String, f64)>,
 }
 
-/// What wgpu adds to an artifact's kernels when it compiles them for the driver.
-///
-/// wgpu guards every shader it is given as if it were untrusted: each index into a workgroup or private array is
-/// clamped to the array (a `min` before every workgroup-memory read, which also keeps the driver from folding
-/// constant offsets into the load), and every loop carries a counter that breaks out after 2⁶⁴ iterations. A
-/// wgslc artifact's kernels need neither: the compiler sizes every array for the indices it emits, and every loop
-/// it emits ends (a constant, a dim the runtime checked, or a digit count bounds it). On an H200 the checks cost a 4096³ product 16 % and a forward pass up to
-/// 25 % (docs/performance.md). Buffer accesses are bounded by the driver's robust buffer access either way.
+/// What wgpu adds to an artifact's kernels, as to any untrusted shader: a clamp on every workgroup/private array
+/// index and a counter in every loop. wgslc's kernels need neither (arrays sized for the indices emitted, loops
+/// bounded by constants or checked dims), and on an H200 they cost a 4096³ product 16 % (docs/performance.md).
+/// Buffer accesses stay bounded by the driver's robust buffer access either way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ShaderChecks {
-    /// The kernels as the compiler wrote them (the default): for artifacts wgslc compiled, which are code in the way
-    /// a native library is. Load an artifact from elsewhere with `Checked`.
+    /// As compiled (the default): for artifacts wgslc compiled, which are code as a native library is.
     #[default]
     Trusted,
-    /// wgpu's index clamps and loop bounds, as for any untrusted shader.
+    /// wgpu's checks: for an artifact from elsewhere.
     Checked,
 }
 
 impl Gpu {
-    /// Opens the first high-performance adapter (respecting `WGPU_BACKEND`), with the adapter's real limits;
-    /// artifacts loaded on it run their kernels as compiled ([`ShaderChecks::Trusted`]).
+    /// Opens the first high-performance adapter (respecting `WGPU_BACKEND`), with its real limits and no checks.
     pub fn new() -> Result<Arc<Gpu>, RuntimeError> {
         Gpu::with_shader_checks(ShaderChecks::default())
     }
@@ -117,11 +112,6 @@ impl Gpu {
             *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
         });
         Ok(Arc::new(Gpu { device, queue, info, shader_checks, lost, scope_lock: Mutex::new(()) }))
-    }
-
-    /// What wgpu adds to the kernels of artifacts loaded on this device.
-    pub fn shader_checks(&self) -> ShaderChecks {
-        self.shader_checks
     }
 
     /// "name (backend, driver)": which adapter runs the kernels.
@@ -306,18 +296,16 @@ impl Session {
         let mut bind_groups = Vec::with_capacity(plan.kernels.len());
         for (k, src) in plan.kernels.iter().zip(&sources) {
             let (pipeline, bg) = gpu.scoped(&format!("kernel '{}'", k.name), || {
-                let desc = wgpu::ShaderModuleDescriptor {
-                    label: Some(&k.name),
-                    source: wgpu::ShaderSource::Wgsl(src.as_str().into()),
-                };
-                let module = match gpu.shader_checks {
-                    // SAFETY: `ShaderChecks::Trusted` is the caller's statement that the artifact came from wgslc,
-                    // whose kernels index workgroup and private arrays within their sizes and whose loops end
-                    // (what the checks guard against); buffer accesses stay bounded by the driver's robust access.
-                    ShaderChecks::Trusted => unsafe {
-                        dev.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
-                    },
-                    ShaderChecks::Checked => dev.create_shader_module(desc),
+                let source = wgpu::ShaderSource::Wgsl(src.as_str().into());
+                let desc = wgpu::ShaderModuleDescriptor { label: Some(&k.name), source };
+                // SAFETY: unchecked only when the Gpu says the artifact is wgslc's, whose kernels index arrays
+                // within their sizes and whose loops end (see `ShaderChecks`).
+                let module = unsafe {
+                    let checks = match gpu.shader_checks {
+                        ShaderChecks::Trusted => wgpu::ShaderRuntimeChecks::unchecked(),
+                        ShaderChecks::Checked => wgpu::ShaderRuntimeChecks::checked(),
+                    };
+                    dev.create_shader_module_trusted(desc, checks)
                 };
                 let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some(&k.name),
@@ -371,20 +359,10 @@ impl Session {
             gpu.queue.write_buffer(&buffers[r.buffer], 0, &Ranges::dim_words(&max));
         }
         gpu.check_lost()?;
-        let dispatches = plan.dispatches.clone();
+        let (dispatches, run_lock) = (plan.dispatches.clone(), Mutex::new(()));
         let dim_values =
             Mutex::new(plan.ranges.as_ref().map(|r| r.dims.iter().map(|d| d.max).collect()).unwrap_or_default());
-        Ok(Session {
-            gpu,
-            plan,
-            buffers,
-            pipelines,
-            bind_groups,
-            readback,
-            dispatches,
-            run_lock: Mutex::new(()),
-            dim_values,
-        })
+        Ok(Session { gpu, plan, buffers, pipelines, bind_groups, readback, dispatches, run_lock, dim_values })
     }
 
     pub fn inputs(&self) -> &[TensorSpec] {
@@ -432,10 +410,7 @@ impl Session {
                 inputs.len()
             )));
         }
-        let values = match &self.plan.ranges {
-            Some(r) => Some(r.dim_values(&self.plan.inputs, inputs)?),
-            None => None,
-        };
+        let values = self.plan.ranges.as_ref().map(|r| r.dim_values(&self.plan.inputs, inputs)).transpose()?;
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
         let gpu = &self.gpu;
         for (spec, t) in self.plan.inputs.iter().zip(inputs) {
