@@ -159,12 +159,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
 {%- endif %}
     for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + {{ t.ks }}u) {
+{%- if let Some(r) = rms %}
+        // The norm's weights scale A's k-columns as they are staged (the sums of squares take A as loaded).
+        // Every lane of a thread loads k = st % {{ t.ks }} of a row (lanes are a multiple of {{ t.ks }} elements apart);
+        // past K, A is zero, so the index is clamped.
+        let g = {{ r.scale }}[min(k_begin + k0 + st % {{ t.ks }}u, {{ r.last_k }}u)];
+{%- endif %}
 {%- for l in t.load_lanes %}
 {%- if t.vec > 1 %}
 {%- if a_mmajor %}
         stage(a_at + ((st + {{ l.off }}u) / {{ t.tile }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) % {{ t.tile }}u, pa{{ l.i }});
 {%- else %}
-        stage(a_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) / {{ t.ks }}u, pa{{ l.i }});
+        stage(a_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) / {{ t.ks }}u, pa{{ l.i }}{% if rms.is_some() %} * g{% endif %});
 {%- endif %}
 {%- if b_kmajor %}
         stage(b_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) / {{ t.ks }}u, pb{{ l.i }});
@@ -174,7 +180,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- else if a_mmajor %}
         smem[a_at + st + {{ l.off }}u] = pa{{ l.i }};
 {%- else %}
-        smem[a_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l.off }}u) / {{ t.ks }}u] = pa{{ l.i }};
+        smem[a_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l.off }}u) / {{ t.ks }}u] = pa{{ l.i }}{% if rms.is_some() %} * g{% endif %};
 {%- endif %}
 {%- if t.vec > 1 %}
 {%- else if b_kmajor %}

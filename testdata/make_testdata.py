@@ -849,7 +849,7 @@ def ops():
                init("zero", np.array([0], np.int64)), init("last", np.array([-1], np.int64))]),
         [rand(1, 6, 2, 8)],
     )
-    # RMSNorm (the exporters' chain) feeding a MatMul: the product normalizes its A rows itself (B scaled by the
+    # RMSNorm (the exporters' chain) feeding a MatMul: the product normalizes its A rows itself (A scaled by the
     # norm's weights as loaded, row sums of squares from the A tiles). K = 300 runs K-split slices; K = 24 not.
     def rms_matmul(name, xs, n_out):
         k = xs[-1]

@@ -129,6 +129,24 @@ fn a_short_product_splits_k_over_runs_of_four() {
     insta::assert_snapshot!(k);
 }
 
+/// A prompt's RMSNorm folded into its product (64 rows): each row's sum of squares from the A tiles as they are
+/// loaded, the norm's weights scaling A's k-columns as they are staged (one load a thread a k-step), and the row
+/// factors applied to the sums.
+#[test]
+fn a_tiled_product_normalizes_its_rows() {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[64, 256]);
+    let scale = weight(&mut g, "gamma", &[256]);
+    let norm = node(&mut g, Op::LayerNorm { axis: -1, epsilon: 1e-6, rms: true }, &[x, scale]);
+    let w = weight(&mut g, "w", &[256, 512]);
+    let y = node(&mut g, Op::MatMul, &[norm, w]);
+    g.outputs.push(y);
+    let k = kernels(g);
+    assert_eq!(k.matches("// ----").count(), 1, "one kernel:\n{k}");
+    assert!(k.contains("let g = rms_scale[min(k_begin + k0 + st %") && k.contains("pa0 * g"), "{k}");
+    insta::assert_snapshot!(k);
+}
+
 #[test]
 fn softmax_layernorm_and_reduce() {
     let mut g = Graph::new();
