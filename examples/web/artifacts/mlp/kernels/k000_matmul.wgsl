@@ -81,7 +81,99 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             pa0 = load_a(a_base, row0, k_begin, k0 + 16u, st + 0u);
             pb0 = load_b(b_base, col0, k_begin, k0 + 16u, st + 0u, batch);
         }
-        for (var kk = 0u; kk < 16u; kk = kk + 1u) {
+        // The k-step unrolled: no loop counter, and every workgroup-memory index a constant offset.
+        {
+            let kk = 0u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 1u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 2u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 3u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 4u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 5u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 6u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 7u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 8u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 9u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 10u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 11u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 12u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 13u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 14u;
+            let ar0 = smem[a_at + kk * 16u + ly + 0u];
+            let br0 = smem[b_at + kk * 16u + lx + 0u];
+            acc00 = fma(ar0, br0, acc00);
+        }
+        {
+            let kk = 15u;
             let ar0 = smem[a_at + kk * 16u + ly + 0u];
             let br0 = smem[b_at + kk * 16u + lx + 0u];
             acc00 = fma(ar0, br0, acc00);
