@@ -129,6 +129,19 @@ fn a_short_product_splits_k_over_runs_of_four() {
     insta::assert_snapshot!(k);
 }
 
+/// `x` ([.., k]) through an RMSNorm (weights "gamma") into a product with a [k, n] weight "w", the graph's output:
+/// the kernels, which must be one.
+fn rms_norm_product_kernels(mut g: Graph, x: wgslc_ir::ValueId, k: usize, n: usize) -> String {
+    let scale = weight(&mut g, "gamma", &[k]);
+    let norm = node(&mut g, Op::LayerNorm { axis: -1, epsilon: 1e-6, rms: true }, &[x, scale]);
+    let w = weight(&mut g, "w", &[k, n]);
+    let y = node(&mut g, Op::MatMul, &[norm, w]);
+    g.outputs.push(y);
+    let kernels = kernels(g);
+    assert_eq!(kernels.matches("// ----").count(), 1, "one kernel:\n{kernels}");
+    kernels
+}
+
 /// A prompt's RMSNorm folded into its product (64 rows): each row's sum of squares from the A tiles as they are
 /// loaded, the norm's weights scaling A's k-columns as they are staged (one load a thread a k-step), and the row
 /// factors applied to the sums.
@@ -136,13 +149,7 @@ fn a_short_product_splits_k_over_runs_of_four() {
 fn a_tiled_product_normalizes_its_rows() {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[64, 256]);
-    let scale = weight(&mut g, "gamma", &[256]);
-    let norm = node(&mut g, Op::LayerNorm { axis: -1, epsilon: 1e-6, rms: true }, &[x, scale]);
-    let w = weight(&mut g, "w", &[256, 512]);
-    let y = node(&mut g, Op::MatMul, &[norm, w]);
-    g.outputs.push(y);
-    let k = kernels(g);
-    assert_eq!(k.matches("// ----").count(), 1, "one kernel:\n{k}");
+    let k = rms_norm_product_kernels(g, x, 256, 512);
     assert!(k.contains("let g = rms_scale[min(k_begin + k0 + st %") && k.contains("pa0 * g"), "{k}");
     insta::assert_snapshot!(k);
 }
@@ -315,13 +322,7 @@ fn residual_sum_normalized_in_a_one_row_product() {
     let mut g = Graph::new();
     let (x, r) = (input(&mut g, "x", &[1, 1, 32]), input(&mut g, "r", &[1, 1, 32]));
     let sum = node(&mut g, Op::Binary(BinaryOp::Add), &[x, r]);
-    let scale = weight(&mut g, "gamma", &[32]);
-    let norm = node(&mut g, Op::LayerNorm { axis: -1, epsilon: 1e-6, rms: true }, &[sum, scale]);
-    let w = weight(&mut g, "w", &[32, 48]);
-    let y = node(&mut g, Op::MatMul, &[norm, w]);
-    g.outputs.push(y);
-    let k = kernels(g);
-    assert_eq!(k.matches("// ----").count(), 1, "one kernel:\n{k}");
+    let k = rms_norm_product_kernels(g, sum, 32, 48);
     assert_eq!(
         k.matches("operand_a(0.0, a_base + kb)").count(),
         2,
