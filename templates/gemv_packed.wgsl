@@ -150,8 +150,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if rms.is_some() %}
                 ssq = fma(av, av, ssq);
 {%- endif %}
-{%- if !rms_scale.is_empty() %}
-                av = av * {{ rms_scale }}[e0 + {{ sl.j }}u];
+{%- if let Some(r) = rms %}
+                av = av * {{ r.scale }}[e0 + {{ sl.j }}u];
 {%- endif %}
                 as{{ sl.i }} = av;
             }

@@ -577,7 +577,6 @@ impl Emitter<'_> {
                     a_sk: a_sk as usize,
                     a_ld: a_ld(),
                     a_pro: pro[0].clone(),
-                    rms_scale: rms_scale_var.clone().unwrap_or_default(),
                     rms,
                     half_lanes: t.lanes / 2,
                     tail: tree_tail(t.lanes),

@@ -198,8 +198,7 @@ pub(super) struct GemvPackedTpl {
     pub(super) a_sk: usize,
     pub(super) a_ld: Ld,
     pub(super) a_pro: String,
-    /// The folded RMSNormalization's weights' binding (empty without): applied to A as it is staged.
-    pub(super) rms_scale: String,
+    /// The folded RMSNormalization (its weights applied to A as it is staged).
     pub(super) rms: Option<RmsFold>,
     pub(super) p: PackedGemv,
     pub(super) t: wgslc_passes::PackedGemvTiling,
