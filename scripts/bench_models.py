@@ -10,6 +10,8 @@ eager) on the same inputs as baselines.
 Each model is compiled six ways (or those named by --modes): default (fused), --memory-budget 2 (fused_split),
 --no-reuse (fused_no_reuse), --attention unfused, --inverted-residual unfused, --no-fuse (no_fuse).
 --torch-compile also times the model under torch.compile(mode="reduce-overhead") (Inductor + CUDA graphs).
+--torch-profile lists the CUDA kernels of torch.compile's forward (Inductor's default mode: the same kernels without
+the CUDA graph) with their GPU time per inference, to set beside `wgslc bench ART --profile`.
 
 Prints a table and writes OUT_DIR/bench.json. Needs torch, torchvision, transformers, onnx, onnxscript and
 onnxruntime (the GPU machine has them).
@@ -19,12 +21,16 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import time
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_profile import torch_kernels  # noqa: E402
 
 
 class LastHidden(torch.nn.Module):
@@ -105,7 +111,12 @@ def main():
     ap.add_argument("--tokens", type=int, default=128, help="sequence length of the transformers")
     ap.add_argument("--modes", default="", help="the compile modes to run (default: all)")
     ap.add_argument("--torch-compile", action="store_true", help="also time torch.compile(mode='reduce-overhead')")
+    ap.add_argument("--torch-profile", action="store_true", help="list torch.compile's kernels and their GPU time")
+    ap.add_argument("--torch-fp32-convs", action="store_true",
+                    help="PyTorch's convolutions in fp32 (torch.backends.cudnn.allow_tf32 = False); by default cuDNN "
+                         "runs fp32 convolutions on TF32 tensor cores, while matmuls stay fp32")
     a = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = not a.torch_fp32_convs
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(0)
     results = []
@@ -142,6 +153,8 @@ def main():
                     cc(*cargs)
                 row["torch_compile_warmup_s"] = round(time.perf_counter() - t, 1)
                 row["torch_compile_ms"] = cuda_time(lambda: cc(*cargs), a.iterations)
+            if a.torch_profile:
+                row["torch_kernels"] = torch_kernels(torch.compile(cm), cargs, a.iterations)
         cm.cpu()
         # fused_no_reuse: a buffer per value, so every kernel binds its inputs read-only; against "fused" it measures
         # what the arena's read-write input bindings cost.

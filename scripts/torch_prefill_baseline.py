@@ -6,7 +6,7 @@ and its argmax), the whole step in one torch.compile(mode="reduce-overhead") gra
 coordinate-descent tuning on, the start position on the GPU. Times one prefill of T tokens from position 0:
 median over --iterations replays (CUDA events), fp32 with PyTorch's default matmul precision (TF32 off) and bf16.
 
-    python3 scripts/torch_prefill_baseline.py [--tokens 32,512] [--dtypes fp32,bf16] [--capacity 512]
+    python3 scripts/torch_prefill_baseline.py [--tokens 32,512] [--dtypes fp32,bf16] [--capacity 512] [--profile]
 
 Compare with `wgslc bench ART --step prefill` of the same shape compiled with `--kv-cache CAPACITY
 --prefill-chunk T` (scripts/decode_bench.py --export-only writes the transformers export).
@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_decode_baseline as tdb  # noqa: E402
+from torch_profile import torch_kernels  # noqa: E402
 
 
 def prefill(s, tok, pos0):
@@ -46,7 +47,7 @@ def prefill(s, tok, pos0):
     return logits[:, -1].argmax(-1, keepdim=True)
 
 
-def run(dtype, tokens, capacity, iterations):
+def run(dtype, tokens, capacity, iterations, kernels=False):
     import torch._inductor.config as ic
     torch._dynamo.reset()
     ic.coordinate_descent_tuning = True
@@ -67,6 +68,9 @@ def run(dtype, tokens, capacity, iterations):
             e.record()
             torch.cuda.synchronize()
             ts.append(s.elapsed_time(e))
+        if kernels:  # the same Inductor kernels without the CUDA graph
+            plain = torch.compile(lambda tok, pos0: prefill(m, tok, pos0), fullgraph=True)
+            torch_kernels(plain, (tok, pos0), iterations)
     return dict(dtype=str(dtype).replace("torch.", ""), tokens=tokens, capacity=capacity,
                 median_ms=round(float(np.median(ts)), 3), min_ms=round(float(np.min(ts)), 3))
 
@@ -77,11 +81,12 @@ def main():
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--capacity", type=int, default=512)
     ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument("--profile", action="store_true", help="also list the kernels and their GPU time per prefill")
     a = ap.parse_args()
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}), flush=True)
     for d in a.dtypes.split(","):
         for t in a.tokens.split(","):
-            r = run({"fp32": torch.float32, "bf16": torch.bfloat16}[d], int(t), a.capacity, a.iterations)
+            r = run({"fp32": torch.float32, "bf16": torch.bfloat16}[d], int(t), a.capacity, a.iterations, a.profile)
             print(json.dumps(r), flush=True)
 
 

@@ -291,7 +291,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (m < {{ m }}u && n < {{ n }}u) {
             var v = {{ alpha }} * acc{{ r.i }}{{ c.i }}{% if rms.is_some() %} * rinv{{ r.i }}{% endif %};
 {%- if has_bias %}
+{%- if let Some((groups, rows)) = bias_groups %}
+            v = v + {{ beta }} * {{ bias_ld.open }}(batch % {{ groups }}u) * {{ rows }}u + m * {{ bias_sm }}u + n * {{ bias_sn }}u{{ bias_ld.close }};
+{%- else %}
             v = v + {{ beta }} * {{ bias_ld.open }}m * {{ bias_sm }}u + n * {{ bias_sn }}u{{ bias_ld.close }};
+{%- endif %}
 {%- endif %}
 {%- if let Some(s) = seg2 %}{% if !s.bias_var.is_empty() %}
             v = v + {{ s.bias_var }}[m];

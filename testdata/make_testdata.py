@@ -728,6 +728,25 @@ def ops():
               [init("w", rand(96, 32, 3, 3)), init("b", rand(96))]),
         [rand(1, 32, 10, 10), rand(1, 96, 10, 10)],
     )
+    # A ResNet-style late 3x3 convolution (K = 256 x 9 over 7x7 positions, few output tiles): split along K into
+    # four groups of input channels whose outputs are summed with the bias, ReLU and the residual; two images.
+    cases["conv_split_k_relu_residual"] = (
+        model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+               helper.make_node("Relu", ["c"], ["r"]),
+               helper.make_node("Add", ["r", "s"], ["y"])],
+              [vi("x", F, [2, 256, 7, 7]), vi("s", F, [2, 64, 7, 7])], [vi("y", F, None)],
+              [init("w", rand(64, 256, 3, 3)), init("b", rand(64))]),
+        [rand(2, 256, 7, 7), rand(2, 64, 7, 7)],
+    )
+    # A grouped convolution with 16 output channels a group (ResNeXt-style) runs as batched products, its bias
+    # read per group; strided, two images.
+    cases["conv_groups_product"] = (
+        model([helper.make_node("Conv", ["x", "w", "b"], ["c"], group=4, pads=[1, 1, 1, 1], strides=[2, 2]),
+               helper.make_node("Relu", ["c"], ["y"])],
+              [vi("x", F, [2, 32, 9, 9])], [vi("y", F, None)],
+              [init("w", rand(64, 8, 3, 3)), init("b", rand(64))]),
+        [rand(2, 32, 9, 9)],
+    )
     # Enough 32x32 tiles (128) for K-split slices on 32x32 tiles rather than 16x16.
     cases["matmul_ksplit_tile32"] = (
         model([helper.make_node("MatMul", ["a", "w"], ["y"])], [vi("a", F, [256, 256])], [vi("y", F, None)],

@@ -177,8 +177,9 @@ enum Cmd {
         /// Untimed replays first.
         #[arg(long, default_value_t = 5)]
         warmup: usize,
-        /// Also print the slowest kernels: GPU timestamps around each dispatch of the one-pass replay where the adapter
-        /// has them, else each dispatch submitted and timed on its own (per-submit overhead included).
+        /// Also print the slowest kinds of kernel (kernels whose names differ only in numbers, as one per layer,
+        /// summed) and the slowest kernels: GPU timestamps around each dispatch of the one-pass replay where the
+        /// adapter has them, else each dispatch submitted and timed on its own (per-submit overhead included).
         #[arg(long)]
         profile: bool,
         /// Decoder artifacts (`compile --kv-cache`): replay only this step (`decode` or `prefill`).
@@ -552,6 +553,23 @@ fn real_main() -> Result<()> {
                 let total: f64 = p.kernels.iter().map(|k| k.1).sum();
                 let method = if p.timestamps { "gpu timestamps in one pass" } else { "one submit per dispatch" };
                 println!("{}", serde_json::json!({ "profile": method, "kernels_ms": round(total) }));
+                // Kernels of one kind (their names without the numbers that tell layers apart), summed.
+                let mut kinds: Vec<(String, usize, f64)> = Vec::new();
+                for (name, ms) in &p.kernels {
+                    let kind: String = name.chars().filter(|c| !c.is_ascii_digit()).collect();
+                    match kinds.iter_mut().find(|k| k.0 == kind) {
+                        Some(k) => (k.1, k.2) = (k.1 + 1, k.2 + ms),
+                        None => kinds.push((kind, 1, *ms)),
+                    }
+                }
+                kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
+                for (kind, count, ms) in kinds.into_iter().take(15) {
+                    let share = ((ms / total.max(f64::MIN_POSITIVE)) * 1e3).round() / 1e3;
+                    println!(
+                        "{}",
+                        serde_json::json!({ "kind": kind, "count": count, "ms": round(ms), "share": share })
+                    );
+                }
                 let mut times: Vec<(usize, &(String, f64))> = p.kernels.iter().enumerate().collect();
                 times.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
                 for (i, (name, ms)) in times.into_iter().take(15) {

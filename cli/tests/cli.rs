@@ -438,7 +438,14 @@ fn bench_profile_times_every_dispatch() {
     assert!(!o0.status.success() && stderr(&o0).contains("--iterations"), "{}", stderr(&o0));
     // lavapipe has timestamp queries: one pass, a timestamp around every dispatch.
     assert_eq!(lines[1]["profile"], "gpu timestamps in one pass");
-    let kernels = &lines[2..];
+    // The kinds (names without their numbers; the CNN's two Conv+Relu kernels are one kind), then the kernels.
+    let kinds: Vec<&serde_json::Value> = lines[2..].iter().take_while(|l| l.get("kind").is_some()).collect();
+    let kernels = &lines[2 + kinds.len()..];
+    let count = |k: &str| kinds.iter().find(|l| l["kind"] == k).map(|l| l["count"].as_u64().unwrap());
+    assert_eq!(count("Conv_+Relu_"), Some(2), "{kinds:?}");
+    assert_eq!(kinds.iter().map(|l| l["count"].as_u64().unwrap() as usize).sum::<usize>(), dispatches);
+    let kind_share: f64 = kinds.iter().map(|k| k["share"].as_f64().unwrap()).sum();
+    assert!((kind_share - 1.0).abs() < 0.01, "{kind_share}");
     assert_eq!(kernels.len(), dispatches.min(15));
     let mut seen: Vec<u64> = kernels.iter().map(|k| k["dispatch"].as_u64().unwrap()).collect();
     seen.sort();

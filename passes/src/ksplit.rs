@@ -1,8 +1,9 @@
-//! Products with a long K and few output tiles, computed as several products over parts of K, summed.
+//! Products (and convolutions) with a long K and few output tiles, computed as several products over parts of K,
+//! summed.
 
 use crate::narrow::views_narrow_constant;
 use crate::{product_tiling, PassError};
-use wgslc_ir::{contiguous_strides, BinaryOp, Builder, DType, Graph, NodeId, Op, TensorType, ValueId};
+use wgslc_ir::{contiguous_strides, BinaryOp, Builder, DType, Data, Graph, NodeId, Op, Tensor, TensorType, ValueId};
 
 /// The least K each part of a split product keeps ([`k_splits`]).
 pub const KSPLIT_MIN_K: usize = 512;
@@ -23,12 +24,17 @@ pub const KSPLIT_BELOW_WORKGROUPS: usize = 256;
 /// 276.7, S 8) but the 512-token prefill with its 24 down projections so split was slower (43.2 → 44.0 ms): at
 /// that many workgroups the GPU is full, and the split is left out.
 pub fn k_splits(m: usize, nn: usize, k: usize) -> usize {
-    let t = product_tiling(m, nn, k, 1);
-    let workgroups = m.div_ceil(t.tile) * nn.div_ceil(t.tile);
+    k_splits_by(m, nn, k, 1, 1)
+}
+
+/// [`k_splits`] for `batches` products at once, each part of K a multiple of `unit` (a convolution's window).
+fn k_splits_by(m: usize, nn: usize, k: usize, batches: usize, unit: usize) -> usize {
+    let t = product_tiling(m, nn, k, batches);
+    let workgroups = m.div_ceil(t.tile) * nn.div_ceil(t.tile) * batches;
     if m < 2 || t.tile >= 64 || workgroups >= KSPLIT_BELOW_WORKGROUPS {
         return 1;
     }
-    [8, 4, 2].into_iter().find(|&s| k.is_multiple_of(s) && k / s >= KSPLIT_MIN_K).unwrap_or(1)
+    [8, 4, 2].into_iter().find(|&s| k.is_multiple_of(s * unit) && k / s >= KSPLIT_MIN_K).unwrap_or(1)
 }
 
 /// Splits K of the products [`k_splits`] picks: `MatMul(A, B)` with a 2-D B (and A of any rank, its rows all
@@ -41,10 +47,116 @@ pub fn k_splits(m: usize, nn: usize, k: usize) -> usize {
 /// products are left whole, as are products whose A is an RMSNormalization they alone read). Establishes: every product it rewrites computes the same sums of the same terms,
 /// grouped by part of K; f32 operands only; nothing else changes. Run only on graphs compiled at fixed shapes
 /// (a ranged dim's probes must tile like the graph at its max).
+///
+/// Convolutions likewise ([`k_splits`] over output channels × positions, K = input channels × window): an
+/// ungrouped `Conv` with a constant f32 weight (and bias) becomes a Conv of `S` groups, group `i` the convolution
+/// over input channels `i·C/S..` (its weight the original's slice, stored group-major), whose `S` blocks of
+/// output channels are summed (plus the bias) by the same chain of Adds. ResNet-18's late 3x3 convolutions
+/// (K = 4608 over 512 channels of 7x7) are such products.
 pub fn split_k(g: &mut Graph) -> Result<(), PassError> {
     for n in g.topo_order()? {
         if let Some(plan) = plan(g, n) {
             rewrite(g, n, plan)?;
+        } else if let Some(plan) = plan_conv(g, n) {
+            rewrite_conv(g, n, plan)?;
+        }
+    }
+    Ok(())
+}
+
+/// What one convolution's split looks like: its weight regrouped, its bias as a term of the sum.
+struct ConvSplit {
+    parts: usize,
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+fn plan_conv(g: &Graph, n: NodeId) -> Option<ConvSplit> {
+    let node = g.node(n);
+    let Op::Conv { group: 1, window } = &node.op else { return None };
+    let (x, w) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
+    let bias = node.inputs.get(2).copied().flatten();
+    let (xt, wt, ot) = (g.ty(x), g.ty(w), g.ty(node.outputs[0]));
+    if [xt, wt, ot].iter().any(|t| t.dtype != DType::F32) || !matches!(ot.rank(), 3 | 4) {
+        return None;
+    }
+    let Data::F32(wd) = &g.const_data(w)?.data else { return None };
+    let bias = match bias {
+        Some(b) => match &g.const_data(b)?.data {
+            Data::F32(v) => Some(v.clone()),
+            _ => return None,
+        },
+        None => None,
+    };
+    let (cout, cin, taps) = (wt.shape[0], wt.shape[1], window.kernel.iter().product::<usize>());
+    let positions: usize = ot.shape[2..].iter().product();
+    let parts = k_splits_by(cout, positions, cin * taps, ot.shape[0], taps);
+    if parts < 2 {
+        return None;
+    }
+    // Group i's weights: output channel o over input channels i·cs.. of the original, in that order.
+    let (cs, k) = (cin / parts, cin * taps);
+    let mut regrouped = Vec::with_capacity(wd.len());
+    for i in 0..parts {
+        for o in 0..cout {
+            let row = o * k + i * cs * taps;
+            regrouped.extend_from_slice(&wd[row..row + cs * taps]);
+        }
+    }
+    let mut wshape = wt.shape.clone();
+    (wshape[0], wshape[1]) = (parts * cout, cs);
+    let mut bshape = vec![cout];
+    bshape.resize(ot.rank() - 1, 1);
+    Some(ConvSplit { parts, weight: Tensor::f32(wshape, regrouped), bias: bias.map(|b| Tensor::f32(bshape, b)) })
+}
+
+fn rewrite_conv(g: &mut Graph, n: NodeId, s: ConvSplit) -> Result<(), PassError> {
+    let node = g.node(n).clone();
+    let Op::Conv { window, .. } = node.op else { unreachable!("planned on a Conv") };
+    let (name, out, x) = (node.name.clone(), node.outputs[0], node.inputs[0]);
+    let out_ty = g.ty(out).clone();
+    let p = s.parts;
+    g.remove_node(n);
+    let mut bld = Builder::new(g, format!("{name}/ksplit"));
+    let w = bld.const_named("weight", s.weight);
+    let mut parts_shape = out_ty.shape.clone();
+    parts_shape[1] *= p;
+    let conv = Op::Conv { window, group: p };
+    let prod = bld.op_typed("parts", conv, &[x, Some(w)], TensorType::new(DType::F32, parts_shape))?;
+    // Part i: the i-th block of output channels of each image.
+    let block: usize = out_ty.shape[1..].iter().product();
+    let mut strides: Vec<i64> = contiguous_strides(&out_ty.shape).into_iter().map(|x| x as i64).collect();
+    strides[0] = (p * block) as i64;
+    let bias = s.bias.map(|b| bld.const_named("bias", b));
+    sum_parts(&mut bld, p, block, &strides, prod, bias, out, &out_ty)
+}
+
+/// Part `i` of `prod` read back in the output's shape (`offset` i · `block`, `strides`), the parts summed in order
+/// (plus `bias` last), the last Add writing `out`.
+#[allow(clippy::too_many_arguments)]
+fn sum_parts(
+    bld: &mut Builder,
+    p: usize,
+    block: usize,
+    strides: &[i64],
+    prod: ValueId,
+    bias: Option<ValueId>,
+    out: ValueId,
+    out_ty: &TensorType,
+) -> Result<(), PassError> {
+    let part = |bld: &mut Builder, i: usize| {
+        let view = Op::StridedCopy { offset: (i * block) as i64, strides: strides.to_vec() };
+        bld.op_typed(&format!("part{i}"), view, &[Some(prod)], out_ty.clone())
+    };
+    let mut sum = part(bld, 0)?;
+    let terms = p - 1 + usize::from(bias.is_some());
+    for i in 1..=terms {
+        let term = if i < p { part(bld, i)? } else { bias.expect("bias") };
+        let add = Op::Binary(BinaryOp::Add);
+        if i == terms {
+            bld.op_into(&format!("sum{i}"), add, &[Some(sum), Some(term)], vec![out])?;
+        } else {
+            sum = bld.op_typed(&format!("sum{i}"), add, &[Some(sum), Some(term)], out_ty.clone())?;
         }
     }
     Ok(())
@@ -113,21 +225,5 @@ fn rewrite(g: &mut Graph, n: NodeId, s: Split) -> Result<(), PassError> {
     let prod = bld.op_typed("parts", Op::MatMul, &[Some(av), Some(bv)], f32_ty(vec![p, s.rows, s.nn]))?;
     // Each part read back in the output's shape, summed in order; the last Add writes the product's value.
     let strides: Vec<i64> = contiguous_strides(&out_ty.shape).into_iter().map(|x| x as i64).collect();
-    let part = |bld: &mut Builder, i: usize| {
-        let view = Op::StridedCopy { offset: (i * s.rows * s.nn) as i64, strides: strides.clone() };
-        bld.op_typed(&format!("part{i}"), view, &[Some(prod)], out_ty.clone())
-    };
-    let mut sum = part(&mut bld, 0)?;
-    let terms = p - 1 + usize::from(s.bias.is_some());
-    for i in 1..=terms {
-        let term = if i < p { part(&mut bld, i)? } else { s.bias.expect("C") };
-        let add = Op::Binary(BinaryOp::Add);
-        sum = if i == terms {
-            bld.op_into(&format!("sum{i}"), add, &[Some(sum), Some(term)], vec![out])?;
-            out
-        } else {
-            bld.op_typed(&format!("sum{i}"), add, &[Some(sum), Some(term)], out_ty.clone())?
-        };
-    }
-    Ok(())
+    sum_parts(&mut bld, p, s.rows * s.nn, &strides, prod, s.bias, out, &out_ty)
 }

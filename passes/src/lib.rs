@@ -44,14 +44,15 @@ pub use ranged::{
     apply_ranges, find_ranged_axes, mask_ranges, probe_value, DimRange, Ranged, RangedAxes, RangedAxis, DIMS_INPUT,
 };
 pub use schedule::{
-    anchor_kind, attention_tiling, concat_placement, expand_tile, gemv_tiling, group_io, in_place_candidates,
-    input_view, mm_batch_refinement, packed_gemv_tiling, product_tiling, read_spec, refined_strides, scalar_literal,
-    scalar_op_data_slot, schedule, store_permutation, verify_schedule, AnchorKind, AttentionMode, AttentionTail,
-    AttentionTiling, Boundary, ExpandTile, Fold, FoldKind, FoldedConv, FuseOptions, GemvTiling, InvertedResidualMode,
-    KernelGroup, PackedGemvTiling, ProductTiling, Readers, Recipe, Schedule, StorePlacement, Target, ATTENTION_MAX_DK,
-    ATTENTION_MAX_DV, ATTENTION_ROW_MAX_DK, ATTENTION_ROW_MAX_KEYS, CPU_GEMV_MACS_PER_WORKGROUP, CPU_GEMV_WORKGROUPS,
-    DEPTHWISE_MAX_CHANNELS, EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, KSPLIT16_BELOW,
-    MAX_LOADS_PER_STEP, PROJECT_MAX_CHANNELS, PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
+    anchor_kind, attention_tiling, concat_placement, expand_tile, gemv_tiling, group_io, grouped_conv_as_product,
+    in_place_candidates, input_view, mm_batch_refinement, packed_gemv_tiling, product_tiling, read_spec,
+    refined_strides, scalar_literal, scalar_op_data_slot, schedule, store_permutation, verify_schedule, AnchorKind,
+    AttentionMode, AttentionTail, AttentionTiling, Boundary, ExpandTile, Fold, FoldKind, FoldedConv, FuseOptions,
+    GemvTiling, InvertedResidualMode, KernelGroup, PackedGemvTiling, ProductTiling, Readers, Recipe, Schedule,
+    StorePlacement, Target, ATTENTION_MAX_DK, ATTENTION_MAX_DV, ATTENTION_ROW_MAX_DK, ATTENTION_ROW_MAX_KEYS,
+    CPU_GEMV_MACS_PER_WORKGROUP, CPU_GEMV_WORKGROUPS, DEPTHWISE_MAX_CHANNELS, EXPAND_MAX_RECOMPUTE,
+    EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, GROUPED_CONV_PRODUCT_MIN_ROWS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP,
+    PROJECT_MAX_CHANNELS, PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
 };
 pub use split::split_weights;
 pub use tabulate::tabulate_bounded_input;

@@ -47,11 +47,11 @@ pub use reads::{
     scalar_op_data_slot, Readers,
 };
 pub use recipe::{
-    anchor_kind, attention_tiling, concat_placement, expand_tile, gemv_tiling, packed_gemv_tiling, product_tiling,
-    store_permutation, AttentionTiling, ExpandTile, GemvTiling, PackedGemvTiling, ProductTiling, Recipe,
-    StorePlacement, Target, CPU_GEMV_MACS_PER_WORKGROUP, CPU_GEMV_WORKGROUPS, EXPAND_MAX_RECOMPUTE,
-    EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, KSPLIT16_BELOW, MAX_LOADS_PER_STEP, PROJECT_MAX_PER_THREAD,
-    WORKGROUP_FLOATS,
+    anchor_kind, attention_tiling, concat_placement, expand_tile, gemv_tiling, grouped_conv_as_product,
+    packed_gemv_tiling, product_tiling, store_permutation, AttentionTiling, ExpandTile, GemvTiling, PackedGemvTiling,
+    ProductTiling, Recipe, StorePlacement, Target, CPU_GEMV_MACS_PER_WORKGROUP, CPU_GEMV_WORKGROUPS,
+    EXPAND_MAX_RECOMPUTE, EXPAND_STEP_CHANNELS, GEMV_WORKGROUPS, GROUPED_CONV_PRODUCT_MIN_ROWS, KSPLIT16_BELOW,
+    MAX_LOADS_PER_STEP, PROJECT_MAX_PER_THREAD, WORKGROUP_FLOATS,
 };
 pub use rules::depthwise::{DEPTHWISE_MAX_CHANNELS, PROJECT_MAX_CHANNELS};
 pub use verify::verify_schedule;

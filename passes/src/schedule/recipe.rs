@@ -351,6 +351,21 @@ pub fn attention_tiling(m: usize, batches: usize, dv: usize) -> AttentionTiling 
     AttentionTiling { row_lanes, v_chunk }
 }
 
+/// The output channels of each group a grouped convolution needs to run as a product (implicit GEMM, one batch
+/// of the product per image and group: [`grouped_conv_as_product`]) rather than directly, one output per thread.
+pub const GROUPED_CONV_PRODUCT_MIN_ROWS: usize = 16;
+
+/// A grouped convolution (not depthwise) with at least [`GROUPED_CONV_PRODUCT_MIN_ROWS`] output channels a group:
+/// it runs as batched products over its groups, each group's weights A and its input channels' window B (as an
+/// ungrouped one does over its one group). ResNeXt-style blocks, and the parts of a convolution split along K
+/// (`split_k`).
+pub fn grouped_conv_as_product(g: &Graph, n: NodeId) -> bool {
+    let node = g.node(n);
+    let Op::Conv { group, .. } = &node.op else { return false };
+    let Some(w) = node.inputs.get(1).copied().flatten() else { return false };
+    *group > 1 && g.ty(w).shape[0] / group >= GROUPED_CONV_PRODUCT_MIN_ROWS
+}
+
 /// The anchor's kind, for the fold rules and the recipe.
 pub fn anchor_kind(g: &Graph, k: &KernelGroup) -> AnchorKind {
     let Some(a) = k.anchor else { return AnchorKind::Elementwise };
@@ -429,7 +444,7 @@ pub fn recipe(g: &Graph, k: &KernelGroup) -> Option<Recipe> {
             r.product = Some(product_tiling(m, nn, kk, batches));
             r.one_row = m == 1;
         }
-        Op::Conv { group: 1, window } => {
+        Op::Conv { group, window } if *group == 1 || grouped_conv_as_product(g, a) => {
             let (xs, ws) = (&g.ty(node.inputs[0]?).shape, &g.ty(node.inputs[1]?).shape);
             let os = &g.ty(node.outputs[0]).shape;
             let mut kk = ws[1] * window.kernel.iter().product::<usize>();
@@ -437,7 +452,7 @@ pub fn recipe(g: &Graph, k: &KernelGroup) -> Option<Recipe> {
                 let ws1 = &g.ty(g.node(c1).inputs[1]?).shape;
                 kk += ws1[1] * ws1[2..].iter().product::<usize>();
             }
-            r.product = Some(product_tiling(ws[0], os[2..].iter().product(), kk, xs[0]));
+            r.product = Some(product_tiling(ws[0] / group, os[2..].iter().product(), kk, xs[0] * group));
         }
         _ => {}
     }

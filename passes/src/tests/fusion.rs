@@ -271,3 +271,40 @@ fn long_products_with_few_tiles_split_k_across_workgroups() {
     split_k(&mut g).unwrap();
     assert_eq!(g.num_nodes(), before);
 }
+
+/// A 3×3 convolution over many input channels with few output positions (ResNet-18's last stage: 512 channels of
+/// 7×7, K = 4608) runs as a Conv of 8 groups over eighths of the input channels, its weight regrouped (group i's
+/// output channel o is the original's over input channels i·64..), the blocks summed with the bias and the ReLU
+/// in one kernel; the first stage's (64 channels of 56×56, K = 576) stays whole.
+#[test]
+fn long_convolutions_with_few_tiles_split_k_into_groups() {
+    let conv = |c: usize, hw: usize| {
+        let mut g = Graph::new();
+        let x = f32_input(&mut g, "x", &[1, c, hw, hw]);
+        let w = g.add_const("w", Tensor::f32(vec![c, c, 3, 3], (0..c * c * 9).map(|i| i as f32).collect()));
+        let b = g.add_const("b", Tensor::f32(vec![c], vec![0.5; c]));
+        let [y, r] = ["y", "r"].map(|n| g.add_value(n, None));
+        g.add_node("conv", Op::Conv { window: window(3), group: 1 }, vec![Some(x), Some(w), Some(b)], vec![y]).unwrap();
+        g.add_node("relu", Op::Unary(wgslc_ir::UnaryOp::Relu), vec![Some(y)], vec![r]).unwrap();
+        g.outputs.push(r);
+        run_pipeline(&mut g, None).unwrap();
+        split_k(&mut g).unwrap();
+        verify(&g, Stage::Legalized).unwrap();
+        g
+    };
+    let g = conv(512, 7);
+    let convs: Vec<_> = g.node_ids().filter(|&n| matches!(g.node(n).op, Op::Conv { .. })).collect();
+    assert_eq!(convs.len(), 1);
+    let node = g.node(convs[0]);
+    assert!(matches!(node.op, Op::Conv { group: 8, .. }), "{:?}", node.op);
+    assert_eq!(g.ty(node.outputs[0]).shape, [1, 8 * 512, 7, 7]);
+    let w = g.const_data(node.inputs[1].unwrap()).unwrap();
+    assert_eq!(w.shape, [8 * 512, 64, 3, 3]);
+    let wgslc_ir::Data::F32(w) = &w.data else { panic!("f32 weight") };
+    // Group 3's output channel 5, its input channel 2, tap 4: the original's channel 5 over input 3·64 + 2.
+    assert_eq!(w[((3 * 512 + 5) * 64 + 2) * 9 + 4], (((5 * 512) + 3 * 64 + 2) * 9 + 4) as f32);
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    assert_eq!(sched.kernels.len(), 2, "the grouped product, then the sums with the bias and the ReLU");
+    let g = conv(64, 56);
+    assert!(g.node_ids().any(|n| matches!(g.node(n).op, Op::Conv { group: 1, .. })));
+}

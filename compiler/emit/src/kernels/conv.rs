@@ -208,8 +208,8 @@ impl Emitter<'_> {
         let geo = self.geometry(n, &xs, &os, window)?;
         let numel = g.ty(conv_out).numel();
         let out = g.node(group.last()).outputs[0];
-        if *conv_groups == 1 {
-            return self.conv_gemm(group, geo, xs, ws);
+        if *conv_groups == 1 || wgslc_passes::grouped_conv_as_product(g, n) {
+            return self.conv_gemm(group, geo, xs, ws, *conv_groups);
         }
         let mut helpers = Helpers::default();
         // The epilogue may read the convolution's own input (a residual): one binding serves both.
@@ -255,9 +255,11 @@ impl Emitter<'_> {
         Im2col { g: *geo, hw: geo.h * geo.w, khw: geo.kh * geo.kw }
     }
 
-    /// An ungrouped convolution as a product (implicit GEMM) through the matmul template: the weight is A
-    /// [M, C·kh·kw], the input's im2col matrix B [C·kh·kw, oh·ow] is gathered as tiles are loaded, the batch is the
-    /// product's batch, and the output [N, M, oh, ow] is the product's row-major output. A summed second
+    /// A convolution as a product (implicit GEMM) through the matmul template: the weight is A [M, C·kh·kw], the
+    /// input's im2col matrix B [C·kh·kw, oh·ow] is gathered as tiles are loaded, the batch is the product's batch,
+    /// and the output [N, M, oh, ow] is the product's row-major output. A grouped one
+    /// ([`wgslc_passes::grouped_conv_as_product`]) is one product per image and group: group `j`'s M / groups rows
+    /// of A, its C / groups channels of the input, its block of output channels (and of the bias). A summed second
     /// convolution (`conv_sum`) continues A and B along K.
     pub(super) fn conv_gemm(
         &self,
@@ -265,6 +267,7 @@ impl Emitter<'_> {
         geo: Geometry,
         xs: Vec<usize>,
         ws: Vec<usize>,
+        groups: usize,
     ) -> Result<EmittedKernel, EmitError> {
         let g = self.g;
         let n = group.anchor.expect("anchor");
@@ -278,7 +281,8 @@ impl Emitter<'_> {
         let dw_node = group.depthwise().map(|d| g.node(d.conv));
         let b_var = bind_once(&mut reads, dw_node.map_or(x, |d| d.inputs[0].expect("input")), "b");
         let bias_var = bias.map(|c| bind_once(&mut reads, c, "bias")).unwrap_or_default();
-        let (batches, m, p) = (xs[0], ws[0], geo.oh * geo.ow);
+        let (images, m, p) = (xs[0], ws[0] / groups, geo.oh * geo.ow);
+        let batches = images * groups;
         let hw = geo.h * geo.w;
         let mut b_batch = xs[1] * hw;
         let dw = match group.depthwise() {
@@ -367,11 +371,20 @@ impl Emitter<'_> {
             rms: None,
             a_mmajor: false,
             b_kmajor: false,
-            batch: if batches > 1 {
-                vec![BatchDim { div: 1, extent: batches, a_stride: 0, b_stride: b_batch as i64 }]
-            } else {
-                vec![]
-            },
+            // The batch is image · groups + group: an image's groups are its blocks of output channels.
+            batch: [
+                BatchDim { div: groups, extent: images, a_stride: 0, b_stride: b_batch as i64 },
+                BatchDim {
+                    div: 1,
+                    extent: groups,
+                    a_stride: (m * ws[1] * geo.kh * geo.kw) as i64,
+                    b_stride: (ws[1] * hw) as i64,
+                },
+            ]
+            .into_iter()
+            .filter(|d| d.extent > 1)
+            .collect(),
+            bias_groups: (groups > 1).then_some((groups, m)),
             m,
             n: p,
             k,

@@ -78,6 +78,9 @@ pub(super) struct MatmulTpl {
     pub(super) has_bias: bool,
     pub(super) bias_sm: usize,
     pub(super) bias_sn: usize,
+    /// A grouped convolution's (groups, output channels a group): its batch `image · groups + j` reads the bias
+    /// of group `j`'s channels.
+    pub(super) bias_groups: Option<(usize, usize)>,
 }
 
 /// The loop over K for one block of B: `term{suffix}` reads `var` at column `col` (an expression of the output
@@ -710,6 +713,7 @@ impl Emitter<'_> {
             has_bias: bias.is_some(),
             bias_sm,
             bias_sn,
+            bias_groups: None,
         };
         let name = self.group_name(group);
         let mut k = self.kernel(n, name, "matmul", tpl.render(), &bindings, [gx as u32, gy as u32, batches as u32])?;
