@@ -11,6 +11,13 @@ var<workgroup> q_tile: array<f32, {{ q_tile_len }}>;
 // {{ v_chunk }} keys by {{ dv_pad }} columns of V: one array, since the two are never live at once.
 var<workgroup> kv_tile: array<f32, {{ kv_len }}>;
 var<workgroup> p_tile: array<f32, {{ p_tile_len }}>;
+{%- if let Some(sk) = skip %}
+// Key tiles some row of the block may see (one bit a tile of 64 keys), reduced over the threads in `live_bits`;
+// `redo` says that some row's keys must all be scored after all.
+var<workgroup> live_bits: array<u32, 256>;
+var<workgroup> live: array<u32, {{ sk.words.len() }}>;
+var<workgroup> redo: u32;
+{%- endif %}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -35,7 +42,64 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var acc{{ i.i }}_{{ o.i }} = 0.0;
 {%- endfor %}
 {%- endfor %}
+{%- if let Some(sk) = skip %}
+    // Which key tiles hold a key that some row of the block may see: the score epilogue at v = ±1e20 does not give
+    // at most -1e30 at both (it is monotone in v, so every score in that range is masked where both are; NaN counts
+    // as seen).
+{%- for w in sk.words %}
+    {
+        var bits = 0u;
+        for (var t = 0u; t < {{ w.tiles }}u; t = t + 1u) {
+            let k0 = ({{ w.first }}u + t) * 64u;
+            var seen = false;
+{%- for i in row_lanes %}{% for j in quads %}
+            if (k0 + c + {{ j.off }}u < {{ n }}u && m{{ i.i }} < {{ m }}u) {
+                let at = batch * {{ mn }}u + m{{ i.i }} * {{ n }}u + k0 + c + {{ j.off }}u;
+                let hi = fused(1e20, at);
+                let lo = fused(-1e20, at);
+                seen = seen || !(hi <= -1e30 && lo <= -1e30);
+            }
+{%- endfor %}{% endfor %}
+            bits = bits | select(0u, 1u << t, seen);
+        }
+        live_bits[tid] = bits;
+    }
+    workgroupBarrier();
+    for (var h = 128u; h > 0u; h = h >> 1u) {
+        if (tid < h) {
+            live_bits[tid] = live_bits[tid] | live_bits[tid + h];
+        }
+        workgroupBarrier();
+    }
+    if (tid == 0u) {
+        live[{{ w.i }}] = live_bits[0];
+    }
+    workgroupBarrier();
+{%- endfor %}
+{%- for w in sk.words %}
+    let live{{ w.i }} = workgroupUniformLoad(&live[{{ w.i }}]);
+{%- endfor %}
+    // Sweep 0 scores the live tiles only; sweep 1, every tile, where a row's maximum stayed below -1e29 (then a
+    // skipped tile's exp(s - max) might not vanish).
+    for (var sweep = 0u; sweep < 2u; sweep = sweep + 1u) {
+{%- for i in row_lanes %}
+    mx{{ i.i }} = neg_inf;
+    l{{ i.i }} = 0.0;
+{%- for o in lanes %}
+    acc{{ i.i }}_{{ o.i }} = 0.0;
+{%- endfor %}
+{%- endfor %}
+{%- endif %}
     for (var n0 = 0u; n0 < {{ n }}u; n0 = n0 + 64u) {
+{%- if let Some(sk) = skip %}
+        let word0 = live0;
+{%- for w in sk.words %}{% if w.i > 0 %}
+        let word{{ w.i }} = select(word{{ w.prev }}, live{{ w.i }}, n0 >= {{ w.first_key }}u);
+{%- endif %}{% endfor %}
+        if (sweep == 0u && (word{{ sk.last }} & (1u << ((n0 / 64u) % 32u))) == 0u) {
+            continue;
+        }
+{%- endif %}
 {%- for i in row_lanes %}{% for j in quads %}
         var dot{{ i.i }}_{{ j.i }} = 0.0;
 {%- endfor %}{% endfor %}
@@ -153,6 +217,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             workgroupBarrier();
         }
     }
+{%- if skip.is_some() %}
+    // A real row whose maximum stayed below -1e29 has its keys all scored again.
+    var low = false;
+{%- for i in row_lanes %}
+    low = low || (m{{ i.i }} < {{ m }}u && mx{{ i.i }} < -1e29);
+{%- endfor %}
+    live_bits[tid] = select(0u, 1u, low);
+    workgroupBarrier();
+    if (tid == 0u) {
+        var any = 0u;
+        for (var t = 0u; t < 256u; t = t + 16u) {
+            any = any | live_bits[t];
+        }
+        redo = any;
+    }
+    let again = workgroupUniformLoad(&redo);
+    if (sweep == 1u || again == 0u) {
+        break;
+    }
+    }
+{%- endif %}
     // Each row's denominator over its 16 threads.
 {%- for i in row_lanes %}
     q_tile[tid + {{ i.t }}u] = l{{ i.i }};

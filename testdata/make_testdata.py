@@ -662,6 +662,18 @@ def ops():
     mask[3, :] = -np.inf
     mask[5, :40] = -np.inf
     cases["attention_masked"] = sdpa_case(rng, (1, 2, 19, 20), (1, 2, 70, 20), (1, 2, 70, 23), mask, scale=0.3)
+    # A prefill chunk's mask as torch exports write it (float32's lowest, not -inf): keys 0..50 seen (the cache's
+    # real rows), 50..250 masked (its stale window), the chunk's 40 keys from 250 causal, the last 10 masked; row 7
+    # masked everywhere (its softmax is uniform over all 300 keys). Whole tiles of 64 keys are skipped, and the
+    # block holding row 7 scores every key again.
+    low = np.finfo(np.float32).min
+    mask3 = np.full((40, 300), low, np.float32)
+    mask3[:, :50] = 0
+    for i in range(40):
+        mask3[i, 250:251 + i] = 0
+    mask3[7, :] = low
+    cases["attention_masked_tiles"] = sdpa_case(rng, (1, 2, 40, 16), (1, 2, 300, 16), (1, 2, 300, 16), mask3,
+                                                scale=0.25)
     # 264 heads: enough blocks that the attention kernel takes 32 query rows per workgroup (two per thread).
     mask2 = np.zeros((3, 5), np.float32)
     mask2[1, :] = -np.inf

@@ -182,7 +182,8 @@ enum Cmd {
         /// adapter has them, else each dispatch submitted and timed on its own (per-submit overhead included).
         #[arg(long)]
         profile: bool,
-        /// Decoder artifacts (`compile --kv-cache`): replay only this step (`decode` or `prefill`).
+        /// Decoder artifacts (`compile --kv-cache`): replay only this step (`decode` or `prefill`); `prefill` with
+        /// its loop inputs (mask, positions, tokens) as a generation writes them for a prompt's first whole chunk.
         #[arg(long, value_name = "STEP", conflicts_with = "decode")]
         step: Option<String>,
         /// Decoder artifacts: time generation instead of replays (greedy, a pseudo-random prompt) and print
@@ -529,7 +530,10 @@ fn real_main() -> Result<()> {
             if let Some(step) = &step {
                 session.replay_step(step)?;
             }
-            let tensors = load_inputs(&session, &inputs, true)?;
+            let mut tensors = load_inputs(&session, &inputs, true)?;
+            if step.as_deref() == Some("prefill") {
+                first_chunk_inputs(&session, &mut tensors)?;
+            }
             session.run(&tensors)?;
             session.time_replay(warmup)?;
             // One replay (one submit, waited for) per sample, as the mean over all of them always was.
@@ -706,6 +710,38 @@ fn load_inputs(session: &Session, args: &[String], fill_missing: bool) -> Result
         out.push(t);
     }
     Ok(out)
+}
+
+/// `bench --step prefill`: the loop inputs as a generation writes them for its first chunk (the decoder program's
+/// `start` and `chunk` writes at position 0, a whole chunk of prompt tokens), so that the replay masks, places and
+/// picks as a prompt's prefill does rather than over pseudo-random masks.
+fn first_chunk_inputs(session: &Session, tensors: &mut [HostTensor]) -> Result<()> {
+    use wgslc::runtime::TensorData;
+    let plan = session.plan();
+    let Some(d) = &plan.decoder else { return Ok(()) };
+    let (Some(program), Some(prefill)) = (&d.program, d.steps.iter().find(|s| s.name == "prefill")) else {
+        return Ok(());
+    };
+    let real = prefill.tokens as i64;
+    let prompt: Vec<i64> = (0..real).map(|i| i % 16).collect();
+    let vars = wgslc::artifact::Vars { pos: 0, real, len: real };
+    for ins in program.start.iter().chain(&program.chunk) {
+        let wgslc::artifact::Instr::Write(w) = ins else { continue };
+        let values = w.values.at(vars, &prompt).map_err(|e| anyhow::anyhow!("the decoder program: {e}"))?;
+        let t = tensors.get_mut(w.input).context("the decoder program writes an input the plan lacks")?;
+        if values.len() > t.data.len() {
+            bail!("the decoder program writes {} values into input {}", values.len(), w.input);
+        }
+        for (i, &x) in values.iter().enumerate() {
+            match &mut t.data {
+                TensorData::F32(v) => v[i] = x as f32,
+                TensorData::I64(v) => v[i] = x,
+                TensorData::I32(v) => v[i] = x as i32,
+                TensorData::Bool(v) => v[i] = x != 0,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Deterministic inputs for benchmarks: floats in [-1, 1), integers in [0, 16), alternating bools.

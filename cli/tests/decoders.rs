@@ -181,6 +181,29 @@ fn a_cpu_target_keeps_matrix_vector_sums_in_few_threads() {
     assert!(gpu_kmajor && !cpu_kmajor, "K-major weights: GPU {gpu_kmajor}, CPU {cpu_kmajor}");
 }
 
+/// Over a cache of two 64-key tiles (capacity 128, chunks of 8) a prefill chunk's attention skips the tiles its
+/// mask hides (the window's stale rows: all of them in the first chunk) and the generation still gives torch's
+/// tokens, both prompts, both exporters' masks.
+#[test]
+fn prefill_attention_skips_the_masked_window_and_gives_torchs_tokens() {
+    for name in ["llama_dynamo20", "qwen2_torchscript17"] {
+        let (dir, session) = compile(name, 128, 8);
+        let skips = std::fs::read_dir(dir.path().join("kernels"))
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .filter(|w| w.contains("prefill/") && w.contains("var<workgroup> live_bits"))
+            .count();
+        assert!(skips >= 2, "{name}: {skips} prefill attention kernels skip masked key tiles");
+        for k in 0..2 {
+            let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));
+            let want = ids(&npy(&case(name).join(format!("tokens_{k}.npy"))));
+            let opts = GenerateOptions { max_new_tokens: want.len() - prompt.len(), ..Default::default() };
+            let got = session.generate(&prompt, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(got.tokens, want, "{name} prompt {k}");
+        }
+    }
+}
+
 /// Where a case's greedy generation differs from its tokens (prompts 0 and 1, 16 steps a submit and one, and
 /// stopping at an end-of-sequence token); `decode_steps` is asserted.
 fn greedy_failures(name: &str) -> Vec<String> {

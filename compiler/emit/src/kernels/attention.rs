@@ -50,6 +50,94 @@ pub(super) struct AttentionTpl {
     pub(super) quads: Vec<Lane>,
     pub(super) batch: Vec<AttnBatchDim>,
     pub(super) lanes: Vec<Lane>,
+    /// Key tiles whose every score the epilogue masks are skipped ([`masked_tiles`]): the words of one bit a
+    /// tile, `32 · words` ≥ the tiles.
+    pub(super) skip: Option<SkipTiles>,
+}
+
+/// The tiled attention kernel's skipping of masked key tiles (see [`masked_tiles`]).
+pub(super) struct SkipTiles {
+    /// Words of one bit a 64-key tile, each with its first tile and its tiles.
+    pub(super) words: Vec<SkipWord>,
+    /// The last word's index.
+    pub(super) last: usize,
+}
+
+pub(super) struct SkipWord {
+    pub(super) i: usize,
+    /// The word before (`i - 1`; 0 for the first).
+    pub(super) prev: usize,
+    pub(super) first: usize,
+    /// The first tile's first key (`64 · first`).
+    pub(super) first_key: usize,
+    pub(super) tiles: usize,
+}
+
+/// The most key tiles (64 keys each) whose masks the tiled attention kernel checks ahead: 4 words of bits.
+const SKIP_MAX_TILES: usize = 128;
+
+/// Whether the tiled attention kernel can skip the key tiles that its score epilogue masks, and how
+/// (`None`: it scores every key). A key is masked for a query row when the epilogue gives at most -10³⁰ at both
+/// v = ±10²⁰ (the score product's value): every epilogue node is monotone in the score for each element (scales,
+/// additive masks, `Where` masks selecting the score or a constant, soft-capping tanh, …), so every score in that
+/// range gives at most -10³⁰ too. Before its keys, each workgroup checks every tile for its rows; it scores only
+/// tiles with a key some row may see, and after them, if some real row's running maximum is below -10²⁹ (all its
+/// keys masked, or its unmasked scores too close to the masked ones for their exponentials to vanish), it scores
+/// every tile again from the start. So a skipped tile's terms are exactly zero: exp(s − max) with s ≤ -10³⁰ and
+/// max ≥ -10²⁹ underflows in f32. Causal masks skip the tiles above the diagonal; a prefill chunk's masked window
+/// of the cache, all of it but the rows before the chunk.
+fn masked_tiles(g: &wgslc_ir::Graph, group: &KernelGroup, score: ValueId, n: usize) -> Option<SkipTiles> {
+    use wgslc_ir::{BinaryOp, Op, UnaryOp};
+    let tiles = n.div_ceil(64);
+    if group.elementwise.is_empty() || !(2..=SKIP_MAX_TILES).contains(&tiles) {
+        return None;
+    }
+    let mut chain = vec![score];
+    for &e in &group.elementwise {
+        let node = g.node(e);
+        let on: Vec<usize> =
+            (0..node.inputs.len()).filter(|&i| node.inputs[i].is_some_and(|v| chain.contains(&v))).collect();
+        let monotone = match (&node.op, on.as_slice()) {
+            (_, []) => continue,
+            (Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min), [_]) => true,
+            (Op::Binary(BinaryOp::Div), [0]) => true,
+            (Op::Where, [1] | [2]) => true,
+            (Op::Cast { to: wgslc_ir::DType::F32, .. }, [0]) => g.ty(node.inputs[0]?).dtype == wgslc_ir::DType::F32,
+            (Op::Unary(u), [0]) => {
+                matches!(
+                    u,
+                    UnaryOp::Neg
+                        | UnaryOp::Exp
+                        | UnaryOp::Tanh
+                        | UnaryOp::Sigmoid
+                        | UnaryOp::Relu
+                        | UnaryOp::Identity
+                        | UnaryOp::Clip(..)
+                        | UnaryOp::Softplus
+                        | UnaryOp::Softsign
+                        | UnaryOp::Atan
+                        | UnaryOp::Erf
+                        | UnaryOp::Floor
+                        | UnaryOp::Ceil
+                ) || matches!(u, UnaryOp::LeakyRelu(a) if *a >= 0.0)
+            }
+            _ => false,
+        };
+        if !monotone || node.outputs.len() != 1 {
+            return None;
+        }
+        chain.push(node.outputs[0]);
+    }
+    let words: Vec<SkipWord> = (0..tiles.div_ceil(32))
+        .map(|i| SkipWord {
+            i,
+            prev: i.saturating_sub(1),
+            first: 32 * i,
+            first_key: 64 * 32 * i,
+            tiles: (tiles - 32 * i).min(32),
+        })
+        .collect();
+    Some(SkipTiles { last: words.len() - 1, words })
 }
 
 /// A row lane of the tiled attention kernel: 16 query rows.
@@ -244,6 +332,7 @@ impl Emitter<'_> {
             quads: unrolled(4, 16),
             batch: attn_batch(&qk, &pv),
             lanes: unrolled(pv.nn.div_ceil(16), 16),
+            skip: masked_tiles(g, &qk_group, qk.mm_out, qk.nn),
         };
         let name = self.group_name(group);
         self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg)
