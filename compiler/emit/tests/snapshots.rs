@@ -239,6 +239,8 @@ fn inverted_residual_block_is_one_kernel() {
     insta::assert_snapshot!(k);
 }
 
+/// A Transpose is a strided view: the Concat beside a graph input keeps its copy kernels (no producer can write
+/// into it), and its first copy reads `x` through the transposed strides, so the Transpose has no kernel.
 #[test]
 fn layout_ops_become_strided_copies() {
     let mut g = Graph::new();

@@ -30,7 +30,8 @@
 //!      attention's [b, h, t, d] → [b, t, h, d] before the output projection.
 //!    - `concat`: a Concat each of whose inputs is the result of such a kernel, read by the Concat alone: every
 //!      producer stores its result straight into its block of the Concat's output, and the Concat has no
-//!      kernel (SqueezeNet's fire modules, Inception's branches, U-Net's skip joins).
+//!      kernel (SqueezeNet's fire modules, Inception's branches, U-Net's skip joins). A Concat that keeps its
+//!      copy kernels reads through the layout copies only it reads (a prefill step's window of the cache).
 //!
 //! Then every remaining producer → consumer edge gets the reason it crosses a kernel boundary, each group its
 //! recipe, and [`verify_schedule`] checks the result.
@@ -185,7 +186,8 @@ pub fn schedule(g: &Graph, opts: &FuseOptions) -> Result<Schedule, PassError> {
             let ok = final_readers(g, g.node(p).outputs[0], &trial, &readers).is_some_and(|rs| {
                 !rs.is_empty()
                     && rs.iter().all(|&(r, slot)| {
-                        read_spec(g, r, slot).is_some() && {
+                        // A Concat's copies read through views only once it keeps them (the `concat` rule).
+                        !matches!(g.node(r).op, Op::Concat { .. }) && read_spec(g, r, slot).is_some() && {
                             let view = input_view(g, &trial, r, slot);
                             g.value(view.root).producer.is_none_or(|q| !trial.contains(&q))
                         }

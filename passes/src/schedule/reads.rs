@@ -59,6 +59,9 @@ pub fn read_spec(g: &Graph, n: NodeId, slot: usize) -> Option<(i64, Vec<i64>, Ve
         Op::StridedCopy { offset, strides } => Some((*offset, strides.clone(), g.ty(node.outputs[0]).shape.clone())),
         // Read at a rotated last coordinate, which stays inside the same extent: the view of the plain read holds.
         Op::RotateHalf => Some((0, contiguous_strides(vs).into_iter().map(|s| s as i64).collect(), vs.clone())),
+        // A Concat's copy of one input reads it one element per thread at its own coordinates (so a view of it
+        // folds into the copy: a prefill step's window of the cache beside the chunk's rows).
+        Op::Concat { .. } => Some((0, contiguous_strides(vs).into_iter().map(|s| s as i64).collect(), vs.clone())),
         // The new rows of a cache write are read one element per thread at their own coordinates.
         Op::CacheWrite { .. } if slot == 1 => {
             Some((0, contiguous_strides(vs).into_iter().map(|s| s as i64).collect(), vs.clone()))

@@ -175,6 +175,30 @@ fn concat_is_written_in_place_by_its_producers() {
     assert!(sched.concats.is_empty() && sched.kernels.iter().all(|k| k.write_into().is_none()));
 }
 
+/// A Concat that keeps its copy kernels (its inputs are a view of a graph input and a value the caller also reads,
+/// as a prefill step's window of the cache beside the chunk's rows) reads the view through its strides: the
+/// window's own copy kernel is gone, and the Concat's copy binds the cache itself.
+#[test]
+fn a_concat_that_keeps_its_copies_reads_a_window_through_its_view() {
+    let mut g = Graph::new();
+    let cache = f32_input(&mut g, "cache", &[1, 2, 64, 16]);
+    let x = f32_input(&mut g, "x", &[1, 2, 8, 16]);
+    let [window, new, y] = ["window", "new", "y"].map(|n| g.add_value(n, None));
+    let slice = Op::StridedCopy { offset: 0, strides: vec![2048, 1024, 16, 1] };
+    g.add_node("window", slice, vec![Some(cache)], vec![window]).unwrap();
+    g.add_node("rotate", Op::Unary(wgslc_ir::UnaryOp::Neg), vec![Some(x)], vec![new]).unwrap();
+    g.add_node("cat", Op::Concat { axis: 2 }, vec![Some(window), Some(new)], vec![y]).unwrap();
+    g.outputs.extend([y, new]);
+    g.value_mut(window).ty = Some(TensorType::new(DType::F32, vec![1, 2, 56, 16]));
+    run_pipeline(&mut g, None).unwrap();
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    let names: Vec<&str> = sched.kernels.iter().map(|k| g.node(k.last()).name.as_str()).collect();
+    assert_eq!(names, ["rotate", "cat"], "the window has no kernel of its own");
+    let cat = sched.kernels.iter().find(|k| g.node(k.last()).op == (Op::Concat { axis: 2 })).unwrap();
+    assert_eq!(group_io(&g, &sched, cat).0, [cache, new], "the copy reads the cache through the window's strides");
+    verify_schedule(&g, &sched).unwrap();
+}
+
 /// One-element constants read by pointwise nodes are literals, not bindings: a chain over seven inputs and three
 /// scalar constants is one kernel within the 8 storage bindings (seven inputs and its output), where binding the
 /// constants would need eleven and split it.

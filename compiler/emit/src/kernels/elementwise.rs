@@ -307,7 +307,7 @@ impl Emitter<'_> {
         let ocs: Vec<i64> = contiguous_strides(&g.ty(out).shape).iter().map(|&s| s as i64).collect();
         let mut start = 0usize;
         let mut kernels = Vec::new();
-        for (k, &v) in node.inputs.iter().flatten().enumerate() {
+        for (k, (slot, v)) in node.inputs.iter().enumerate().filter_map(|(s, v)| v.map(|v| (s, v))).enumerate() {
             let shape = g.ty(v).shape.clone();
             let offset = start as i64 * ocs[axis];
             start += shape[axis];
@@ -317,23 +317,34 @@ impl Emitter<'_> {
             }
             let cs = contiguous_strides(&shape);
             let store_coords = shape.iter().zip(&cs).map(|(&e, &s)| Coord { stride: s, extent: e.max(1) }).collect();
+            // The input as stored, through the layout copies folded into this read (a window of a cache).
+            let view = input_view(g, &self.sched.folded, n, slot);
+            let plain = view.offset == 0 && (0..shape.len()).all(|d| shape[d] == 1 || view.strides[d] == cs[d] as i64);
+            let dims: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] > 1 && !plain).collect();
             let fu = Fused {
                 defined: true,
                 ty: storage(g, v).wgsl(),
-                coords: vec![],
+                coords: dims
+                    .iter()
+                    .map(|&d| NamedCoord { name: Namer::coord(0, d), stride: cs[d], extent: shape[d] })
+                    .collect(),
                 loads: vec![FusedLoad {
                     name: "x0".into(),
                     var: "in0".into(),
-                    ld: Ld::of(g, v, "in0"),
-                    offset: "i".into(),
-                    terms: vec![],
+                    ld: Ld::of(g, view.root, "in0"),
+                    offset: if plain { "i".into() } else { view.offset.to_string() },
+                    terms: dims
+                        .iter()
+                        .filter(|&&d| view.strides[d] != 0)
+                        .map(|&d| NamedTerm { coord: Namer::coord(0, d), stride: view.strides[d], modulo: 0 })
+                        .collect(),
                 }],
                 stmts: vec![],
                 result: "x0".into(),
                 ..Fused::default()
             };
             let terms = (0..shape.len()).filter(|&d| shape[d] > 1).map(|d| Term { coord: d, stride: ocs[d] }).collect();
-            let b = [(v, false, "in0"), (out, true, "out")];
+            let b = [(view.root, false, "in0"), (out, true, "out")];
             let (h, wg, groups_x) = self.launch(n, None, "elementwise.wgsl", &b, numel.div_ceil(256))?;
             let tpl = ElementwiseTpl {
                 h,

@@ -1,6 +1,7 @@
 //! A Concat written in place: each producing kernel stores its result straight into its block of the Concat's
 //! output, and the Concat has no kernel. SqueezeNet 1.1's fire modules (two expand convolutions joined along
-//! channels) lose their two copy kernels each.
+//! channels) lose their two copy kernels each. A Concat that keeps its copy kernels reads the layout copies only
+//! it reads through their views (a prefill step's window of the cache), so they have no kernels.
 
 use super::Fuse;
 use crate::schedule::recipe::{anchor_kind, concat_placement};
@@ -49,7 +50,15 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
             }
             Some((c, writers))
         })();
-        if let Some((c, writers)) = writers {
+        let Some((c, writers)) = writers else {
+            // The Concat keeps its copy kernels: a layout copy that only it reads is read through by its copy.
+            if fold_copies_into(f, ci) {
+                continue;
+            }
+            ci += 1;
+            continue;
+        };
+        {
             // Each placement must exist before anything changes (the recipe recomputes it).
             if writers.iter().all(|&(_, slot)| concat_placement(g, c, slot).is_some()) {
                 for &(pi, slot) in &writers {
@@ -63,4 +72,46 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
         }
         ci += 1;
     }
+}
+
+/// Folds into the copy kernels of the Concat anchoring kernel `ci` each input that is a lone layout copy (a
+/// `StridedCopy` kernel of its own, read by this Concat alone, not an output) whose view of its source stays
+/// affine: the copy kernel reads the source through it, and the layout copy's kernel is removed. Returns whether
+/// any was (the kernels are then reindexed; `ci` may have moved).
+fn fold_copies_into(f: &mut Fuse, ci: usize) -> bool {
+    let g = f.g;
+    let Some(c) = f.sched.kernels[ci].anchor.filter(|&c| matches!(g.node(c).op, Op::Concat { .. })) else {
+        return false;
+    };
+    if !f.sched.kernels[ci].folds.is_empty() || !f.sched.kernels[ci].elementwise.is_empty() {
+        return false;
+    }
+    let mut gone = Vec::new();
+    for (slot, v) in g.node(c).inputs.iter().enumerate() {
+        let Some(v) = *v else { continue };
+        let Some(p) = g.value(v).producer.filter(|&p| matches!(g.node(p).op, Op::StridedCopy { .. })) else {
+            continue;
+        };
+        let Some(&pi) = f.group_of.get(&p) else { continue };
+        if f.sched.kernels[pi].nodes() != [p] || !f.only_reader(v, c) || f.is_output(v) {
+            continue;
+        }
+        let mut trial = f.sched.folded.clone();
+        trial.insert(p);
+        let view = crate::schedule::input_view(g, &trial, c, slot);
+        if g.value(view.root).producer.is_some_and(|q| trial.contains(&q)) {
+            continue;
+        }
+        f.sched.folded = trial;
+        gone.push(pi);
+    }
+    if gone.is_empty() {
+        return false;
+    }
+    gone.sort_unstable();
+    for pi in gone.into_iter().rev() {
+        f.sched.kernels.remove(pi);
+    }
+    f.reindex();
+    true
 }
