@@ -79,6 +79,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- for w in sk.words %}
     let live{{ w.i }} = workgroupUniformLoad(&live[{{ w.i }}]);
 {%- endfor %}
+    // Whether sweep 0 leaves any tile out: if not, it scores every key and there is nothing to score again.
+    let skips = false{% for w in sk.words %} || live{{ w.i }} != {{ w.all }}u{% endfor %};
     // Sweep 0 scores the live tiles only; sweep 1, every tile, where a row's maximum stayed below -1e29 (then a
     // skipped tile's exp(s - max) might not vanish).
     for (var sweep = 0u; sweep < 2u; sweep = sweep + 1u) {
@@ -233,7 +235,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         redo = any;
     }
     let again = workgroupUniformLoad(&redo);
-    if (sweep == 1u || again == 0u) {
+    if (sweep == 1u || again == 0u || !skips) {
         break;
     }
     }

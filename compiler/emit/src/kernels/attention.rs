@@ -71,6 +71,8 @@ pub(super) struct SkipWord {
     /// The first tile's first key (`64 · first`).
     pub(super) first_key: usize,
     pub(super) tiles: usize,
+    /// The word with every one of its tiles' bits set.
+    pub(super) all: u32,
 }
 
 /// The most key tiles (64 keys each) whose masks the tiled attention kernel checks ahead: 4 words of bits.
@@ -135,6 +137,7 @@ fn masked_tiles(g: &wgslc_ir::Graph, group: &KernelGroup, score: ValueId, n: usi
             first: 32 * i,
             first_key: 64 * 32 * i,
             tiles: (tiles - 32 * i).min(32),
+            all: (u64::MAX >> (64 - (tiles - 32 * i).min(32))) as u32,
         })
         .collect();
     Some(SkipTiles { last: words.len() - 1, words })

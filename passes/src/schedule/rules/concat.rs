@@ -50,17 +50,9 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
             }
             Some((c, writers))
         })();
-        let Some((c, writers)) = writers else {
-            // The Concat keeps its copy kernels: a layout copy that only it reads is read through by its copy.
-            if fold_copies_into(f, ci) {
-                continue;
-            }
-            ci += 1;
-            continue;
-        };
-        {
-            // Each placement must exist before anything changes (the recipe recomputes it).
-            if writers.iter().all(|&(_, slot)| concat_placement(g, c, slot).is_some()) {
+        // Each placement must exist before anything changes (the recipe recomputes it).
+        match writers {
+            Some((c, writers)) if writers.iter().all(|&(_, slot)| concat_placement(g, c, slot).is_some()) => {
                 for &(pi, slot) in &writers {
                     f.sched.kernels[pi].fold(Fold::WriteInto { concat: c, slot });
                 }
@@ -69,6 +61,9 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
                 f.reindex();
                 continue;
             }
+            // The Concat keeps its copy kernels: a layout copy that only it reads is read through by its copy.
+            _ if fold_copies_into(f, ci) => continue,
+            _ => {}
         }
         ci += 1;
     }
