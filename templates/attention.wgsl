@@ -1,6 +1,10 @@
 {% include "header.wgsl" %}
 {%- include "helpers.wgsl" %}
 {%- include "fused.wgsl" %}
+{%- if !loaders.is_empty() %}
+// K or V is a Concat read in place: each element from the input that holds it.
+{{ loaders }}
+{%- endif %}
 // Attention for a block of {{ rows }} query rows per workgroup of 256 threads, with an online softmax. Each thread
 // owns {{ row_lanes.len() }} row(s) (r, r + 16, …) and, per tile of 64 keys, scores 4 keys of each (Q·K through
 // workgroup memory, then the score epilogue: scale, mask), keeps a running maximum and denominator per row, and
@@ -32,6 +36,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let a_base = {{ a_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
     let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
     let v_base = {{ v_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.v_stride }}u{% endfor %};
+{%- if !cat_bases.is_empty() %}
+    // Each part's base of a Concat read in place, by key.
+{{ cat_bases }}
+{%- endif %}
     let neg_inf = bitcast<f32>(non_finite_bits.y);
 {%- for i in row_lanes %}
     let m{{ i.i }} = row0 + r + {{ i.off }}u;
@@ -126,7 +134,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let dd = e % 16u;
                 var bv = 0.0;
                 if (n0 + kk < {{ n }}u && d0 + dd < {{ dk }}u) {
-                    bv = {{ b_var }}[b_base + (d0 + dd) * {{ b_sk }}u + (n0 + kk) * {{ b_sn }}u];
+{%- if let Some(args) = b_cat %}
+                    bv = concat_b(n0 + kk, d0 + dd{{ args }});
+{%- else %}
+                    bv = {{ b_ld.open }}b_base + (d0 + dd) * {{ b_sk }}u + (n0 + kk) * {{ b_sn }}u{{ b_ld.close }};
+{%- endif %}
 {%- if !b_pro.is_empty() %}
                     bv = {{ b_pro }};
 {%- endif %}
@@ -200,7 +212,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let col = e % {{ dv_pad }}u;
                 var vv = 0.0;
                 if (n0 + j0 + jj < {{ n }}u && col < {{ dv }}u) {
-                    vv = {{ v_var }}[v_base + (n0 + j0 + jj) * {{ v_sk }}u + col * {{ v_sn }}u];
+{%- if let Some(args) = v_cat %}
+                    vv = concat_v(n0 + j0 + jj, col{{ args }});
+{%- else %}
+                    vv = {{ v_ld.open }}v_base + (n0 + j0 + jj) * {{ v_sk }}u + col * {{ v_sn }}u{{ v_ld.close }};
+{%- endif %}
                 }
                 kv_tile[e] = vv;
             }

@@ -698,6 +698,49 @@ def ops():
               [vi("y", F, None)], [init("scale", np.float32(0.35))]),
         [r1.standard_normal(sh).astype(np.float32) for sh in [(1, 2, 1, 8), (1, 2, 8, 37), (1, 2, 12, 37)]],
     )
+    # A prefill chunk's attention: K and V are Concat(window of the cache, the chunk's rows) along the keys (a
+    # Slice of each cache, then 5 new rows: 72 keys over two tiles of 64), expanded for 4 query heads sharing 2,
+    # under a causal mask after the window: the attention kernel reads both Concats in place, by key.
+    rc = np.random.default_rng(40)
+    cat = []
+    for t in ["k", "v"]:
+        cat += [helper.make_node("Slice", [f"{t}_cache", "w0", "w1", "wax"], [f"{t}w"]),
+                helper.make_node("Concat", [f"{t}w", f"{t}_new"], [f"{t}c"], axis=2),
+                helper.make_node("Unsqueeze", [f"{t}c", "ax2"], [f"{t}u"]),
+                helper.make_node("Expand", [f"{t}u", "rep"], [f"{t}e"]),
+                helper.make_node("Reshape", [f"{t}e", "heads"], [f"{t}h"])]
+    cmask = np.zeros((5, 72), np.float32)
+    cmask[:, 30:67] = -np.inf
+    for i in range(5):
+        cmask[i, 67 + i + 1:] = -np.inf
+    cases["attention_concat_kv"] = (
+        model(cat + [helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
+                     helper.make_node("MatMul", ["q", "kt"], ["s"]),
+                     helper.make_node("Mul", ["s", "scale"], ["s2"]),
+                     helper.make_node("Add", ["s2", "mask"], ["s3"]),
+                     helper.make_node("Softmax", ["s3"], ["p"], axis=-1),
+                     helper.make_node("MatMul", ["p", "vh"], ["y"])],
+              [vi("q", F, [1, 4, 5, 8]), vi("k_cache", F, [1, 2, 70, 8]), vi("v_cache", F, [1, 2, 70, 8]),
+               vi("k_new", F, [1, 2, 5, 8]), vi("v_new", F, [1, 2, 5, 8])], [vi("y", F, None)],
+              [init("w0", np.array([0], np.int64)), init("w1", np.array([67], np.int64)),
+               init("wax", np.array([2], np.int64)), init("ax2", np.array([2], np.int64)),
+               init("rep", np.array([1, 2, 2, 72, 8], np.int64)), init("heads", np.array([1, 4, 72, 8], np.int64)),
+               init("scale", np.float32(0.35)), init("mask", cmask)]),
+        [rc.standard_normal(s).astype(np.float32)
+         for s in [(1, 4, 5, 8), (1, 2, 70, 8), (1, 2, 70, 8), (1, 2, 5, 8), (1, 2, 5, 8)]],
+    )
+    # Keys concatenated along their features (a part with rotary, a part without, as MLA-style attention writes
+    # them): the Concat is read in place through its flat indices.
+    cases["attention_concat_features"] = (
+        model([helper.make_node("Concat", ["ka", "kb"], ["k"], axis=3),
+               helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+               helper.make_node("MatMul", ["q", "kt"], ["s"]),
+               helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+               helper.make_node("MatMul", ["p", "v"], ["y"])],
+              [vi("q", F, [1, 2, 9, 8]), vi("ka", F, [1, 2, 9, 6]), vi("kb", F, [1, 2, 9, 2]),
+               vi("v", F, [1, 2, 9, 4])], [vi("y", F, None)], []),
+        [rc.standard_normal(s).astype(np.float32) for s in [(1, 2, 9, 8), (1, 2, 9, 6), (1, 2, 9, 2), (1, 2, 9, 4)]],
+    )
     # Grouped-query attention as exporters write it: 4 query heads share 2 K/V heads through Unsqueeze → Expand →
     # Reshape, with a causal mask through Where.
     gqa = []

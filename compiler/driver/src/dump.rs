@@ -22,6 +22,7 @@ pub fn print_schedule(g: &Graph, sched: &Schedule) -> String {
             let what = match f {
                 Fold::Operand { slot, node } => format!("operand {slot}: {}", name(*node)),
                 Fold::RowOperand(nodes) => format!("row operand {}", names(nodes)),
+                Fold::ReadConcat(c) => format!("reads {} in place", name(*c)),
                 Fold::CacheRows { operand, writes } => format!("cache rows {} ← {}", names(writes), names(operand)),
                 Fold::Expand(c) => format!("expand {}", names(&f_nodes(c.conv, &c.then))),
                 Fold::Depthwise(c) => format!("depthwise {}", names(&f_nodes(c.conv, &c.then))),

@@ -267,6 +267,41 @@ fn attention_skips_masked_key_tiles() {
     insta::assert_snapshot!(attention_kernel(130));
 }
 
+/// A prefill chunk's attention: 4 query rows over `Concat(past, new)` keys and values (a Slice of each cache, the
+/// window, then the chunk's rows), as one kernel that reads both Concats in place (`Fold::ReadConcat`): each key
+/// from the cache or from the chunk's rows by its index, no Concat kernel.
+#[test]
+fn attention_reads_its_concatenated_keys_in_place() {
+    let mut g = Graph::new();
+    let q = input(&mut g, "q", &[2, 4, 8]);
+    let mut kv = vec![];
+    for name in ["k", "v"] {
+        let cache = input(&mut g, &format!("{name}_cache"), &[2, 10, 8]);
+        let (starts, ends, axes) = (
+            g.add_const(format!("{name}_s"), Tensor::i64(vec![1], vec![0])),
+            g.add_const(format!("{name}_e"), Tensor::i64(vec![1], vec![6])),
+            g.add_const(format!("{name}_a"), Tensor::i64(vec![1], vec![1])),
+        );
+        let window = node(&mut g, Op::Slice, &[cache, starts, ends, axes]);
+        let new = input(&mut g, &format!("{name}_new"), &[2, 4, 8]);
+        kv.push(node(&mut g, Op::Concat { axis: 1 }, &[window, new]));
+    }
+    let kt = node(&mut g, Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[kv[0]]);
+    let s = node(&mut g, Op::MatMul, &[q, kt]);
+    let p = node(&mut g, Op::Softmax { axis: 2, legacy: false, log: false }, &[s]);
+    let y = node(&mut g, Op::MatMul, &[p, kv[1]]);
+    g.outputs.push(y);
+    run_pipeline(&mut g, None).unwrap();
+    let opts = FuseOptions { attention: wgslc_passes::AttentionMode::Fused, ..Default::default() };
+    let sched = schedule(&g, &opts).unwrap();
+    let plan = plan_memory(&g, &sched).unwrap();
+    let ks = emit(&g, &sched, &plan, &Limits::default()).unwrap();
+    assert_eq!(ks.len(), 1, "one attention kernel, no Concat kernels");
+    let k = &ks[0].kernel.wgsl;
+    assert!(k.contains("fn concat_b(key: u32") && k.contains("fn concat_v(key: u32"), "read by key:\n{k}");
+    insta::assert_snapshot!(k);
+}
+
 /// Scaled, masked attention of 4 query rows over `keys` keys, as one kernel.
 fn attention_kernel(keys: usize) -> String {
     let mut g = Graph::new();

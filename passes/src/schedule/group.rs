@@ -43,6 +43,11 @@ pub enum Fold {
     /// write loads them, so the rotated rows go straight into the cache. Next to a [`Fold::RmsNorm`]: the nodes
     /// that compute the norm's input, which the product normalizes as it stages it.
     RowOperand(Vec<NodeId>),
+    /// A Concat that only this attention kernel reads, as its K or its V (through views: a GQA expansion, a
+    /// transpose): the kernel reads each element from the input that holds it, through that input's view, so
+    /// the Concat has no kernel and its output is never written (a prefill chunk's keys: the cache's window, then
+    /// the chunk's own rows).
+    ReadConcat(NodeId),
     /// A pointwise (1x1) ungrouped Conv (with its scalar epilogue, e.g. ReLU6) whose output only this group's
     /// depthwise Conv reads (the anchor, or the [`Fold::Depthwise`] folded into a projection): each workgroup
     /// computes the expanded channels over its output tile's input window into workgroup memory, so the
@@ -107,6 +112,7 @@ pub enum FoldKind {
     CacheRows,
     Operand,
     RowOperand,
+    ReadConcat,
     Expand,
     Depthwise,
     RmsNorm,
@@ -142,6 +148,7 @@ impl Fold {
             Fold::CacheRows { .. } => FoldKind::CacheRows,
             Fold::Operand { .. } => FoldKind::Operand,
             Fold::RowOperand(_) => FoldKind::RowOperand,
+            Fold::ReadConcat(_) => FoldKind::ReadConcat,
             Fold::Expand(_) => FoldKind::Expand,
             Fold::Depthwise(_) => FoldKind::Depthwise,
             Fold::RmsNorm(_) => FoldKind::RmsNorm,
@@ -164,9 +171,11 @@ impl Fold {
     pub fn nodes(&self) -> Vec<NodeId> {
         let folded = |f: &FoldedConv| std::iter::once(f.conv).chain(f.then.iter().copied()).collect();
         match self {
-            Fold::Operand { node, .. } | Fold::RmsNorm(node) | Fold::StoreCopy(node) | Fold::CacheWrite(node) => {
-                vec![*node]
-            }
+            Fold::Operand { node, .. }
+            | Fold::RmsNorm(node)
+            | Fold::StoreCopy(node)
+            | Fold::CacheWrite(node)
+            | Fold::ReadConcat(node) => vec![*node],
             Fold::RowOperand(nodes) => nodes.clone(),
             Fold::CacheRows { operand, writes } => operand.iter().chain(writes).copied().collect(),
             Fold::Blocks { concat, products } => products.iter().copied().chain([*concat]).collect(),
@@ -200,7 +209,7 @@ impl Fold {
             FoldKind::RowOperand => matches!(anchor, A::MatMul | A::CacheWrite),
             FoldKind::CacheWrite => anchor == A::CacheWrite,
             FoldKind::Blocks | FoldKind::CacheRows => anchor == A::MatMul,
-            FoldKind::Operand | FoldKind::RmsNorm | FoldKind::Attention => anchor == A::MatMul,
+            FoldKind::Operand | FoldKind::RmsNorm | FoldKind::Attention | FoldKind::ReadConcat => anchor == A::MatMul,
             FoldKind::Expand => matches!(anchor, A::DepthwiseConv | A::PointwiseConv),
             FoldKind::Depthwise => anchor == A::PointwiseConv,
             FoldKind::ConvSum => matches!(anchor, A::PointwiseConv | A::Conv),
@@ -219,6 +228,10 @@ impl Fold {
             // A decode step's cache writes in its one-row attention kernel, with its query computed there too.
             (K::CacheRows, K::RowOperand | K::Attention | K::StoreCopy) => true,
             (K::CacheRows, _) => false,
+            // K's and V's Concats in a tiled attention kernel (each read by its own product: `rules/concat_read.rs`).
+            (K::Operand | K::ReadConcat, K::ReadConcat) => true,
+            (K::ReadConcat, K::Attention | K::StoreCopy) => true,
+            (K::ReadConcat, _) => false,
             // One per slot is checked separately.
             (K::Operand, K::Operand) => true,
             // B's prologue next to A computed in the kernel (one per slot is checked separately).
@@ -306,6 +319,14 @@ impl KernelGroup {
     pub fn row_operand(&self) -> Option<&[NodeId]> {
         self.folds.iter().find_map(|f| match f {
             Fold::RowOperand(nodes) => Some(nodes.as_slice()),
+            _ => None,
+        })
+    }
+
+    /// The Concats read in place ([`Fold::ReadConcat`]).
+    pub fn read_concats(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.folds.iter().filter_map(|f| match f {
+            Fold::ReadConcat(c) => Some(*c),
             _ => None,
         })
     }

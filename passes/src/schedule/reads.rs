@@ -258,8 +258,10 @@ pub fn group_io(g: &Graph, sched: &Schedule, k: &KernelGroup) -> (Vec<ValueId>, 
             }
             if let Some(v) = v {
                 if !inside.contains(&storage_root(g, *v)) {
+                    // Through folded layout copies, which may view a value computed inside (A computed as a
+                    // K-split product stages it).
                     let r = input_view(g, &sched.folded, m, slot).root;
-                    if !reads.contains(&r) {
+                    if !reads.contains(&r) && !inside.contains(&r) {
                         reads.push(r);
                     }
                 }
@@ -338,7 +340,10 @@ pub(super) fn member_bindings(
                     if g.node(m).op.is_pointwise() && scalar_literal(g, root).is_some() {
                         continue;
                     }
-                    roots.insert(storage_root(g, root));
+                    // A view (through folded layout copies) of a value computed inside binds nothing.
+                    if !inside.contains(&storage_root(g, root)) {
+                        roots.insert(storage_root(g, root));
+                    }
                 }
             }
         }

@@ -104,6 +104,9 @@ pub fn check_folds(g: &Graph, k: &KernelGroup) -> Result<(), String> {
     if anchor == AnchorKind::PointwiseConv && k.has(FoldKind::Expand) && !k.has(FoldKind::Depthwise) {
         return Err("an expansion folded into a pointwise Conv without the depthwise Conv between them".into());
     }
+    if k.has(FoldKind::ReadConcat) && !k.has(FoldKind::Attention) {
+        return Err("a Concat read in place outside an attention kernel".into());
+    }
     let stores = k.has(FoldKind::StoreCopy) || k.has(FoldKind::WriteInto);
     let recipe = &k.recipe;
     if k.has(FoldKind::Expand) != recipe.expand.is_some()

@@ -42,8 +42,14 @@ pub(super) struct AttentionTpl {
     pub(super) v_sn: i64,
     pub(super) a_pro: String,
     pub(super) b_pro: String,
-    pub(super) b_var: String,
-    pub(super) v_var: String,
+    /// How K and V are read: their bindings, or the loader functions of Concats read in place (`loaders`): by
+    /// key (`b_cat`/`v_cat`: the extra arguments, each part's base, computed in `cat_bases`) or by flat index.
+    pub(super) b_ld: Ld,
+    pub(super) v_ld: Ld,
+    pub(super) b_cat: Option<String>,
+    pub(super) v_cat: Option<String>,
+    pub(super) loaders: String,
+    pub(super) cat_bases: String,
     pub(super) alpha: String,
     pub(super) nan_to_zero: bool,
     /// The four keys each thread scores per tile, unrolled, 16 apart.
@@ -141,6 +147,139 @@ fn masked_tiles(g: &wgslc_ir::Graph, group: &KernelGroup, score: ValueId, n: usi
         })
         .collect();
     Some(SkipTiles { last: words.len() - 1, words })
+}
+
+impl Emitter<'_> {
+    /// A Concat read in place ([`wgslc_passes::Fold::ReadConcat`]) as a WGSL function `concat_{var}(i)`: element
+    /// `i` of its contiguous output, read from the input that holds it through that input's view (bound into
+    /// `reads` as `{var}0`, `{var}1`, …). The scheduler checked the views: non-negative offsets and strides.
+    fn concat_loader(&self, c: NodeId, var: &str, reads: &mut Vec<(ValueId, String)>) -> String {
+        let g = self.g;
+        let node = g.node(c);
+        let Op::Concat { axis } = node.op else { unreachable!("a Concat read in place") };
+        let shape = &g.ty(node.outputs[0]).shape;
+        let axis = axis.rem_euclid(shape.len() as i64) as usize;
+        let cs = contiguous_strides(shape);
+        let mut f = format!("fn concat_{var}(i: u32) -> f32 {{\n");
+        for d in (0..shape.len()).filter(|&d| shape[d] > 1) {
+            f.push_str(&format!("    let c{d} = (i / {}u) % {}u;\n", cs[d], shape[d]));
+        }
+        let parts: Vec<(usize, ValueId)> =
+            node.inputs.iter().enumerate().filter_map(|(s, v)| v.map(|v| (s, v))).collect();
+        let mut start = 0;
+        for (j, &(slot, v)) in parts.iter().enumerate() {
+            let part = &g.ty(v).shape;
+            let view = input_view(g, &self.sched.folded, c, slot);
+            let bound = bind_once(reads, view.root, &format!("{var}{j}"));
+            let ld = Ld::of(g, view.root, &bound);
+            let mut at = format!("{}u", view.offset);
+            for d in (0..part.len()).filter(|&d| part[d] > 1 && view.strides[d] != 0) {
+                let coord = if d == axis { format!("(c{d} - {start}u)") } else { format!("c{d}") };
+                at.push_str(&format!(" + {coord} * {}u", view.strides[d]));
+            }
+            let end = start + part[axis];
+            if j + 1 < parts.len() {
+                let past = if shape[axis] > 1 { format!("c{axis} < {end}u") } else { "true".into() };
+                f.push_str(&format!("    if ({past}) {{\n        return {}{at}{};\n    }}\n", ld.open, ld.close));
+            } else {
+                f.push_str(&format!("    return {}{at}{};\n", ld.open, ld.close));
+            }
+            start = end;
+        }
+        f.push_str("}\n");
+        f
+    }
+}
+
+/// How the tiled attention kernel walks K or V: the view's offset, its batch coordinates (divisor, extent,
+/// stride), and its key and column axes (extent, stride), in elements of the value read.
+struct CatWalk {
+    offset: i64,
+    batch: Vec<(usize, usize, i64)>,
+    key: (usize, i64),
+    col: (usize, i64),
+}
+
+impl Emitter<'_> {
+    /// A Concat read in place along the keys: when every coordinate of the kernel's walk moves along one axis of
+    /// the Concat's output alone, within it (its offset's coordinates included), and the keys alone along the
+    /// Concat's axis one key a step from its start, each part is read at `base + key · stride + col · stride`
+    /// with a base per batch. Returns the WGSL function `concat_{var}(key, col, base0, base1, …)`, the
+    /// statements computing the bases (`cat_{var}{j}`) and the call's extra arguments; `None` otherwise.
+    fn concat_by_key(
+        &self,
+        c: NodeId,
+        var: &str,
+        reads: &mut Vec<(ValueId, String)>,
+        walk: &CatWalk,
+    ) -> Option<(String, String, String)> {
+        let g = self.g;
+        let node = g.node(c);
+        let Op::Concat { axis } = node.op else { return None };
+        let shape = &g.ty(node.outputs[0]).shape;
+        let axis = axis.rem_euclid(shape.len() as i64) as usize;
+        let cs: Vec<i64> = contiguous_strides(shape).into_iter().map(|x| x as i64).collect();
+        let at: Vec<i64> = (0..shape.len()).map(|d| (walk.offset / cs[d]) % shape[d] as i64).collect();
+        if walk.offset < 0 || at.iter().zip(&cs).map(|(a, s)| a * s).sum::<i64>() != walk.offset || at[axis] != 0 {
+            return None;
+        }
+        // The Concat axis and step a stride walks (a stride of 0 walks none), each axis walked once at most.
+        let mut used = vec![false; shape.len()];
+        let mut place = |stride: i64, extent: usize| -> Option<Option<(usize, i64)>> {
+            if stride == 0 || extent <= 1 {
+                return Some(None);
+            }
+            let d = (0..shape.len()).find(|&d| shape[d] > 1 && cs[d] <= stride)?;
+            let step = stride / cs[d];
+            if stride % cs[d] != 0 || used[d] || at[d] + step * (extent as i64 - 1) >= shape[d] as i64 {
+                return None;
+            }
+            used[d] = true;
+            Some(Some((d, step)))
+        };
+        let key = place(walk.key.1, walk.key.0)?;
+        if key != Some((axis, 1)) {
+            return None;
+        }
+        let col = place(walk.col.1, walk.col.0)?;
+        let batch: Vec<Option<(usize, i64)>> =
+            walk.batch.iter().map(|&(_, extent, stride)| place(stride, extent)).collect::<Option<_>>()?;
+        if col.is_some_and(|(d, _)| d == axis) || batch.iter().flatten().any(|&(d, _)| d == axis) {
+            return None;
+        }
+        let parts: Vec<(usize, ValueId)> =
+            node.inputs.iter().enumerate().filter_map(|(s, v)| v.map(|v| (s, v))).collect();
+        let (mut f, mut bases, mut args) = (String::new(), String::new(), String::new());
+        let params: Vec<String> = (0..parts.len()).map(|j| format!(", base{j}: u32")).collect();
+        f.push_str(&format!("fn concat_{var}(key: u32, col: u32{}) -> f32 {{\n", params.concat()));
+        let mut start = 0;
+        for (j, &(slot, v)) in parts.iter().enumerate() {
+            let view = input_view(g, &self.sched.folded, c, slot);
+            let bound = bind_once(reads, view.root, &format!("{var}{j}"));
+            let st = &view.strides;
+            let base: i64 = view.offset + (0..shape.len()).filter(|&d| d != axis).map(|d| at[d] * st[d]).sum::<i64>();
+            let mut b = format!("    let cat_{var}{j} = {base}u");
+            for (&(div, extent, _), p) in walk.batch.iter().zip(&batch) {
+                if let Some((d, step)) = p {
+                    b.push_str(&format!(" + ((batch / {div}u) % {extent}u) * {}u", step * st[*d]));
+                }
+            }
+            bases.push_str(&b);
+            bases.push_str(";\n");
+            args.push_str(&format!(", cat_{var}{j}"));
+            let col_term = col.map(|(d, step)| format!(" + col * {}u", step * st[d])).unwrap_or_default();
+            let load = format!("{bound}[base{j}{col_term} + (key - {start}u) * {}u]", st[axis]);
+            let end = start + g.ty(v).shape[axis];
+            if j + 1 < parts.len() {
+                f.push_str(&format!("    if (key < {end}u) {{\n        return {load};\n    }}\n"));
+            } else {
+                f.push_str(&format!("    return {load};\n"));
+            }
+            start = end;
+        }
+        f.push_str("}\n");
+        Some((f, bases, args))
+    }
 }
 
 /// A row lane of the tiled attention kernel: 16 query rows.
@@ -282,8 +421,38 @@ impl Emitter<'_> {
         }
         // One binding per stored tensor (Q, K and V are often views of one QKV product).
         let mut reads: Vec<(ValueId, String)> = vec![(qk.va.root, "a".into())];
-        let b_var = bind_once(&mut reads, qk.vb.root, "b");
-        let v_var = bind_once(&mut reads, pv.vb.root, "v");
+        // K and V, each bound, or a Concat read in place ([`wgslc_passes::Fold::ReadConcat`]): by key, each
+        // part's base computed once (`cat_bases`), or through a loader of flat indices where the view does not
+        // walk the Concat's axis with the keys alone.
+        let (mut loaders, mut cat_bases) = (String::new(), String::new());
+        let batch = attn_batch(&qk, &pv);
+        let mut operand = |root: ValueId, var: &str, reads: &mut Vec<(ValueId, String)>, walk: CatWalk| {
+            let Some(c) = g.value(root).producer.filter(|c| group.read_concats().any(|r| r == *c)) else {
+                let b = bind_once(reads, root, var);
+                return (Ld::plain(&b), None);
+            };
+            if let Some((f, bases, args)) = self.concat_by_key(c, var, reads, &walk) {
+                loaders.push_str(&f);
+                cat_bases.push_str(&bases);
+                return (Ld::plain(""), Some(args));
+            }
+            loaders.push_str(&self.concat_loader(c, var, reads));
+            (Ld { open: format!("concat_{var}("), close: ")" }, None)
+        };
+        let walk_k = CatWalk {
+            offset: qk.vb.offset,
+            batch: batch.iter().map(|d| (d.div, d.extent, d.b_stride)).collect(),
+            key: (qk.nn, qk.b_sn),
+            col: (qk.k, qk.b_sk),
+        };
+        let walk_v = CatWalk {
+            offset: pv.vb.offset,
+            batch: batch.iter().map(|d| (d.div, d.extent, d.v_stride)).collect(),
+            key: (pv.k, pv.b_sk),
+            col: (pv.nn, pv.b_sn),
+        };
+        let (b_ld, b_cat) = operand(qk.vb.root, "b", &mut reads, walk_k);
+        let (v_ld, v_cat) = operand(pv.vb.root, "v", &mut reads, walk_v);
         // The score epilogue's body; the output store goes through the group's store copy, if any.
         let mut fu = self.fused_body(&qk_group, Some(qk.mm_out), &mut reads, &mut helpers)?;
         self.place_stores(group, &mut fu);
@@ -328,12 +497,16 @@ impl Emitter<'_> {
             v_sn: pv.b_sn,
             a_pro: qk.pro[0].clone(),
             b_pro: qk.pro[1].clone(),
-            b_var,
-            v_var,
+            b_ld,
+            v_ld,
+            b_cat,
+            v_cat,
+            loaders,
+            cat_bases,
             alpha: f32_lit(qk.alpha),
             nan_to_zero: tail.nan_to_zero.is_some(),
             quads: unrolled(4, 16),
-            batch: attn_batch(&qk, &pv),
+            batch,
             lanes: unrolled(pv.nn.div_ceil(16), 16),
             skip: masked_tiles(g, &qk_group, qk.mm_out, qk.nn),
         };

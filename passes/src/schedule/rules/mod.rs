@@ -11,6 +11,7 @@ pub(super) mod blocks;
 pub(super) mod cache_pair;
 pub(super) mod cache_rows;
 pub(super) mod concat;
+pub(super) mod concat_read;
 pub(super) mod conv_sum;
 pub(super) mod depthwise;
 pub(super) mod expand;
@@ -58,6 +59,7 @@ pub(super) const RULES: &[Rule] = &[
     Rule { name: "store_copy", enabled: |_| true, run: store_copy::fuse },
     Rule { name: "blocks", enabled: |_| true, run: blocks::fuse },
     Rule { name: "concat", enabled: |_| true, run: concat::fuse },
+    Rule { name: "concat_read", enabled: |o| o.attention == super::AttentionMode::Fused, run: concat_read::fuse },
     Rule { name: "cache_pair", enabled: |_| true, run: cache_pair::fuse },
     Rule { name: "cache_rows", enabled: |o| o.attention == super::AttentionMode::Fused, run: cache_rows::fuse },
 ];
