@@ -291,15 +291,20 @@ fn attention_reads_its_concatenated_keys_in_place() {
     let p = node(&mut g, Op::Softmax { axis: 2, legacy: false, log: false }, &[s]);
     let y = node(&mut g, Op::MatMul, &[p, kv[1]]);
     g.outputs.push(y);
+    let k = one_attention_kernel(g);
+    assert!(k.contains("fn concat_b(key: u32") && k.contains("fn concat_v(key: u32"), "read by key:\n{k}");
+    insta::assert_snapshot!(k);
+}
+
+/// Compiles a graph with attention fused, which must give one kernel (no Concat kernels either), and returns it.
+fn one_attention_kernel(mut g: Graph) -> String {
     run_pipeline(&mut g, None).unwrap();
     let opts = FuseOptions { attention: wgslc_passes::AttentionMode::Fused, ..Default::default() };
     let sched = schedule(&g, &opts).unwrap();
     let plan = plan_memory(&g, &sched).unwrap();
     let ks = emit(&g, &sched, &plan, &Limits::default()).unwrap();
-    assert_eq!(ks.len(), 1, "one attention kernel, no Concat kernels");
-    let k = &ks[0].kernel.wgsl;
-    assert!(k.contains("fn concat_b(key: u32") && k.contains("fn concat_v(key: u32"), "read by key:\n{k}");
-    insta::assert_snapshot!(k);
+    assert_eq!(ks.len(), 1, "one attention kernel");
+    format!("// ---- {} ({:?} workgroups)\n{}\n", ks[0].kernel.name, ks[0].kernel.workgroups, ks[0].kernel.wgsl)
 }
 
 /// Scaled, masked attention of 4 query rows over `keys` keys, as one kernel.
@@ -318,13 +323,7 @@ fn attention_kernel(keys: usize) -> String {
     let y = g.add_value("y", None);
     g.add_node("pv", Op::MatMul, vec![Some(p), Some(v)], vec![y]).unwrap();
     g.outputs.push(y);
-    run_pipeline(&mut g, None).unwrap();
-    let opts = FuseOptions { attention: wgslc_passes::AttentionMode::Fused, ..Default::default() };
-    let sched = schedule(&g, &opts).unwrap();
-    let plan = plan_memory(&g, &sched).unwrap();
-    let ks = emit(&g, &sched, &plan, &Limits::default()).unwrap();
-    assert_eq!(ks.len(), 1);
-    format!("// ---- {} ({:?} workgroups)\n{}\n", ks[0].kernel.name, ks[0].kernel.workgroups, ks[0].kernel.wgsl)
+    one_attention_kernel(g)
 }
 
 /// A SwiGLU MLP with its residual: `down(SiLU(x · gate) · (x · up)) + x`.
