@@ -258,8 +258,8 @@ pub fn group_io(g: &Graph, sched: &Schedule, k: &KernelGroup) -> (Vec<ValueId>, 
             }
             if let Some(v) = v {
                 if !inside.contains(&storage_root(g, *v)) {
-                    // Through folded layout copies, which may view a value computed inside (A computed as a
-                    // K-split product stages it).
+                    // Through folded layout copies, which may view a value computed inside (a Concat an
+                    // attention kernel reads in place, through GQA's expansion and a transpose).
                     let r = input_view(g, &sched.folded, m, slot).root;
                     if !reads.contains(&r) && !inside.contains(&r) {
                         reads.push(r);

@@ -166,7 +166,7 @@ impl Emitter<'_> {
         }
         let parts: Vec<(usize, ValueId)> =
             node.inputs.iter().enumerate().filter_map(|(s, v)| v.map(|v| (s, v))).collect();
-        let mut start = 0;
+        let (mut start, mut arms) = (0, vec![]);
         for (j, &(slot, v)) in parts.iter().enumerate() {
             let part = &g.ty(v).shape;
             let view = input_view(g, &self.sched.folded, c, slot);
@@ -178,17 +178,26 @@ impl Emitter<'_> {
                 at.push_str(&format!(" + {coord} * {}u", view.strides[d]));
             }
             let end = start + part[axis];
-            if j + 1 < parts.len() {
-                let past = if shape[axis] > 1 { format!("c{axis} < {end}u") } else { "true".into() };
-                f.push_str(&format!("    if ({past}) {{\n        return {}{at}{};\n    }}\n", ld.open, ld.close));
-            } else {
-                f.push_str(&format!("    return {}{at}{};\n", ld.open, ld.close));
-            }
+            let holds = if shape[axis] > 1 { format!("c{axis} < {end}u") } else { "true".into() };
+            arms.push((holds, format!("{}{at}{}", ld.open, ld.close)));
             start = end;
         }
-        f.push_str("}\n");
-        f
+        f + &part_returns(&arms)
     }
+}
+
+/// The body's end of a Concat loader: `return load` of the first part whose condition holds (the last part's
+/// is not checked), then the closing brace.
+fn part_returns(arms: &[(String, String)]) -> String {
+    let mut f = String::new();
+    for (i, (holds, load)) in arms.iter().enumerate() {
+        if i + 1 < arms.len() {
+            f.push_str(&format!("    if ({holds}) {{\n        return {load};\n    }}\n"));
+        } else {
+            f.push_str(&format!("    return {load};\n"));
+        }
+    }
+    f + "}\n"
 }
 
 /// How the tiled attention kernel walks K or V: the view's offset, its batch coordinates (divisor, extent,
@@ -252,7 +261,7 @@ impl Emitter<'_> {
         let (mut f, mut bases, mut args) = (String::new(), String::new(), String::new());
         let params: Vec<String> = (0..parts.len()).map(|j| format!(", base{j}: u32")).collect();
         f.push_str(&format!("fn concat_{var}(key: u32, col: u32{}) -> f32 {{\n", params.concat()));
-        let mut start = 0;
+        let (mut start, mut arms) = (0, vec![]);
         for (j, &(slot, v)) in parts.iter().enumerate() {
             let view = input_view(g, &self.sched.folded, c, slot);
             let bound = bind_once(reads, view.root, &format!("{var}{j}"));
@@ -270,15 +279,10 @@ impl Emitter<'_> {
             let col_term = col.map(|(d, step)| format!(" + col * {}u", step * st[d])).unwrap_or_default();
             let load = format!("{bound}[base{j}{col_term} + (key - {start}u) * {}u]", st[axis]);
             let end = start + g.ty(v).shape[axis];
-            if j + 1 < parts.len() {
-                f.push_str(&format!("    if (key < {end}u) {{\n        return {load};\n    }}\n"));
-            } else {
-                f.push_str(&format!("    return {load};\n"));
-            }
+            arms.push((format!("key < {end}u"), load));
             start = end;
         }
-        f.push_str("}\n");
-        Some((f, bases, args))
+        Some((f + &part_returns(&arms), bases, args))
     }
 }
 

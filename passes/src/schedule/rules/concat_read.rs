@@ -10,8 +10,7 @@ use wgslc_ir::{DType, NodeId, Op};
 /// ([`concat_of`]) whose kernels are nothing but the Concat, within the binding limit.
 pub(in crate::schedule) fn fuse(f: &mut Fuse) {
     while let Some((ai, ci, c)) = next_read(f) {
-        let trial = f.sched.kernels[ai].with(Fold::ReadConcat(c));
-        f.sched.kernels[ai] = trial;
+        f.sched.kernels[ai].fold(Fold::ReadConcat(c));
         f.sched.kernels.remove(ci);
         f.reindex();
     }
