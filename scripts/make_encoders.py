@@ -14,7 +14,10 @@ sentence-transformers computes it) and `mean` (a plain mean over the sequence).
 Exported twice, as OUT_DIR/bert_<exporter>/model.onnx:
 - `torchscript17`: torch.onnx.export(dynamo=False, opset 17) with HF/optimum's named dynamic axes (batch_size,
   sequence_length);
-- `dynamo20`: torch.onnx.export(dynamo=True, opset 20), the sequence a `torch.export.Dim` named sequence_length.
+- `dynamo20`: torch.onnx.export(dynamo=True, opset 20), the sequence a `torch.export.Dim` named sequence_length;
+and once more as OUT_DIR/bert_wide_dynamo20 (dynamo, opset 20): one layer whose feed-forward is 1024 wide, so its
+down projection (K = 1024 over 64 outputs) is split along K in every bucket of `--dim sequence_length=1..128`, at
+lengths inside the buckets (WIDE_LENGTHS). `--only NAME` writes that case alone.
 Each case holds, for every length L in LENGTHS, len_<L>/input_<i>.npy (input_ids, attention_mask, token_type_ids;
 the longer ones with padding at the end: mask 0) and len_<L>/output_<i>.npy, onnxruntime's outputs of the exported
 model, checked against torch's; meta.json names the lengths, the range (`ranges`), the dims to bind (`dims`) and the versions.
@@ -30,6 +33,7 @@ import torch
 
 MAX = 128
 LENGTHS = [1, 7, 64, 128]
+WIDE_LENGTHS = [1, 3, 40, 100, 128]
 OUTPUTS = ["last_hidden_state", "pooler_output", "mean_pooled", "mean"]
 INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
 
@@ -107,10 +111,17 @@ def export(m, path, dynamo):
 
 def main():
     out = sys.argv[1]
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     torch.manual_seed(0)
     m = Encoder().eval()
-    for exporter, dynamo in [("torchscript17", False), ("dynamo20", True)]:
-        d = os.path.join(out, f"bert_{exporter}")
+    torch.manual_seed(1)
+    wide = Encoder(ffn=1024, layers=1).eval()
+    cases = [("torchscript17", False, m, LENGTHS, "bert_torchscript17"), ("dynamo20", True, m, LENGTHS, "bert_dynamo20"),
+             ("dynamo20", True, wide, WIDE_LENGTHS, "bert_wide_dynamo20")]
+    for exporter, dynamo, m, lengths, name in cases:
+        if only is not None and name != only:
+            continue
+        d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, "model.onnx")
         try:
@@ -121,7 +132,7 @@ def main():
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
         worst = 0.0
-        for k, length in enumerate(LENGTHS):
+        for k, length in enumerate(lengths):
             args = inputs(length, 100 + k)
             feed = {n: a.numpy() for n, a in zip(INPUTS, args) if n in names}
             got = sess.run(None, feed)
@@ -136,7 +147,7 @@ def main():
             for i, o in enumerate(got):
                 np.save(os.path.join(ld, f"output_{i}.npy"), o)
         assert worst < 1e-4, f"{exporter}: onnxruntime and torch differ by {worst}"
-        meta = dict(lengths=LENGTHS, ranges={"sequence_length": [1, MAX]}, exporter=exporter, inputs=names, outputs=OUTPUTS,
+        meta = dict(lengths=lengths, ranges={"sequence_length": [1, MAX]}, exporter=exporter, inputs=names, outputs=OUTPUTS,
                     max_abs_err_ort_vs_torch=worst, torch=torch.__version__,
                     onnxruntime=ort.__version__)
         if not dynamo:

@@ -14,8 +14,8 @@ pub mod npy;
 
 pub use wgslc_artifact as artifact;
 pub use wgslc_driver::{
-    compile, dump_after, import, stages, CompileError, CompileOptions, DimRange, KvCache, Progress, Summary, Target,
-    WeightFormat,
+    compile, dump_after, import, stages, Buckets, CompileError, CompileOptions, DimRange, KvCache, Progress, Summary,
+    Target, WeightFormat,
 };
 pub use wgslc_emit::Limits;
 pub use wgslc_runtime as runtime;

@@ -35,6 +35,13 @@ enum Cmd {
         /// value in the range (repeatable).
         #[arg(long = "dim", value_name = "NAME=N|NAME=MIN..MAX")]
         dims: Vec<String>,
+        /// With a ranged dim: cut its range into buckets, each compiled for its own values and sharing the
+        /// artifact's buffers and weights, so a run costs about what an artifact compiled for its length costs.
+        /// `auto` (the default): buckets ending at the powers of two in the range (powers of four beyond 12
+        /// buckets), for one ranged dim; `none`: one tiling for the whole range; or the buckets' ends, E1,E2,...
+        /// (increasing, below MAX; the last bucket ends at MAX).
+        #[arg(long = "buckets", value_name = "auto|none|E1,E2,...", default_value = "auto")]
+        buckets: String,
         /// Override an input's shape: INPUT=AxBxC (repeatable).
         #[arg(long = "shape", value_name = "INPUT=AxBxC")]
         shapes: Vec<String>,
@@ -200,6 +207,11 @@ enum Cmd {
         /// With --decode: decode steps per submit.
         #[arg(long = "steps-per-submit", value_name = "K", default_value_t = 16, requires = "decode", value_parser = clap::value_parser!(u64).range(1..))]
         steps_per_submit: u64,
+        /// Ranged artifacts (`compile --dim NAME=MIN..MAX`): time the replay at each of these values of the dim
+        /// (NAME=N1,N2,...; the other ranged dims at their max), with pseudo-random inputs of those lengths: one
+        /// JSON line each, with `dims` and, in an artifact compiled in buckets, the `bucket` that ran.
+        #[arg(long = "dim", value_name = "NAME=N1,N2,...", conflicts_with_all = ["inputs", "decode", "step"])]
+        dims: Option<String>,
     },
 }
 
@@ -288,6 +300,7 @@ fn real_main() -> Result<()> {
             model,
             out,
             dims,
+            buckets,
             shapes,
             constants,
             no_fuse,
@@ -343,6 +356,19 @@ fn real_main() -> Result<()> {
                 },
                 weights,
                 weight_block: Some(block),
+                buckets: match buckets.as_str() {
+                    "auto" => wgslc::Buckets::Auto,
+                    "none" => wgslc::Buckets::None,
+                    ends => wgslc::Buckets::Ends(
+                        ends.split(',')
+                            .map(|e| {
+                                e.trim().parse::<usize>().with_context(|| {
+                                    format!("--buckets: '{e}' is not a bucket's end (auto, none or E1,E2,...)")
+                                })
+                            })
+                            .collect::<Result<_>>()?,
+                    ),
+                },
                 ..Default::default()
             };
             for d in dims {
@@ -403,11 +429,15 @@ fn real_main() -> Result<()> {
             pb.finish_and_clear();
             let s = s?;
             let source = if model.extension().is_some_and(|e| e == "pt2") { "ATen" } else { "ONNX" };
+            let buckets = s.plan.ranges.as_ref().map_or(0, |r| r.buckets.len());
+            let dispatches = match buckets {
+                0 => format!("{} dispatches", s.plan.dispatches.len()),
+                n => format!("{n} buckets, {} dispatches at the max", s.plan.dispatches.len()),
+            };
             info(format!(
-                "wgslc: compiled {} {source} nodes into {} kernels ({} dispatches) in {}",
+                "wgslc: compiled {} {source} nodes into {} kernels ({dispatches}) in {}",
                 s.source_nodes,
                 s.kernels,
-                s.plan.dispatches.len(),
                 out.display()
             ));
             for note in &s.notes {
@@ -514,7 +544,19 @@ fn real_main() -> Result<()> {
                 None => print!("{body}"),
             }
         }
-        Cmd::Bench { dir, inputs, iterations, warmup, profile, step, decode, prompt, tokens, steps_per_submit } => {
+        Cmd::Bench {
+            dir,
+            inputs,
+            iterations,
+            warmup,
+            profile,
+            step,
+            decode,
+            prompt,
+            tokens,
+            steps_per_submit,
+            dims,
+        } => {
             let mut session = load(&dir, quiet, gpu()?)?;
             if decode {
                 let runs = iterations.min(5) as usize;
@@ -530,60 +572,112 @@ fn real_main() -> Result<()> {
             if let Some(step) = &step {
                 session.replay_step(step)?;
             }
-            let mut tensors = load_inputs(&session, &inputs, true)?;
-            if step.as_deref() == Some("prefill") {
-                first_chunk_inputs(&session, &mut tensors)?;
-            }
-            session.run(&tensors)?;
-            session.time_replay(warmup)?;
-            // One replay (one submit, waited for) per sample, as the mean over all of them always was.
-            let mut ms: Vec<f64> =
-                (0..iterations).map(|_| session.time_replay(1).map(|t| t * 1e3)).collect::<Result<_, _>>()?;
-            let mean = ms.iter().sum::<f64>() / ms.len() as f64;
-            ms.sort_by(f64::total_cmp);
-            let round = |x: f64| (x * 1e4).round() / 1e4;
-            let line = serde_json::json!({
-                "adapter": session.gpu().describe(),
-                "dispatches": session.replayed(),
-                "iterations": iterations,
-                "ms_per_inference": round(mean),
-                "min_ms": round(ms[0]),
-                "median_ms": round(ms[ms.len() / 2]),
-                "max_ms": round(ms[ms.len() - 1]),
-            });
-            println!("{line}");
-            if profile {
-                let p = session.profile(iterations.min(50) as usize)?;
-                let total: f64 = p.kernels.iter().map(|k| k.1).sum();
-                let method = if p.timestamps { "gpu timestamps in one pass" } else { "one submit per dispatch" };
-                println!("{}", serde_json::json!({ "profile": method, "kernels_ms": round(total) }));
-                // Kernels of one kind (their names without the numbers that tell layers apart), summed.
-                let mut kinds: Vec<(String, usize, f64)> = Vec::new();
-                for (name, ms) in &p.kernels {
-                    let kind: String = name.chars().filter(|c| !c.is_ascii_digit()).collect();
-                    match kinds.iter_mut().find(|k| k.0 == kind) {
-                        Some(k) => (k.1, k.2) = (k.1 + 1, k.2 + ms),
-                        None => kinds.push((kind, 1, *ms)),
+            let runs: Vec<(Vec<HostTensor>, serde_json::Value)> = match &dims {
+                Some(arg) => ranged_bench_inputs(&session, arg)?,
+                None => {
+                    let mut tensors = load_inputs(&session, &inputs, true)?;
+                    if step.as_deref() == Some("prefill") {
+                        first_chunk_inputs(&session, &mut tensors)?;
                     }
+                    vec![(tensors, serde_json::Value::Null)]
                 }
-                kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
-                for (kind, count, ms) in kinds.into_iter().take(15) {
-                    let share = ((ms / total.max(f64::MIN_POSITIVE)) * 1e3).round() / 1e3;
-                    println!(
-                        "{}",
-                        serde_json::json!({ "kind": kind, "count": count, "ms": round(ms), "share": share })
-                    );
-                }
-                let mut times: Vec<(usize, &(String, f64))> = p.kernels.iter().enumerate().collect();
-                times.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
-                for (i, (name, ms)) in times.into_iter().take(15) {
-                    let share = ((ms / total.max(f64::MIN_POSITIVE)) * 1e3).round() / 1e3;
-                    println!(
-                        "{}",
-                        serde_json::json!({ "dispatch": i, "kernel": name, "ms": round(*ms), "share": share })
-                    );
-                }
+            };
+            for (tensors, at) in runs {
+                bench_replay(&session, &tensors, at, iterations as usize, warmup, profile)?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// `bench --dim NAME=N1,N2,...`: pseudo-random inputs at each value of the ranged dim NAME (the others at their
+/// max), each with what its JSON line adds: `dims` and, where the artifact has buckets, the `bucket` that runs it.
+fn ranged_bench_inputs(session: &Session, arg: &str) -> Result<Vec<(Vec<HostTensor>, serde_json::Value)>> {
+    let (name, list) = parse_kv(arg, "--dim")?;
+    let plan = session.plan();
+    let Some(r) = &plan.ranges else {
+        bail!("--dim {name}: this artifact has no ranged dim (compile with --dim NAME=MIN..MAX)")
+    };
+    let names: Vec<&str> = r.dims.iter().map(|d| d.name.as_str()).collect();
+    let Some(d) = r.dims.iter().position(|d| d.name == name || d.name.split('=').any(|n| n == name)) else {
+        bail!("--dim {name}: the artifact's ranged dims are {}", names.join(", "));
+    };
+    let mut out = Vec::new();
+    for v in list.split(',') {
+        let n: usize = v.trim().parse().with_context(|| format!("--dim {name}: '{v}' is not a length"))?;
+        let dim = &r.dims[d];
+        if n < dim.min || n > dim.max {
+            bail!("--dim {name}: {n} is outside its range {}..{}", dim.min, dim.max);
+        }
+        let mut values: Vec<usize> = r.dims.iter().map(|d| d.max).collect();
+        values[d] = n;
+        let tensors =
+            plan.inputs.iter().enumerate().map(|(i, spec)| pseudo_random(&spec.at_values(&values), i as u64)).collect();
+        let mut at = serde_json::json!({ "dims": { dim.name.clone(): n } });
+        if let Some(b) = r.layout(&values).bucket {
+            at["bucket"] = serde_json::json!([r.buckets[b].min, r.buckets[b].max]);
+        }
+        out.push((tensors, at));
+    }
+    Ok(out)
+}
+
+/// One `bench` line: a run with `tensors` (which picks a ranged artifact's dims and bucket), warm-up replays, then
+/// `iterations` timed ones; with `profile`, the slowest kinds of kernel and kernels. `at` (an object) adds its
+/// fields to the line.
+fn bench_replay(
+    session: &Session,
+    tensors: &[HostTensor],
+    at: serde_json::Value,
+    iterations: usize,
+    warmup: usize,
+    profile: bool,
+) -> Result<()> {
+    session.run(tensors)?;
+    session.time_replay(warmup)?;
+    // One replay (one submit, waited for) per sample, as the mean over all of them always was.
+    let mut ms: Vec<f64> =
+        (0..iterations).map(|_| session.time_replay(1).map(|t| t * 1e3)).collect::<Result<_, _>>()?;
+    let mean = ms.iter().sum::<f64>() / ms.len() as f64;
+    ms.sort_by(f64::total_cmp);
+    let round = |x: f64| (x * 1e4).round() / 1e4;
+    let mut line = serde_json::json!({
+        "adapter": session.gpu().describe(),
+        "dispatches": session.replayed(),
+        "iterations": iterations,
+        "ms_per_inference": round(mean),
+        "min_ms": round(ms[0]),
+        "median_ms": round(ms[ms.len() / 2]),
+        "max_ms": round(ms[ms.len() - 1]),
+    });
+    if let (Some(line), serde_json::Value::Object(extra)) = (line.as_object_mut(), at) {
+        line.extend(extra);
+    }
+    println!("{line}");
+    if profile {
+        let p = session.profile(iterations.min(50))?;
+        let total: f64 = p.kernels.iter().map(|k| k.1).sum();
+        let method = if p.timestamps { "gpu timestamps in one pass" } else { "one submit per dispatch" };
+        println!("{}", serde_json::json!({ "profile": method, "kernels_ms": round(total) }));
+        // Kernels of one kind (their names without the numbers that tell layers apart), summed.
+        let mut kinds: Vec<(String, usize, f64)> = Vec::new();
+        for (name, ms) in &p.kernels {
+            let kind: String = name.chars().filter(|c| !c.is_ascii_digit()).collect();
+            match kinds.iter_mut().find(|k| k.0 == kind) {
+                Some(k) => (k.1, k.2) = (k.1 + 1, k.2 + ms),
+                None => kinds.push((kind, 1, *ms)),
+            }
+        }
+        kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
+        for (kind, count, ms) in kinds.into_iter().take(15) {
+            let share = ((ms / total.max(f64::MIN_POSITIVE)) * 1e3).round() / 1e3;
+            println!("{}", serde_json::json!({ "kind": kind, "count": count, "ms": round(ms), "share": share }));
+        }
+        let mut times: Vec<(usize, &(String, f64))> = p.kernels.iter().enumerate().collect();
+        times.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        for (i, (name, ms)) in times.into_iter().take(15) {
+            let share = ((ms / total.max(f64::MIN_POSITIVE)) * 1e3).round() / 1e3;
+            println!("{}", serde_json::json!({ "dispatch": i, "kernel": name, "ms": round(*ms), "share": share }));
         }
     }
     Ok(())

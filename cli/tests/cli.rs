@@ -684,3 +684,49 @@ fn ranged_dims_on_the_command_line() {
     assert!(!o.status.success());
     assert!(error_line(&o).contains("--dim S: 'x' is not a non-negative integer"), "{}", error_line(&o));
 }
+
+/// `--buckets` on the command line: the bucket ends a user gives, each bucket's artifact picked by a run's length
+/// (`bench --dim` says which), and ends outside the range or out of order refused by value.
+#[test]
+fn buckets_on_the_command_line() {
+    let case = common::testdata().join("ranged/reductions");
+    let tmp = tempfile::tempdir().unwrap();
+    let (art, model) = (tmp.path().join("art"), case.join("model.onnx"));
+    let (art_s, model_s) = (art.to_str().unwrap(), model.to_str().unwrap());
+    let o = wgslc(&["compile", model_s, "-o", art_s, "--dim", "S=1..32", "--buckets", "1,5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("(3 buckets, "), "{}", stderr(&o));
+    let plan = wgslc::artifact::Plan::read(&art).unwrap();
+    let spans: Vec<(usize, usize)> = plan.ranges.unwrap().buckets.iter().map(|b| (b.min, b.max)).collect();
+    assert_eq!(spans, [(1, 1), (2, 5), (6, 32)]);
+    let o = wgslc(&["bench", art_s, "--dim", "S=1,5,32", "--iterations", "1", "--warmup", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let picked: Vec<(u64, serde_json::Value)> =
+        lines.iter().map(|l| (l["dims"]["S"].as_u64().unwrap(), l["bucket"].clone())).collect();
+    let want = [(1, serde_json::json!([1, 1])), (5, serde_json::json!([2, 5])), (32, serde_json::json!([6, 32]))];
+    assert_eq!(picked, want);
+    let o = wgslc(&["bench", art_s, "--dim", "S=33", "--iterations", "1"]);
+    assert!(error_line(&o).contains("--dim S: 33 is outside its range 1..32"), "{}", error_line(&o));
+    for (ends, want) in [
+        ("32", "32: each bucket's end must lie in 1..31"),
+        ("5,3", "3: each bucket's end must lie in 1..31 (the last bucket ends at MAX), in increasing order"),
+        ("x", "--buckets: 'x' is not a bucket's end"),
+    ] {
+        let o = wgslc(&[
+            "compile",
+            model_s,
+            "-o",
+            tmp.path().join("b").to_str().unwrap(),
+            "--dim",
+            "S=1..32",
+            "--buckets",
+            ends,
+        ]);
+        assert!(!o.status.success() && error_line(&o).contains(want), "{ends}: {}", error_line(&o));
+    }
+    let o =
+        wgslc(&["compile", model_s, "-o", tmp.path().join("c").to_str().unwrap(), "--dim", "S=4", "--buckets", "2"]);
+    assert!(error_line(&o).contains("--buckets: there is no ranged dim to cut"), "{}", error_line(&o));
+}

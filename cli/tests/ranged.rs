@@ -8,6 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use wgslc::runtime::{HostTensor, Session};
+use wgslc::Buckets;
 
 /// Default options with one dim ranged.
 fn ranged(name: &str, min: usize, max: usize) -> wgslc::CompileOptions {
@@ -21,18 +22,18 @@ fn compile(model: &Path, opts: &wgslc::CompileOptions) -> Result<(tempfile::Temp
     Ok((out, s))
 }
 
-/// Fused and one kernel per op, each artifact compiled once and run at every length its case holds (MIN, values
-/// between, MAX), against onnxruntime.
+/// In buckets (the default) fused and one kernel per op, and as one tiling for the whole range, each artifact
+/// compiled once and run at every length its case holds (MIN, values between, MAX), against onnxruntime.
 #[test]
 fn ranged_artifacts_match_onnxruntime_at_every_length() {
     let cases = common::ranged_cases();
     let mut failures = Vec::new();
     let mut runs = 0;
-    for no_fuse in [false, true] {
+    for (no_fuse, buckets) in [(false, Buckets::Auto), (true, Buckets::Auto), (false, Buckets::None)] {
         let mut session: Option<(PathBuf, tempfile::TempDir, Session)> = None;
         for case in &cases {
             if session.as_ref().is_none_or(|(m, ..)| *m != case.model) {
-                let opts = wgslc::CompileOptions { no_fuse, ..case.opts.clone() };
+                let opts = wgslc::CompileOptions { no_fuse, buckets: buckets.clone(), ..case.opts.clone() };
                 match compile(&case.model, &opts) {
                     Ok((dir, s)) => session = Some((case.model.clone(), dir, s)),
                     Err(e) => {
@@ -50,13 +51,68 @@ fn ranged_artifacts_match_onnxruntime_at_every_length() {
                 .and_then(|got| common::compare(&got, &case.expected, case.rtol, case.atol));
             runs += 1;
             match r {
-                Ok(()) => eprintln!("ok   {} (no_fuse {no_fuse})", case.name),
-                Err(e) => failures.push(format!("{} (no_fuse {no_fuse}): {e}", case.name)),
+                Ok(()) => eprintln!("ok   {} (no_fuse {no_fuse}, buckets {buckets:?})", case.name),
+                Err(e) => failures.push(format!("{} (no_fuse {no_fuse}, buckets {buckets:?}): {e}", case.name)),
             }
         }
     }
     eprintln!("ranged: {runs} runs, {} failed", failures.len());
-    assert!(runs >= 22 && failures.is_empty(), "{runs} runs\n{}", failures.join("\n"));
+    assert!(runs >= 60 && failures.is_empty(), "{runs} runs\n{}", failures.join("\n"));
+}
+
+/// A ranged dim in buckets (the default): the range cut at the powers of two, the buckets of one value compiled
+/// at it (no scaled kernels), and the weights shared: the buckets add only what is per length (position-table
+/// slices, index rows), not a copy of a product's weight, so the artifact's weights stay within a tenth of one
+/// tiling's. The report lists the buckets as the plan has them. (Their outputs: the test above.)
+#[test]
+fn buckets_cut_the_range_and_share_the_weights() {
+    let cases = common::ranged_cases();
+    let case = cases.iter().find(|c| c.name == "bert_dynamo20@128").expect("case");
+    let (dir, session) = compile(&case.model, &case.opts).unwrap();
+    let (one, _) =
+        compile(&case.model, &wgslc::CompileOptions { buckets: Buckets::None, ..case.opts.clone() }).unwrap();
+    let r = session.plan().ranges.as_ref().expect("ranges");
+    let spans: Vec<(usize, usize)> = r.buckets.iter().map(|b| (b.min, b.max)).collect();
+    assert_eq!(spans, [(1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128)]);
+    for b in &r.buckets {
+        let scaled = b.dispatches.iter().filter(|&&k| session.plan().kernels[k].scale.is_some()).count();
+        assert_eq!(scaled == 0, b.min == b.max, "bucket {}..{}: {scaled} scaled kernels", b.min, b.max);
+    }
+    let bytes = |d: &Path| std::fs::metadata(d.join("weights.safetensors")).unwrap().len();
+    let (shared, single) = (bytes(dir.path()), bytes(one.path()));
+    assert!(shared < single + single / 10, "weights: {shared} bytes in buckets, {single} as one tiling");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+    let listed: Vec<(u64, u64)> = report["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["min"].as_u64().unwrap(), b["max"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(listed, spans.iter().map(|&(a, b)| (a as u64, b as u64)).collect::<Vec<_>>());
+    assert_eq!(report["dispatches"].as_u64().unwrap() as usize, session.plan().dispatches.len());
+}
+
+/// A product whose K follows no dim is split along K in a ranged compile as at a fixed length, its probe split the
+/// same way: testdata/encoders/bert_wide_dynamo20's down projection (K = 1024 over 64 outputs, too few tiles) is
+/// computed in parts in every bucket compiled for a range, and the parts' product dispatches fewer workgroups at
+/// shorter lengths. (Its outputs at 1, 3, 40, 100 and 128 tokens: the test above.)
+#[test]
+fn ranged_products_split_along_k_and_scale() {
+    let cases = common::ranged_cases();
+    let case = cases.iter().find(|c| c.name == "bert_wide_dynamo20@100").expect("case");
+    let (_dir, session) = compile(&case.model, &case.opts).unwrap();
+    let plan = session.plan();
+    let r = plan.ranges.as_ref().expect("ranges");
+    for b in r.buckets.iter().filter(|b| b.min < b.max) {
+        let parts = b.dispatches.iter().map(|&k| &plan.kernels[k]).find(|k| k.name.ends_with("/ksplit/parts"));
+        let parts = parts.unwrap_or_else(|| panic!("bucket {}..{}: no product split along K", b.min, b.max));
+        assert!(parts.scale.is_some(), "bucket {}..{}: '{}' does not scale", b.min, b.max, parts.name);
+    }
+    let one = wgslc::CompileOptions { buckets: Buckets::None, ..case.opts.clone() };
+    let (_d, single) = compile(&case.model, &one).unwrap();
+    let split = single.plan().kernels.iter().find(|k| k.name.ends_with("/ksplit/parts")).expect("split at 1..128");
+    assert!(split.scale.is_some(), "'{}' does not scale", split.name);
 }
 
 #[test]

@@ -55,11 +55,58 @@ fn k_splits_by(m: usize, nn: usize, k: usize, batches: usize, unit: usize) -> us
 /// (K = 4608 over 512 channels of 7x7) are such products.
 pub fn split_k(g: &mut Graph) -> Result<(), PassError> {
     for n in g.topo_order()? {
-        if let Some(plan) = plan(g, n) {
+        if let Some(plan) = plan(g, n, None) {
             rewrite(g, n, plan)?;
         } else if let Some(plan) = plan_conv(g, n) {
             rewrite_conv(g, n, plan)?;
         }
+    }
+    Ok(())
+}
+
+/// One product [`split_k_ranged`] split: its node, its parts, and the K and N it was split at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KSplit {
+    pub node: NodeId,
+    pub parts: usize,
+    pub k: usize,
+    pub nn: usize,
+}
+
+/// [`split_k`] for a graph compiled with a ranged dim at its max: only the products `allow` passes (the driver's:
+/// neither K nor B follows a dim), no convolutions. Returns what it split, in order, so that [`split_k_as`] can
+/// split a probe of the same graph the same way: the probe then tiles as this graph, its kernels have the same
+/// names and bindings, and the driver can read which workgroup counts follow the dim.
+pub fn split_k_ranged(g: &mut Graph, allow: &dyn Fn(&Graph, NodeId) -> bool) -> Result<Vec<KSplit>, PassError> {
+    let mut done = Vec::new();
+    for n in g.topo_order()? {
+        if !allow(g, n) {
+            continue;
+        }
+        if let Some(plan) = plan(g, n, None) {
+            done.push(KSplit { node: n, parts: plan.parts, k: plan.k, nn: plan.nn });
+            rewrite(g, n, plan)?;
+        }
+    }
+    Ok(done)
+}
+
+/// Splits the products `splits` names (from [`split_k_ranged`] on the graph at the dims' max) in `g`, a probe of
+/// the same graph: the same nodes, in the same order, into the same parts, whatever its own rows would pick.
+/// Refused (nothing is left half done that a caller keeps) when a node is not a product of the same K and N.
+pub fn split_k_as(g: &mut Graph, splits: &[KSplit]) -> Result<(), PassError> {
+    for s in splits {
+        let split =
+            g.has_node(s.node).then(|| plan(g, s.node, Some(s.parts))).flatten().filter(|p| (p.k, p.nn) == (s.k, s.nn));
+        let Some(split) = split else {
+            let name = if g.has_node(s.node) { g.node(s.node).name.clone() } else { format!("{:?}", s.node) };
+            return Err(PassError::Node {
+                node: name,
+                op: "MatMul".into(),
+                reason: "a ranged dim's probe does not split this product as the graph at the max does".into(),
+            });
+        };
+        rewrite(g, s.node, split)?;
     }
     Ok(())
 }
@@ -174,7 +221,8 @@ struct Split {
     parts: usize,
 }
 
-fn plan(g: &Graph, n: NodeId) -> Option<Split> {
+/// How `n` splits, if it is a product that can: into [`k_splits`]'s parts, or into `parts` where given.
+fn plan(g: &Graph, n: NodeId, parts: Option<usize>) -> Option<Split> {
     let node = g.node(n);
     let (a, b) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
     let (at, bt, ot) = (g.ty(a), g.ty(b), g.ty(node.outputs[0]));
@@ -205,8 +253,8 @@ fn plan(g: &Graph, n: NodeId) -> Option<Split> {
     let k = *at.shape.last()?;
     let rows: usize = at.shape[..at.rank() - 1].iter().product();
     let nn = if trans_b { bt.shape[0] } else { bt.shape[1] };
-    let parts = k_splits(rows, nn, k);
-    (parts > 1).then_some(Split { a, b, bias, rows, k, nn, trans_b, parts })
+    let parts = parts.unwrap_or_else(|| k_splits(rows, nn, k));
+    (parts > 1 && k.is_multiple_of(parts)).then_some(Split { a, b, bias, rows, k, nn, trans_b, parts })
 }
 
 fn rewrite(g: &mut Graph, n: NodeId, s: Split) -> Result<(), PassError> {

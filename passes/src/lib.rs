@@ -29,10 +29,11 @@ pub use decoder::{
 };
 pub use dedupe::{dedupe_constants, dedupe_nodes};
 pub use infer::infer_shapes;
-pub use ksplit::{k_splits, split_k, KSPLIT_BELOW_WORKGROUPS, KSPLIT_MIN_K};
+pub use ksplit::{k_splits, split_k, split_k_as, split_k_ranged, KSplit, KSPLIT_BELOW_WORKGROUPS, KSPLIT_MIN_K};
 pub use lower::{
-    alias_root, eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, kmajor_weights, legalize,
-    lower_batchnorm, materialize_outputs, merge_sibling_matmuls, storage_of, storage_root, stored_bytes, Storage,
+    alias_root, eliminate_dead_code, fuse_rms_norm, fuse_rotate_half, hoist_matmul_scalars, kmajor_name,
+    kmajor_weights, kmajor_weights_among, legalize, lower_batchnorm, materialize_outputs, merge_sibling_matmuls,
+    storage_of, storage_root, stored_bytes, Storage,
 };
 pub use memory::{
     binding_access, plan_memory, plan_memory_with, verify_plan, BufferKind, Lifetime, MemoryOptions, MemoryPlan,

@@ -637,11 +637,22 @@ pub fn stored_bytes(g: &Graph, v: ValueId) -> u64 {
 /// (through a `StridedCopy` of the transposed constant); only 2-D f32 constants whose readers are all MatMuls
 /// reading them as B, one of them a one-row product that gets more workgroups K-major, are transposed.
 pub fn kmajor_weights(g: &mut Graph) -> Result<(), PassError> {
+    kmajor_weights_among(g, &|_| true)
+}
+
+/// The name [`kmajor_weights`] gives the K-major copy of the constant named `name`.
+pub fn kmajor_name(name: &str) -> String {
+    format!("{name}.kmajor")
+}
+
+/// [`kmajor_weights`] for the constants whose name `allow` passes only (the others keep their stored layout):
+/// parts of one artifact that share their weights store the same ones K-major.
+pub fn kmajor_weights_among(g: &mut Graph, allow: &dyn Fn(&str) -> bool) -> Result<(), PassError> {
     use crate::{gemv_tiling, Target, GEMV_WORKGROUPS};
     let mut chosen = Vec::new();
     for v in g.value_ids() {
         let Some(t) = g.const_data(v) else { continue };
-        if !t.dtype.is_float() || t.shape.len() != 2 || g.outputs.contains(&v) {
+        if !t.dtype.is_float() || t.shape.len() != 2 || g.outputs.contains(&v) || !allow(&g.value(v).name) {
             continue;
         }
         let (k, n) = (t.shape[0], t.shape[1]);
@@ -672,7 +683,7 @@ pub fn kmajor_weights(g: &mut Graph) -> Result<(), PassError> {
         let name = g.value(v).name.clone();
         // The dtype stays (a float16 weight is stored narrow either way round).
         let tensor = wgslc_ir::Tensor { dtype: t.dtype, shape: vec![n, k], data: wgslc_ir::Data::F32(wt) };
-        let stored = g.add_const(format!("{name}.kmajor"), tensor);
+        let stored = g.add_const(kmajor_name(&name), tensor);
         let view = g.add_value(format!("{name}.kmajor_view"), Some(g.ty(v).clone()));
         g.add_node(
             format!("{name}/kmajor"),

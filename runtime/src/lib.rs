@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 /// The wgpu this runtime is built on, for code that uses [`Gpu`]'s device and queue.
 pub use wgpu;
-use wgslc_artifact::{relayout, ArtifactError, BufferKind, Plan, Ranges, StorageType, TensorSpec};
+use wgslc_artifact::{relayout, ArtifactError, BufferKind, Plan, Ranges, RunLayout, StorageType, TensorSpec};
 pub use wgslc_artifact::{HostTensor, TensorData};
 
 #[derive(Debug, thiserror::Error)]
@@ -45,8 +45,6 @@ pub struct Gpu {
     /// What wgpu adds to the kernels of artifacts loaded on this device.
     pub shader_checks: ShaderChecks,
     lost: Arc<Mutex<Option<String>>>,
-    /// wgpu's error scopes are a per-device stack: scoped sections must not interleave across threads.
-    scope_lock: Mutex<()>,
 }
 
 /// GPU timestamps inside a compute pass, which `Session::profile` uses where the adapter has them.
@@ -111,7 +109,7 @@ impl Gpu {
         device.set_device_lost_callback(move |reason, msg| {
             *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
         });
-        Ok(Arc::new(Gpu { device, queue, info, shader_checks, lost, scope_lock: Mutex::new(()) }))
+        Ok(Arc::new(Gpu { device, queue, info, shader_checks, lost }))
     }
 
     /// "name (backend, driver)": which adapter runs the kernels.
@@ -145,9 +143,9 @@ impl Gpu {
         Ok(())
     }
 
-    /// Runs `f` inside validation and out-of-memory error scopes and reports what they caught.
+    /// Runs `f` inside validation and out-of-memory error scopes and reports what they caught (wgpu's "std" feature
+    /// keeps each thread's scopes its own, so threads may run scoped sections at once).
     pub fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T, RuntimeError> {
-        let _guard = self.scope_lock.lock().unwrap_or_else(|p| p.into_inner());
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let val = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let r = f();
@@ -168,12 +166,17 @@ pub struct Session {
     pipelines: Vec<wgpu::ComputePipeline>,
     bind_groups: Vec<wgpu::BindGroup>,
     readback: Vec<wgpu::Buffer>,
-    /// What `run`, `profile` and `time_replay` replay: the plan's dispatches, or one decoder step's.
-    dispatches: Vec<usize>,
     run_lock: Mutex<()>,
-    /// Ranged dims: the values of the last run (their max before any), which the GPU's dims buffer holds and
-    /// replays without inputs (`time_replay`, `profile`) dispatch at.
-    dim_values: Mutex<Vec<usize>>,
+    /// What `run`, `profile` and `time_replay` replay.
+    replay: Mutex<Replay>,
+}
+
+/// A replay's dispatches (the plan's, a decoder step's or the last run's bucket's) and its ranged dims' values (the
+/// last run's, their max before any: what the dims buffer holds and `time_replay` and `profile` dispatch at).
+struct Replay {
+    dispatches: Vec<usize>,
+    values: Vec<usize>,
+    layout: RunLayout,
 }
 
 impl Session {
@@ -186,13 +189,11 @@ impl Session {
     pub fn load_with(dir: &Path, gpu: Arc<Gpu>) -> Result<Session, RuntimeError> {
         let plan = Plan::read(dir)?;
         check_limits(&plan, &gpu)?;
-        let mut sources = Vec::with_capacity(plan.kernels.len());
-        for k in &plan.kernels {
-            let path = dir.join(&k.wgsl);
-            let src = std::fs::read_to_string(&path)
-                .map_err(|e| RuntimeError::Invalid(format!("kernel '{}': cannot read '{}': {e}", k.name, k.wgsl)))?;
-            sources.push(src);
-        }
+        let read = |k: &wgslc_artifact::Kernel| {
+            std::fs::read_to_string(dir.join(&k.wgsl))
+                .map_err(|e| RuntimeError::Invalid(format!("kernel '{}': cannot read '{}': {e}", k.name, k.wgsl)))
+        };
+        let sources = plan.kernels.iter().map(read).collect::<Result<Vec<_>, _>>()?;
         // Weights: memory-mapped, copied straight into buffers mapped at creation (one host copy: the map).
         let wpath = dir.join("weights.safetensors");
         let file = std::fs::File::open(&wpath)
@@ -292,21 +293,18 @@ impl Session {
         drop(tensors);
         drop(weights);
 
-        let mut pipelines = Vec::with_capacity(plan.kernels.len());
-        let mut bind_groups = Vec::with_capacity(plan.kernels.len());
-        for (k, src) in plan.kernels.iter().zip(&sources) {
-            let (pipeline, bg) = gpu.scoped(&format!("kernel '{}'", k.name), || {
+        // Compiled on every core (error scopes are per thread): an artifact in buckets has hundreds of kernels.
+        let checks = match gpu.shader_checks {
+            ShaderChecks::Trusted => wgpu::ShaderRuntimeChecks::unchecked(),
+            ShaderChecks::Checked => wgpu::ShaderRuntimeChecks::checked(),
+        };
+        let make = |(k, src): (&wgslc_artifact::Kernel, &String)| {
+            gpu.scoped(&format!("kernel '{}'", k.name), || {
                 let source = wgpu::ShaderSource::Wgsl(src.as_str().into());
                 let desc = wgpu::ShaderModuleDescriptor { label: Some(&k.name), source };
                 // SAFETY: unchecked only when the Gpu says the artifact is wgslc's, whose kernels index arrays
                 // within their sizes and whose loops end (see `ShaderChecks`).
-                let module = unsafe {
-                    let checks = match gpu.shader_checks {
-                        ShaderChecks::Trusted => wgpu::ShaderRuntimeChecks::unchecked(),
-                        ShaderChecks::Checked => wgpu::ShaderRuntimeChecks::checked(),
-                    };
-                    dev.create_shader_module_trusted(desc, checks)
-                };
+                let module = unsafe { dev.create_shader_module_trusted(desc, checks) };
                 let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some(&k.name),
                     layout: None,
@@ -334,10 +332,17 @@ impl Session {
                     entries: &entries,
                 });
                 (pipeline, bg)
-            })?;
-            pipelines.push(pipeline);
-            bind_groups.push(bg);
-        }
+            })
+        };
+        let (kernels, sources, make) = (&plan.kernels, &sources, &make);
+        let per = kernels.len().div_ceil(std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+        let made: Vec<Result<Vec<_>, RuntimeError>> = std::thread::scope(|s| {
+            let part = |c: usize| move || kernels.iter().zip(sources).skip(c * per).take(per).map(make).collect();
+            let jobs: Vec<_> = (0..kernels.len().div_ceil(per)).map(|c| s.spawn(part(c))).collect();
+            jobs.into_iter().map(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        });
+        let made: Vec<Vec<_>> = made.into_iter().collect::<Result<_, _>>()?;
+        let (pipelines, bind_groups): (Vec<_>, Vec<_>) = made.into_iter().flatten().unzip();
 
         let readback = plan
             .outputs
@@ -354,15 +359,12 @@ impl Session {
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Ranged dims start at their max, so a replay without inputs (bench, profile) runs the largest shape.
-        if let Some(r) = &plan.ranges {
-            let max: Vec<usize> = r.dims.iter().map(|d| d.max).collect();
-            gpu.queue.write_buffer(&buffers[r.buffer], 0, &Ranges::dim_words(&max));
-        }
+        let max: Vec<usize> = plan.ranges.iter().flat_map(|r| r.dims.iter().map(|d| d.max)).collect();
+        let layout = plan.ranges.as_ref().map_or(RunLayout { bucket: None, at: vec![] }, |r| r.layout(&max));
+        plan.ranges.iter().for_each(|r| gpu.queue.write_buffer(&buffers[r.buffer], 0, &Ranges::dim_words(&max)));
         gpu.check_lost()?;
-        let (dispatches, run_lock) = (plan.dispatches.clone(), Mutex::new(()));
-        let dim_values =
-            Mutex::new(plan.ranges.as_ref().map(|r| r.dims.iter().map(|d| d.max).collect()).unwrap_or_default());
-        Ok(Session { gpu, plan, buffers, pipelines, bind_groups, readback, dispatches, run_lock, dim_values })
+        let replay = Mutex::new(Replay { dispatches: plan.dispatches.clone(), values: max, layout });
+        Ok(Session { gpu, plan, buffers, pipelines, bind_groups, readback, run_lock: Mutex::new(()), replay })
     }
 
     pub fn inputs(&self) -> &[TensorSpec] {
@@ -383,7 +385,7 @@ impl Session {
 
     /// Dispatches per replay.
     pub fn replayed(&self) -> usize {
-        self.dispatches.len()
+        self.replay.lock().unwrap_or_else(|p| p.into_inner()).dispatches.len()
     }
 
     /// Makes `run`, `profile` and `time_replay` replay only one step of a decoder artifact (`decode` or
@@ -396,7 +398,7 @@ impl Session {
             let names: Vec<&str> = d.steps.iter().map(|s| s.name.as_str()).collect();
             RuntimeError::Invalid(format!("no step '{name}' (steps: {})", names.join(", ")))
         })?;
-        self.dispatches = step.dispatches.clone();
+        self.replay.get_mut().unwrap_or_else(|p| p.into_inner()).dispatches = step.dispatches.clone();
         Ok(())
     }
 
@@ -411,21 +413,27 @@ impl Session {
             )));
         }
         let values = self.plan.ranges.as_ref().map(|r| r.dim_values(&self.plan.inputs, inputs)).transpose()?;
+        // Each ranged tensor laid out at the dims' max, or at its bucket's.
+        let layout = self.plan.ranges.as_ref().zip(values.as_ref()).map(|(r, vals)| r.layout(vals));
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
         let gpu = &self.gpu;
         for (spec, t) in self.plan.inputs.iter().zip(inputs) {
-            let bytes = match &values {
-                Some(vals) => {
+            let bytes = match (&values, &layout) {
+                (Some(vals), Some(l)) => {
                     let actual = spec.at_values(vals);
-                    relayout(&actual.input_bytes(t)?, &actual.shape, &spec.shape, true)
+                    relayout(&actual.input_bytes(t)?, &actual.shape, &spec.at_values(&l.at).shape, true)
                 }
-                None => spec.input_bytes(t)?,
+                _ => spec.input_bytes(t)?,
             };
             gpu.queue.write_buffer(&self.buffers[spec.buffer], 0, &bytes);
         }
-        if let (Some(r), Some(vals)) = (&self.plan.ranges, &values) {
+        if let (Some(r), Some(vals), Some(l)) = (&self.plan.ranges, &values, &layout) {
             gpu.queue.write_buffer(&self.buffers[r.buffer], 0, &Ranges::dim_words(vals));
-            *self.dim_values.lock().unwrap_or_else(|p| p.into_inner()) = vals.clone();
+            let mut replay = self.replay.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(b) = l.bucket {
+                replay.dispatches = r.buckets[b].dispatches.clone();
+            }
+            (replay.values, replay.layout) = (vals.clone(), l.clone());
         }
         gpu.scoped("replay", || {
             let mut enc =
@@ -439,13 +447,14 @@ impl Session {
         gpu.map_read(&self.readback.iter().collect::<Vec<_>>())?;
         let mut outs = Vec::with_capacity(self.readback.len());
         for (spec, rb) in self.plan.outputs.iter().zip(&self.readback) {
-            let n: usize = spec.shape.iter().product();
+            let laid = layout.as_ref().map_or_else(|| spec.clone(), |l| spec.at_values(&l.at));
+            let n: usize = laid.shape.iter().product();
             let actual = values.as_ref().map(|vals| spec.at_values(vals));
             let t = rb
                 .slice(..)
                 .get_mapped_range()
                 .map(|view| match &actual {
-                    Some(a) => a.output_tensor(&relayout(&view[..n * 4], &a.shape, &spec.shape, false)),
+                    Some(a) => a.output_tensor(&relayout(&view[..n * 4], &a.shape, &laid.shape, false)),
                     None => spec.output_tensor(&view[..n * 4]),
                 })
                 .map_err(|e| RuntimeError::Gpu(format!("reading output '{}': {e}", spec.name)));
@@ -458,30 +467,26 @@ impl Session {
     /// Records every dispatch into one compute pass, ranged dims at the last run's values; with a query set, a
     /// timestamp before each dispatch (index i before dispatch i) and one after the last.
     fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
-        let values = self.dim_values.lock().unwrap_or_else(|p| p.into_inner());
-        let values = self.plan.ranges.as_ref().map(|_| values.as_slice());
+        let replay = self.replay.lock().unwrap_or_else(|p| p.into_inner());
+        let ranged = self.plan.ranges.as_ref().map(|_| (replay.values.as_slice(), &replay.layout));
         let mut pass =
             enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
-        for (i, &d) in self.dispatches.iter().enumerate() {
+        for (i, &d) in replay.dispatches.iter().enumerate() {
             if let Some(q) = timestamps {
                 pass.write_timestamp(q, i as u32);
             }
-            self.dispatch(&mut pass, d, values);
+            self.dispatch(&mut pass, d, ranged);
         }
         if let Some(q) = timestamps {
-            pass.write_timestamp(q, self.dispatches.len() as u32);
+            pass.write_timestamp(q, replay.dispatches.len() as u32);
         }
     }
 
-    /// Kernel `d` into an open compute pass. At ranged dims' `values`, a kernel that scales with a dim dispatches
-    /// `ceil(W · n / max)` workgroups along its axis.
-    fn dispatch(&self, pass: &mut wgpu::ComputePass, d: usize, values: Option<&[usize]>) {
+    /// Kernel `d` into an open compute pass. At ranged dims' values, a kernel that scales with a dim dispatches
+    /// `ceil(W · n / max)` workgroups along its axis (`max`: the dim's, or its bucket's).
+    fn dispatch(&self, pass: &mut wgpu::ComputePass, d: usize, ranged: Option<(&[usize], &RunLayout)>) {
         let k = &self.plan.kernels[d];
-        let mut w = k.workgroups;
-        if let (Some(s), Some(vals), Some(r)) = (k.scale, values, &self.plan.ranges) {
-            let max = r.dims[s.dim].max as u64;
-            w[s.axis] = (w[s.axis] as u64 * vals[s.dim] as u64).div_ceil(max).clamp(1, w[s.axis] as u64) as u32;
-        }
+        let w = ranged.map_or(k.workgroups, |(values, layout)| layout.workgroups(k, values));
         pass.set_pipeline(&self.pipelines[d]);
         pass.set_bind_group(0, &self.bind_groups[d], &[]);
         pass.dispatch_workgroups(w[0], w[1], w[2]);
@@ -494,15 +499,16 @@ impl Session {
     /// and submit of its own, waited for, which adds the per-submit overhead to every kernel (also for plans of
     /// more dispatches than one query set holds).
     pub fn profile(&self, iterations: usize) -> Result<Profile, RuntimeError> {
-        let queries = self.dispatches.len() + 1;
+        let dispatches = self.replay.lock().unwrap_or_else(|p| p.into_inner()).dispatches.clone();
+        let queries = dispatches.len() + 1;
         if self.gpu.device.features().contains(TIMING) && queries > 1 && queries <= wgpu::QUERY_SET_MAX_QUERIES as usize
         {
-            return self.profile_timestamps(iterations);
+            return self.profile_timestamps(iterations, &dispatches);
         }
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
         let gpu = &self.gpu;
-        let mut out = Vec::with_capacity(self.dispatches.len());
-        for &d in &self.dispatches {
+        let mut out = Vec::with_capacity(dispatches.len());
+        for &d in &dispatches {
             let start = std::time::Instant::now();
             for _ in 0..iterations.max(1) {
                 let mut enc = gpu.device.create_command_encoder(&Default::default());
@@ -517,10 +523,10 @@ impl Session {
         Ok(Profile { timestamps: false, kernels: out })
     }
 
-    fn profile_timestamps(&self, iterations: usize) -> Result<Profile, RuntimeError> {
+    fn profile_timestamps(&self, iterations: usize, dispatches: &[usize]) -> Result<Profile, RuntimeError> {
         let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
         let gpu = &self.gpu;
-        let n = self.dispatches.len();
+        let n = dispatches.len();
         let count = n as u32 + 1;
         let bytes = u64::from(count) * wgpu::QUERY_SIZE as u64;
         let (queries, resolve, read) = gpu.scoped("profile setup", || {
@@ -563,8 +569,7 @@ impl Session {
                 s.push(ticks[i + 1].saturating_sub(ticks[i]) as f64 * period_ms);
             }
         }
-        let kernels = self
-            .dispatches
+        let kernels = dispatches
             .iter()
             .zip(samples)
             .map(|(&d, mut s)| {

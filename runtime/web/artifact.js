@@ -12,6 +12,7 @@ const FIELDS = {
   Advance: ["greedy", "sample"],
   Affine: ["c", "len", "pos", "real"],
   Binding: ["access", "binding", "buffer", "offset", "size"],
+  Bucket: ["dispatches", "max", "min"],
   Buffer: ["kind", "name", "size"],
   Constant: ["like", "values"],
   Copy: ["bytes", "from", "to"],
@@ -26,7 +27,7 @@ const FIELDS = {
   Present: ["first_row", "output"],
   Program: ["chunk", "constants", "decode_start", "last", "start", "step"],
   RangedAxis: ["axis", "dim", "factor"],
-  Ranges: ["buffer", "dims"],
+  Ranges: ["buckets", "buffer", "dims"],
   StateSpec: ["axis", "input"],
   Step: ["advance", "attention_mask", "cache_position", "cache_row", "dispatches", "input_ids", "last_index",
     "logits", "name", "next_token", "position_ids", "present", "sample", "tokens"],
@@ -89,6 +90,7 @@ export function parsePlan(text) {
   if (plan.ranges != null) {
     known("ranges", plan.ranges, FIELDS.Ranges);
     for (const d of plan.ranges.dims ?? []) known("ranges", d, FIELDS.DimRange);
+    for (const b of plan.ranges.buckets ?? []) known("ranges", b, FIELDS.Bucket);
   }
   for (const b of plan.buffers) {
     known(`buffer '${b.name}'`, b, FIELDS.Buffer);
@@ -203,6 +205,32 @@ function checkRanges(plan) {
       if (!(d && a.factor > 0 && t.shape[a.axis] === a.factor * d.max)) bad(`'${t.name}' axis ${a.axis} does not follow a dim of the plan`);
     }
   }
+  if (r && (r.buckets ?? []).length > 0) checkBuckets(plan, r);
+}
+
+// Buckets, as wgslc_artifact::Plan::check_buckets: one dim cut into consecutive ranges from its min to its max,
+// each bucket's dispatches kernels of its own, the last bucket's the plan's dispatches.
+function checkBuckets(plan, r) {
+  const bad = (m) => {
+    throw new Error(`plan.json: ranges: buckets: ${m}`);
+  };
+  if (r.dims.length !== 1) bad(`${r.dims.length} dims; buckets cut exactly one`);
+  const d = r.dims[0];
+  let next = d.min;
+  const owner = new Map();
+  for (const [i, b] of r.buckets.entries()) {
+    if (b.min !== next || !(b.max >= b.min) || b.max > d.max) {
+      bad(`bucket ${i} holds ${b.min}..${b.max}, expected a range from ${next} to at most ${d.max}`);
+    }
+    next = b.max + 1;
+    for (const k of b.dispatches) {
+      if (!(Number.isInteger(k) && k >= 0 && k < plan.kernels.length)) bad(`bucket ${i} dispatches kernel ${k} of ${plan.kernels.length}`);
+      if (owner.has(k) && owner.get(k) !== i) bad(`kernel ${k} is dispatched by buckets ${owner.get(k)} and ${i}`);
+      owner.set(k, i);
+    }
+  }
+  if (next !== d.max + 1) bad(`they end at ${next - 1}, not at '${d.name}''s max ${d.max}`);
+  if (fmt(r.buckets[r.buckets.length - 1].dispatches) !== fmt(plan.dispatches)) bad("the plan's dispatches are not the last bucket's");
 }
 
 // The decoder section (`wgslc compile --kv-cache`), checked as wgslc_artifact::Plan::check_decoder does.
@@ -410,6 +438,23 @@ export function valuesAt(values, v, prompt) {
 export function wordsOf(spec, values) {
   const T = spec.storage === "f32" ? Float32Array : spec.storage === "u32" ? Uint32Array : Int32Array;
   return T.from(values);
+}
+
+// Where a run at the dims' `values` goes, as Ranges::layout in Rust: the dispatches it replays (the plan's, or
+// those of the bucket that holds the values) and the values its tensors are laid out at and its scaled kernels
+// count workgroups against (the bucket's max, else each dim's).
+export function layoutOf(plan, values) {
+  const r = plan.ranges;
+  const b = (r.buckets ?? []).find((b) => values[0] >= b.min && values[0] <= b.max);
+  return b ? { dispatches: b.dispatches, at: [b.max] } : { dispatches: plan.dispatches, at: r.dims.map((d) => d.max) };
+}
+
+// A kernel's workgroups at the run's `values` laid out at `at` (RunLayout::workgroups): along the axis its scale
+// names, ceil(W · n / at), at least 1 and at most W.
+export function workgroupsAt(k, values, at) {
+  const w = [...k.workgroups];
+  if (k.scale) w[k.scale.axis] = Math.min(w[k.scale.axis], Math.max(1, Math.ceil((w[k.scale.axis] * values[k.scale.dim]) / at[k.scale.dim])));
+  return w;
 }
 
 // A tensor spec at the run's dim values (its ranged axes at factor · n).

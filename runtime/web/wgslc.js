@@ -10,7 +10,7 @@
 // outputs back. Runs on one session are serialized (they share the plan's buffers). Error messages use the Rust
 // runtime's wording, so one search finds both.
 
-import { affine, atValues, dimValues, fmt, inputBytes, outputData, parsePlan, relayout, valuesAt, wordsOf } from "./artifact.js";
+import { affine, atValues, dimValues, fmt, inputBytes, layoutOf, outputData, parsePlan, relayout, valuesAt, wordsOf, workgroupsAt } from "./artifact.js";
 
 export { FORMAT, VERSION, parsePlan } from "./artifact.js";
 
@@ -133,9 +133,11 @@ export class Session {
   #s;
   #queue = Promise.resolve();
   #timing = null;
+  #replay;
 
   constructor(state) {
     this.#s = state;
+    this.#replay = { dispatches: state.plan.dispatches, values: null }; // a run's bucket and dims (none: at the max)
     /** Graph inputs in model order: [{ name, dtype, shape }]. */
     this.inputs = state.plan.inputs.map(publicSpec);
     /** Graph outputs in model order: [{ name, dtype, shape }]. */
@@ -179,21 +181,23 @@ export class Session {
         throw new Error(`artifact: the model takes ${plan.inputs.length} inputs, ${given.length} were given (missing '${spec.name}')`);
       }
     }
-    // Ranged dims: each dim's value from the inputs' shapes; inputs go in at the max layout, outputs come out cut.
+    // Ranged dims: each dim's value from the inputs' shapes; inputs go in at their bucket's or the max's layout.
     const values = plan.ranges ? dimValues(plan, inputs) : null;
+    const layout = values ? layoutOf(plan, values) : null;
     const data = plan.inputs.map((spec) => {
       if (!values) return inputBytes(spec, inputs[spec.name]);
       const actual = atValues(spec, values);
-      return relayout(inputBytes(actual, inputs[spec.name]), actual.shape, spec.shape, true);
+      return relayout(inputBytes(actual, inputs[spec.name]), actual.shape, atValues(spec, layout.at).shape, true);
     });
     for (const [i, spec] of plan.inputs.entries()) device.queue.writeBuffer(buffers[spec.buffer], 0, data[i]);
     if (values) device.queue.writeBuffer(buffers[plan.ranges.buffer], 0, Int32Array.from(values));
+    if (values) this.#replay = { ...layout, values };
 
     let profile = null;
     await scoped(device, "replay", () => {
       const enc = device.createCommandEncoder({ label: "wgslc replay" });
       if (options.profile) profile = this.#encodeProfiled(enc);
-      else this.#encode(enc, values);
+      else this.#encode(enc);
       for (const [i, o] of plan.outputs.entries()) {
         enc.copyBufferToBuffer(buffers[o.buffer], 0, readback[i], 0, readback[i].size);
       }
@@ -208,8 +212,9 @@ export class Session {
     for (const [i, spec] of plan.outputs.entries()) {
       if (values) {
         const actual = atValues(spec, values);
-        const words = new Uint32Array(readback[i].getMappedRange(), 0, spec.shape.reduce((a, d) => a * d, 1));
-        out[spec.name] = { data: outputData(actual, relayout(words, actual.shape, spec.shape, false).buffer), shape: [...actual.shape] };
+        const laid = atValues(spec, layout.at).shape;
+        const words = new Uint32Array(readback[i].getMappedRange(), 0, laid.reduce((a, d) => a * d, 1));
+        out[spec.name] = { data: outputData(actual, relayout(words, actual.shape, laid, false).buffer), shape: [...actual.shape] };
       } else {
         out[spec.name] = { data: outputData(spec, readback[i].getMappedRange()), shape: [...spec.shape] };
       }
@@ -223,10 +228,10 @@ export class Session {
     return out;
   }
 
-  // Every dispatch of the plan in one compute pass, at the ranged dims' `values`.
-  #encode(enc, values = null) {
+  // Every dispatch of the replay in one compute pass, at the last run's ranged dims.
+  #encode(enc) {
     const pass = enc.beginComputePass({ label: "wgslc" });
-    this.#dispatch(pass, this.#s.plan.dispatches, values);
+    this.#dispatch(pass, this.#replay.dispatches, true);
     pass.end();
   }
 
@@ -235,7 +240,8 @@ export class Session {
   #encodeProfiled(enc) {
     const { device, plan } = this.#s;
     if (!device.features.has("timestamp-query")) return null;
-    const n = plan.dispatches.length;
+    const { dispatches } = this.#replay;
+    const n = dispatches.length;
     if (!this.#timing || this.#timing.n !== n) {
       const perSet = 4096 / 2;
       const sets = [];
@@ -249,7 +255,7 @@ export class Session {
       this.#timing = { n, sets };
     }
     const { sets } = this.#timing;
-    for (const [i, d] of plan.dispatches.entries()) {
+    for (const [i, d] of dispatches.entries()) {
       const set = sets[Math.floor(i / 2048)];
       const q = 2 * (i - set.at);
       const pass = enc.beginComputePass({
@@ -270,7 +276,7 @@ export class Session {
         const t = new BigUint64Array(s.read.getMappedRange().slice(0));
         s.read.unmap();
         for (let j = 0; j < s.count / 2; j++) {
-          const d = plan.dispatches[s.at + j];
+          const d = dispatches[s.at + j];
           kernels.push({ name: plan.kernels[d].name, ms: Number(t[2 * j + 1] - t[2 * j]) / 1e6 });
         }
       }
@@ -283,7 +289,7 @@ export class Session {
   async #profileBySubmit() {
     const { device, plan } = this.#s;
     const kernels = [];
-    for (const d of plan.dispatches) {
+    for (const d of this.#replay.dispatches) {
       const start = performance.now();
       const enc = device.createCommandEncoder();
       const pass = enc.beginComputePass();
@@ -521,17 +527,14 @@ export class Session {
     });
   }
 
-  // Kernels in order, into an open compute pass. At the ranged dims' `values` (null: their max), a kernel that
-  // scales with a dim dispatches ceil(W · n / max) workgroups along its axis, as the Rust runtime does.
-  #dispatch(pass, dispatches, values = null) {
+  // Kernels in order, into an open compute pass. `ranged`: at the last run's dims, each scaled kernel's workgroups
+  // as the Rust runtime counts them (RunLayout::workgroups), else every kernel's whole grid.
+  #dispatch(pass, dispatches, ranged = false) {
     const { plan, pipelines, bindGroups } = this.#s;
+    const { values, at } = this.#replay;
     for (const d of dispatches) {
       const k = plan.kernels[d];
-      const w = [...k.workgroups];
-      if (values && k.scale) {
-        const max = plan.ranges.dims[k.scale.dim].max;
-        w[k.scale.axis] = Math.min(w[k.scale.axis], Math.max(1, Math.ceil((w[k.scale.axis] * values[k.scale.dim]) / max)));
-      }
+      const w = ranged && values ? workgroupsAt(k, values, at) : [...k.workgroups];
       pass.setPipeline(pipelines[d]);
       pass.setBindGroup(0, bindGroups[d]);
       pass.dispatchWorkgroups(w[0], w[1], w[2]);

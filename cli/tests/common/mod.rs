@@ -117,9 +117,14 @@ pub fn cases_in(root: &Path) -> Vec<Case> {
 /// compiles alike.
 pub fn ranged_cases() -> Vec<Case> {
     let mut out = Vec::new();
-    for c in
-        ["encoders/bert_torchscript17", "encoders/bert_dynamo20", "ranged/reductions", "ranged/batch2", "ranged/tied"]
-    {
+    for c in [
+        "encoders/bert_torchscript17",
+        "encoders/bert_dynamo20",
+        "encoders/bert_wide_dynamo20",
+        "ranged/reductions",
+        "ranged/batch2",
+        "ranged/tied",
+    ] {
         let dir = testdata().join(c);
         let text = std::fs::read_to_string(dir.join("meta.json")).expect("meta.json");
         let meta: serde_json::Value = serde_json::from_str(&text).expect("meta.json");

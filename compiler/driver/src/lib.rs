@@ -8,6 +8,7 @@
 //! **Architecture Invariant:** everything between reading the model and writing the artifact happens in memory;
 //! the only files written are the artifact's (plan.json, kernels/, weights.safetensors) and report.json.
 
+mod buckets;
 mod decoder;
 mod dump;
 mod layout;
@@ -22,6 +23,7 @@ use wgslc_emit::{Limits, Validated};
 use wgslc_ir::Graph;
 use wgslc_passes::{MemoryPlan, Schedule};
 
+pub use buckets::MAX_AUTO as MAX_AUTO_BUCKETS;
 pub use dump::{print_memory, print_schedule};
 pub use pipeline::{run, stages};
 use ranged::ranges_section;
@@ -56,6 +58,10 @@ pub enum CompileError {
     Decoder(String),
     #[error("--dim {0}")]
     Range(String),
+    #[error("--buckets: {0}")]
+    Buckets(String),
+    #[error("{name}'s bucket {lo}..{hi} (--buckets): {source}")]
+    Bucket { name: String, lo: usize, hi: usize, source: Box<CompileError> },
     #[error("--block {0}: quantization blocks are a power of two from 16 to 256 elements")]
     Block(usize),
 }
@@ -125,8 +131,27 @@ pub struct CompileOptions {
     /// `--target gpu|cpu`: what kind of adapter the kernels are shaped for (`wgslc_passes::Target`), and the
     /// defaults of `attention` and `inverted_residual`.
     pub target: wgslc_passes::Target,
+    /// `--buckets`: how a ranged dim's range is cut into parts compiled each for its own values (one tiling for
+    /// the whole range costs short runs the max's; docs/design/ranged.md).
+    pub buckets: Buckets,
     /// Told each stage's name as it starts.
     pub progress: Progress,
+}
+
+/// How a ranged dim's range is compiled (`--buckets auto|none|E1,E2,...`): in parts (buckets) that share the
+/// artifact's buffers and weights, each compiled for its own values, so that a run pays about what an artifact
+/// compiled for its length pays; or as one tiling for the whole range.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Buckets {
+    /// Buckets ending at the powers of two inside the range (at the powers of four where that would make more
+    /// than [`MAX_AUTO_BUCKETS`]), for one ranged dim (dims that share their range, tied by the model, count
+    /// as one); one tiling otherwise.
+    #[default]
+    Auto,
+    /// One tiling for the whole range (the artifact before buckets).
+    None,
+    /// Buckets ending at these values (each in `MIN..MAX`, increasing), the last ending at MAX.
+    Ends(Vec<usize>),
 }
 
 impl CompileOptions {
@@ -258,9 +283,52 @@ fn import_model(
 /// Compiles a model into an artifact directory: every stage (every kernel naga-validated and checked against the
 /// limits), then plan.json, kernels/, weights.safetensors and report.json. `out_dir` must not exist, be empty or
 /// hold a previous artifact, which is replaced (files of the user's in it are never touched); see `out_dir.rs`.
+/// A ranged dim cut into buckets (`CompileOptions::buckets`) is compiled once per bucket (`buckets.rs`).
 pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Summary, CompileError> {
     let target = out_dir::check(out_dir, opts.force)?;
-    let Compiled { graph: g, decoder, ranged, schedule, memory, kernels, advance, weights } = run(model, opts, None)?;
+    let bucketed = match buckets::cuts(opts)? {
+        Some(cuts) => buckets::build(model, opts, &cuts)?,
+        None => None,
+    };
+    let built = match bucketed {
+        Some(b) => b,
+        None => build(model, opts, &Default::default())?,
+    };
+    // Written beside the target first: a failure leaves the target as it was (see out_dir.rs).
+    opts.progress.stage("write");
+    let staged = target.staging()?;
+    let written = (|| {
+        let wgsl: Vec<&str> = built.wgsl.iter().map(String::as_str).collect();
+        wgslc_emit::write_files(&staged, &built.plan, &wgsl, &built.weights)?;
+        let rpath = staged.join("report.json");
+        std::fs::write(&rpath, built.report.to_json())
+            .map_err(|source| wgslc_emit::EmitError::Io { path: rpath.display().to_string(), source })?;
+        Ok::<_, CompileError>(())
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&staged);
+        return Err(e);
+    }
+    target.install(&staged)?;
+    let Built { plan, wgsl, report, notes, source_nodes, .. } = built;
+    Ok(Summary { source_nodes, kernels: wgsl.len(), plan, report, notes })
+}
+
+/// A compile's artifact before it is written: plan.json's plan (written once, by [`compile`]), each of its kernels'
+/// WGSL in `plan.kernels`' order, the weights, the report and the notes.
+pub(crate) struct Built {
+    pub plan: wgslc_artifact::Plan,
+    pub wgsl: Vec<String>,
+    pub weights: wgslc_emit::WeightTensors,
+    pub report: wgslc_emit::report::Report,
+    pub notes: Vec<String>,
+    pub source_nodes: usize,
+}
+
+/// Every stage, then the plan with its decoder and ranges sections, the weights' bytes and the report.
+pub(crate) fn build(model: &Path, opts: &CompileOptions, extras: &pipeline::Extras) -> Result<Built, CompileError> {
+    let Compiled { graph: g, decoder, ranged, schedule, memory, kernels, advance, weights } =
+        pipeline::run_with(model, opts, None, extras)?;
     let (sched, mem, mut kernels) = (schedule.expect("scheduled"), memory.expect("planned"), kernels.expect("emitted"));
     let dispatched = kernels.len();
     // The advance kernels come after every dispatched one, greedy then sampling.
@@ -275,55 +343,38 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     };
     kernels.extend(advance);
     let source_nodes = count_source_nodes(model).unwrap_or_else(|| g.num_nodes());
-    // Written beside the target first: a failure leaves the target as it was (see out_dir.rs).
-    opts.progress.stage("write");
-    let staged = target.staging()?;
-    let written = (|| {
-        // plan.json's one author: the emitter's plan with the decoder and ranges sections, written once.
-        let mut plan = wgslc_emit::build_plan(&g, &mem, &kernels);
-        plan.dispatches.truncate(dispatched);
-        if let Some(layout) = &decoder {
-            plan.decoder = Some(decoder::section(&g, &plan, &kernels[..dispatched], advance_at, &mem, layout)?);
-            plan.check().map_err(|e| CompileError::Decoder(format!("the decoder section is invalid: {e}")))?;
-        }
-        if let Some(r) = &ranged {
-            ranges_section(&mut plan, r)?;
-        }
-        wgslc_emit::write_artifact(&staged, &g, &mem, &kernels, &plan)?;
-        let mut report = wgslc_emit::report::build(&g, &sched, &mem, &kernels, &plan, source_nodes);
-        if opts.weights != WeightFormat::Keep {
-            report.weights = Some(wgslc_emit::report::WeightsReport {
-                format: opts.weights.name().into(),
-                block: opts.weight_block.unwrap_or(32),
-                bytes_before: weights.iter().map(|w| w.bytes_before).sum(),
-                bytes_after: weights.iter().map(|w| w.bytes_after).sum(),
-                tensors: weights
-                    .iter()
-                    .map(|w| wgslc_emit::report::WeightTensorReport {
-                        name: w.name.clone(),
-                        shape: w.shape.clone(),
-                        bytes_before: w.bytes_before,
-                        bytes_after: w.bytes_after,
-                        max_abs_error: w.max_abs_error,
-                        rel_rms_error: w.rel_rms_error,
-                    })
-                    .collect(),
-            });
-        }
-        let rpath = staged.join("report.json");
-        std::fs::write(&rpath, report.to_json())
-            .map_err(|source| wgslc_emit::EmitError::Io { path: rpath.display().to_string(), source })?;
-        Ok::<_, CompileError>((plan, report))
-    })();
-    let (plan, report) = match written {
-        Ok(w) => w,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&staged);
-            return Err(e);
-        }
-    };
-    target.install(&staged)?;
-    Ok(Summary { source_nodes, kernels: kernels.len(), plan, report, notes: notes(&g) })
+    let mut plan = wgslc_emit::build_plan(&g, &mem, &kernels);
+    plan.dispatches.truncate(dispatched);
+    if let Some(layout) = &decoder {
+        plan.decoder = Some(decoder::section(&g, &plan, &kernels[..dispatched], advance_at, &mem, layout)?);
+        plan.check().map_err(|e| CompileError::Decoder(format!("the decoder section is invalid: {e}")))?;
+    }
+    if let Some(r) = &ranged {
+        ranges_section(&mut plan, r)?;
+    }
+    let tensors = wgslc_emit::weight_tensors(&g, &mem, &plan)?;
+    let mut report = wgslc_emit::report::build(&g, &sched, &mem, &kernels, &plan, source_nodes);
+    if opts.weights != WeightFormat::Keep {
+        report.weights = Some(wgslc_emit::report::WeightsReport {
+            format: opts.weights.name().into(),
+            block: opts.weight_block.unwrap_or(32),
+            bytes_before: weights.iter().map(|w| w.bytes_before).sum(),
+            bytes_after: weights.iter().map(|w| w.bytes_after).sum(),
+            tensors: weights
+                .iter()
+                .map(|w| wgslc_emit::report::WeightTensorReport {
+                    name: w.name.clone(),
+                    shape: w.shape.clone(),
+                    bytes_before: w.bytes_before,
+                    bytes_after: w.bytes_after,
+                    max_abs_error: w.max_abs_error,
+                    rel_rms_error: w.rel_rms_error,
+                })
+                .collect(),
+        });
+    }
+    let wgsl = kernels.into_iter().map(|k| k.kernel.wgsl).collect();
+    Ok(Built { plan, wgsl, weights: tensors, report, notes: notes(&g), source_nodes })
 }
 
 /// Nodes in the model file's main graph (ONNX: Constant nodes included; .pt2: the program's ATen nodes), for the

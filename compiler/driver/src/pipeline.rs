@@ -74,10 +74,32 @@ struct Run<'a> {
     /// Ranged dims: the dims, their probes (imported and run to [`RANGES_AFTER`]) and the axes that follow them.
     probes: Option<(Vec<wgslc_passes::DimRange>, Vec<Graph>, wgslc_passes::RangedAxes)>,
     ranged: Option<wgslc_passes::Ranged>,
+    /// Ranged dims: how many values the graph had when its ranged axes were found (later ones are not in them).
+    known_values: usize,
+    /// Ranged dims: the products split along K at the dims' max, which each probe splits the same way.
+    splits: Vec<wgslc_passes::KSplit>,
+    /// A probe's run: the graph at the max's splits, repeated here instead of the probe's own.
+    forced_splits: Option<Vec<wgslc_passes::KSplit>>,
+    /// What [`Extras`] asks.
+    extras: &'a Extras,
+}
+
+/// What a compile inside the driver may ask beyond [`CompileOptions`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Extras {
+    /// Store K-major (the `kmajor` pass) only the constants of these names: a bucket stores its weights as the
+    /// bucket compiled first does, so that they share them.
+    pub kmajor_only: Option<std::collections::HashSet<String>>,
 }
 
 impl<'a> Run<'a> {
-    fn new(model: &'a Path, opts: &'a CompileOptions, g: Graph, last_pass: Option<&'static str>) -> Self {
+    fn new(
+        model: &'a Path,
+        opts: &'a CompileOptions,
+        extras: &'a Extras,
+        g: Graph,
+        last_pass: Option<&'static str>,
+    ) -> Self {
         let c = Compiled {
             graph: Graph::new(),
             decoder: None,
@@ -88,7 +110,19 @@ impl<'a> Run<'a> {
             advance: Vec::new(),
             weights: Vec::new(),
         };
-        Run { model, opts, g, c, last_pass, probes: None, ranged: None }
+        Run {
+            model,
+            opts,
+            g,
+            c,
+            last_pass,
+            probes: None,
+            ranged: None,
+            known_values: 0,
+            splits: Vec::new(),
+            forced_splits: None,
+            extras,
+        }
     }
 
     /// Runs the stages after `start_after` (from the first when `None`) up to and including `stop_after`.
@@ -123,7 +157,16 @@ impl<'a> Run<'a> {
                 if self.last_pass.is_none() {
                     progress.stage("graph passes");
                 }
-                wgslc_passes::run_passes(&mut self.g, self.last_pass, Some(name), &opts.fuse_options())?;
+                match &self.extras.kmajor_only {
+                    Some(only) if name == "kmajor" => {
+                        if !opts.no_fuse && opts.target == wgslc_passes::Target::Gpu {
+                            wgslc_passes::kmajor_weights_among(&mut self.g, &|n| only.contains(n))?;
+                            wgslc_passes::dedupe_constants(&mut self.g);
+                            wgslc_passes::verify(&self.g, wgslc_passes::Stage::Legalized)?;
+                        }
+                    }
+                    _ => wgslc_passes::run_passes(&mut self.g, self.last_pass, Some(name), &opts.fuse_options())?,
+                }
                 self.last_pass = Some(name);
             }
             Step::Ranges => {
@@ -132,6 +175,7 @@ impl<'a> Run<'a> {
                     // differ.
                     let (dims, probes) = probe_dims(self.model, opts, RANGES_AFTER)?;
                     let axes = wgslc_passes::find_ranged_axes(&self.g, &dims, &probes)?;
+                    self.known_values = self.g.num_values();
                     self.ranged = Some(wgslc_passes::mask_ranges(&mut self.g, &dims, &axes)?);
                     wgslc_passes::verify(&self.g, wgslc_passes::Stage::Inferred)?;
                     self.probes = Some((dims, probes, axes));
@@ -159,10 +203,19 @@ impl<'a> Run<'a> {
                 wgslc_passes::verify(&self.g, wgslc_passes::Stage::Legalized)?;
             }
             Step::KSplit => {
-                // A ranged dim's probes must tile as the graph at its max, so ranged graphs keep their products.
-                // A CPU runs a few workgroups at a time: the split only adds the parts' sums.
-                if !opts.no_fuse && opts.ranges.is_empty() && opts.target == wgslc_passes::Target::Gpu {
-                    wgslc_passes::split_k(&mut self.g)?;
+                // A CPU runs a few workgroups at a time: the split only adds the parts' sums. A ranged dim's probes
+                // must tile as the graph at its max: the max splits the products whose K and B follow no dim, and
+                // each probe splits those same products into the same parts.
+                if !opts.no_fuse && opts.target == wgslc_passes::Target::Gpu {
+                    if let Some(splits) = &self.forced_splits {
+                        wgslc_passes::split_k_as(&mut self.g, splits)?;
+                    } else if let Some((_, _, axes)) = &self.probes {
+                        let known = self.known_values;
+                        let allow = |g: &Graph, n: wgslc_ir::NodeId| k_follows_no_dim(g, n, axes, known);
+                        self.splits = wgslc_passes::split_k_ranged(&mut self.g, &allow)?;
+                    } else if opts.ranges.is_empty() {
+                        wgslc_passes::split_k(&mut self.g)?;
+                    }
                     wgslc_passes::verify(&self.g, wgslc_passes::Stage::Legalized)?;
                 }
             }
@@ -200,7 +253,8 @@ impl<'a> Run<'a> {
                 .into_iter()
                 .map(|mut pg| {
                     wgslc_passes::mask_ranges(&mut pg, &dims, &axes).ok()?;
-                    let mut probe = Run::new(self.model, self.opts, pg, Some(RANGES_AFTER));
+                    let mut probe = Run::new(self.model, self.opts, self.extras, pg, Some(RANGES_AFTER));
+                    probe.forced_splits = Some(self.splits.clone());
                     probe.stages(Some("ranges"), None).ok()?;
                     Some((probe.g, probe.c.kernels?))
                 })
@@ -210,6 +264,19 @@ impl<'a> Run<'a> {
         self.c.ranged = Some(RangedCompile { ranged, scales });
         Ok(())
     }
+}
+
+/// Whether a product of a ranged graph may be split along K: its operands were in the graph when its ranged axes
+/// were found, A's K (its last axis) follows no dim and B follows none at all (so K and N are the same at every
+/// value, and the probe splits it as the max does).
+fn k_follows_no_dim(g: &Graph, n: wgslc_ir::NodeId, axes: &wgslc_passes::RangedAxes, known: usize) -> bool {
+    let node = g.node(n);
+    let (Some(Some(a)), Some(Some(b))) = (node.inputs.first(), node.inputs.get(1)) else { return false };
+    let k_axis = g.ty(*a).rank().saturating_sub(1);
+    let known_free = |v: wgslc_ir::ValueId, free: &dyn Fn(usize) -> bool| {
+        v.index() < known && axes.get(&v).is_none_or(|ax| ax.iter().all(|x| free(x.axis)))
+    };
+    known_free(*a, &|axis| axis != k_axis) && known_free(*b, &|_| false)
 }
 
 /// With `--kv-cache`, the options with the inputs a decoder convention fixes bound as constants (optimum's
@@ -232,6 +299,16 @@ fn decoder_conventions(model: &Path, opts: &CompileOptions) -> Result<Option<Com
 
 /// Runs the pipeline on a model file up to and including stage `stop_after` (every stage when `None`).
 pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Result<Compiled, CompileError> {
+    run_with(model, opts, stop_after, &Extras::default())
+}
+
+/// [`run`] with what the driver may ask beyond the options.
+pub(crate) fn run_with(
+    model: &Path,
+    opts: &CompileOptions,
+    stop_after: Option<&str>,
+    extras: &Extras,
+) -> Result<Compiled, CompileError> {
     if let Some(s) = stop_after.filter(|s| !stages().contains(s)) {
         return Err(CompileError::UnknownStage(s.into(), stages().join(", ")));
     }
@@ -239,7 +316,7 @@ pub fn run(model: &Path, opts: &CompileOptions, stop_after: Option<&str>) -> Res
     let opts = ranged_opts.as_ref().unwrap_or(opts);
     let conventional = decoder_conventions(model, opts)?;
     let opts = conventional.as_ref().unwrap_or(opts);
-    let mut r = Run::new(model, opts, Graph::new(), None);
+    let mut r = Run::new(model, opts, extras, Graph::new(), None);
     r.stages(None, stop_after)?;
     if stop_after.is_none() {
         r.scales()?;

@@ -271,6 +271,6 @@ pub(crate) fn ranges_section(plan: &mut wgslc_artifact::Plan, rc: &RangedCompile
     }
     let dims =
         r.dims.iter().map(|d| wgslc_artifact::DimRange { name: d.name.clone(), min: d.min, max: d.max }).collect();
-    plan.ranges = Some(wgslc_artifact::Ranges { dims, buffer });
+    plan.ranges = Some(wgslc_artifact::Ranges { dims, buffer, buckets: Vec::new() });
     plan.check().map_err(|e| CompileError::Range(format!("the ranges section is invalid: {e}")))
 }

@@ -360,6 +360,44 @@ fn kernel_path(i: usize, k: &EmittedKernel) -> String {
     format!("kernels/k{i:03}_{}.wgsl", k.kind)
 }
 
+/// Every constant of a plan's weights in its storage bytes, by the name the plan gives it (`p`: [`build_plan`]'s
+/// for this graph and memory plan): what weights.safetensors holds.
+pub fn weight_tensors(g: &Graph, plan: &MemoryPlan, p: &art::Plan) -> Result<WeightTensors, EmitError> {
+    let mut bytes = WeightTensors::new();
+    for (&(v, _), spec) in plan.weights.iter().zip(&p.weights) {
+        let t = g.const_data(v).expect("weight buffers hold constants");
+        let words = |w: Vec<u32>| w.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let (dtype, data): (safetensors::Dtype, Vec<u8>) = match (&t.data, narrow_of(g, v)) {
+            // Narrow constants are words the kernels decode (wgslc_ir::narrow).
+            (Data::Blocks(b), _) => (safetensors::Dtype::U32, words(b.words())),
+            (Data::F32(x), Some(Narrow::Half(d))) => {
+                let half = |x: f32| if d == wgslc_ir::DType::BF16 { bf16_bits(x) } else { f16_bits(x) };
+                let pairs = x.chunks(2).map(|p| half(p[0]) as u32 | (p.get(1).map_or(0, |&y| half(y)) as u32) << 16);
+                (safetensors::Dtype::U32, words(pairs.collect()))
+            }
+            (Data::F32(x), _) => (safetensors::Dtype::F32, x.iter().flat_map(|f| f.to_le_bytes()).collect()),
+            // Range-checked by legalization.
+            (Data::I64(x), _) => (safetensors::Dtype::I32, x.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect()),
+            (Data::Bool(x), _) => (safetensors::Dtype::U32, x.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect()),
+        };
+        if bytes.insert(spec.name.clone(), WeightTensor { dtype, shape: spec.shape.clone(), data }).is_some() {
+            return Err(EmitError::Weights(format!("two constants are named '{}'", spec.name)));
+        }
+    }
+    Ok(bytes)
+}
+
+/// One tensor of weights.safetensors: its storage dtype, shape and bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightTensor {
+    pub dtype: safetensors::Dtype,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+/// weights.safetensors' tensors by name, in name order (the file's order).
+pub type WeightTensors = BTreeMap<String, WeightTensor>;
+
 /// Writes DIR/plan.json (`p`: [`build_plan`]'s, with any sections the driver adds, written once), DIR/kernels/*.wgsl
 /// and DIR/weights.safetensors, replacing files of those names and deleting nothing (the driver writes into a
 /// fresh directory and moves the artifact into place). Output is byte-identical for the same inputs (deterministic
@@ -372,50 +410,27 @@ pub fn write_artifact(
     kernels: &[Validated],
     p: &art::Plan,
 ) -> Result<(), EmitError> {
+    let wgsl: Vec<&str> = kernels.iter().map(|k| k.kernel.wgsl.as_str()).collect();
+    write_files(dir, p, &wgsl, &weight_tensors(g, plan, p)?)
+}
+
+/// [`write_artifact`] from its parts: the plan, each of its kernels' WGSL (in `p.kernels`' order) and the
+/// weights.
+pub fn write_files(dir: &Path, p: &art::Plan, wgsl: &[&str], weights: &WeightTensors) -> Result<(), EmitError> {
     let io = |p: &Path| {
         let path = p.display().to_string();
         move |source| EmitError::Io { path: path.clone(), source }
     };
     let kdir = dir.join("kernels");
     std::fs::create_dir_all(&kdir).map_err(io(&kdir))?;
-    for (k, pk) in kernels.iter().zip(&p.kernels) {
+    for (source, pk) in wgsl.iter().zip(&p.kernels) {
         let path = dir.join(&pk.wgsl);
-        std::fs::write(&path, &k.kernel.wgsl).map_err(io(&path))?;
+        std::fs::write(&path, source).map_err(io(&path))?;
     }
-
-    // Weights, in storage type, one tensor per constant, named as in the plan.
-    let mut bytes: BTreeMap<String, (safetensors::Dtype, Vec<usize>, Vec<u8>)> = BTreeMap::new();
-    for (&(v, _), spec) in plan.weights.iter().zip(&p.weights) {
-        {
-            let t = g.const_data(v).expect("weight buffers hold constants");
-            let words = |w: Vec<u32>| w.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-            let (dtype, data): (safetensors::Dtype, Vec<u8>) = match (&t.data, narrow_of(g, v)) {
-                // Narrow constants are words the kernels decode (wgslc_ir::narrow).
-                (Data::Blocks(b), _) => (safetensors::Dtype::U32, words(b.words())),
-                (Data::F32(x), Some(Narrow::Half(d))) => {
-                    let half = |x: f32| if d == wgslc_ir::DType::BF16 { bf16_bits(x) } else { f16_bits(x) };
-                    let pairs =
-                        x.chunks(2).map(|p| half(p[0]) as u32 | (p.get(1).map_or(0, |&y| half(y)) as u32) << 16);
-                    (safetensors::Dtype::U32, words(pairs.collect()))
-                }
-                (Data::F32(x), _) => (safetensors::Dtype::F32, x.iter().flat_map(|f| f.to_le_bytes()).collect()),
-                // Range-checked by legalization.
-                (Data::I64(x), _) => {
-                    (safetensors::Dtype::I32, x.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect())
-                }
-                (Data::Bool(x), _) => {
-                    (safetensors::Dtype::U32, x.iter().flat_map(|&b| (b as u32).to_le_bytes()).collect())
-                }
-            };
-            if bytes.insert(spec.name.clone(), (dtype, spec.shape.clone(), data)).is_some() {
-                return Err(EmitError::Weights(format!("two constants are named '{}'", spec.name)));
-            }
-        }
-    }
-    let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
+    let views: Vec<(String, safetensors::tensor::TensorView)> = weights
         .iter()
-        .map(|(name, (dt, shape, data))| {
-            safetensors::tensor::TensorView::new(*dt, shape.clone(), data)
+        .map(|(name, w)| {
+            safetensors::tensor::TensorView::new(w.dtype, w.shape.clone(), &w.data)
                 .map(|v| (name.clone(), v))
                 .map_err(|e| EmitError::Weights(e.to_string()))
         })

@@ -57,6 +57,10 @@ pub struct Report {
     /// workgroups below its max. Every byte, FLOP and time above is at the max.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranges: Vec<RangeReport>,
+    /// Artifacts whose ranged dim is compiled in buckets (`--buckets`) only: each bucket's values and kernels. The
+    /// kernels, totals and memory above are the last bucket's (the one that runs the max).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<BucketReport>,
     /// Artifacts compiled with `--weights f16|q8|q4` only: the weights stored narrower, each with its bytes and
     /// the error of its stored values against the model's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,6 +102,17 @@ pub struct RangeReport {
     pub min: usize,
     pub max: usize,
     /// Kernels whose workgroups follow this dim (plan.json `scale`); the rest always run at the max.
+    pub scaled_kernels: usize,
+}
+
+/// One bucket of a ranged dim: the values it runs, its dispatches, and how many of them dispatch fewer workgroups
+/// below its max.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct BucketReport {
+    pub min: usize,
+    pub max: usize,
+    pub dispatches: usize,
     pub scaled_kernels: usize,
 }
 
@@ -327,6 +342,7 @@ pub fn build(
                 scaled_kernels: artifact.kernels.iter().filter(|k| k.scale.is_some_and(|s| s.dim == d)).count(),
             })
             .collect(),
+        buckets: Vec::new(),
         weights: None,
     }
 }
@@ -410,6 +426,22 @@ impl Report {
                 r.max,
                 r.max
             );
+        }
+        if let Some(last) = self.buckets.last() {
+            let _ = writeln!(
+                s,
+                "buckets            {} (each compiled for its own values; kernels and totals below are {}..{}'s):",
+                self.buckets.len(),
+                last.min,
+                last.max
+            );
+            for b in &self.buckets {
+                let _ = writeln!(
+                    s,
+                    "  {:>6}..{:<6}   {} dispatches, {} dispatch fewer workgroups below {}",
+                    b.min, b.max, b.dispatches, b.scaled_kernels, b.max
+                );
+            }
         }
         let _ = writeln!(s, "\nkernels:");
         let _ = writeln!(

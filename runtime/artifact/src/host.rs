@@ -177,9 +177,44 @@ impl Ranges {
             .collect()
     }
 
+    /// Where a run at the dims' `values` goes: the bucket that holds them (none in an artifact without buckets)
+    /// and the values its tensors are laid out at and its scaled kernels count workgroups against (the bucket's
+    /// max, else each dim's).
+    pub fn layout(&self, values: &[usize]) -> RunLayout {
+        let bucket = self.buckets.iter().position(|b| values.first().is_some_and(|v| (b.min..=b.max).contains(v)));
+        let at = match bucket {
+            Some(b) => vec![self.buckets[b].max],
+            None => self.dims.iter().map(|d| d.max).collect(),
+        };
+        RunLayout { bucket, at }
+    }
+
     /// The dims' values as the i32 words the plan's ranges buffer holds.
     pub fn dim_words(values: &[usize]) -> Vec<u8> {
         values.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect()
+    }
+}
+
+/// See [`Ranges::layout`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunLayout {
+    /// Index into `Ranges::buckets`.
+    pub bucket: Option<usize>,
+    /// Per dim: the value the run's tensors are laid out at (their buffers hold `factor · at` along each ranged
+    /// axis) and its scaled kernels' workgroup counts were compiled for.
+    pub at: Vec<usize>,
+}
+
+impl RunLayout {
+    /// A kernel's workgroups at the run's `values`: along the axis a [`crate::GridScale`] names,
+    /// `ceil(W · n / at)`, at least 1 and at most W.
+    pub fn workgroups(&self, k: &crate::Kernel, values: &[usize]) -> [u32; 3] {
+        let mut w = k.workgroups;
+        if let Some(s) = k.scale {
+            let (n, at) = (values[s.dim] as u64, self.at[s.dim].max(1) as u64);
+            w[s.axis] = (w[s.axis] as u64 * n).div_ceil(at).clamp(1, w[s.axis].max(1) as u64) as u32;
+        }
+        w
     }
 }
 
@@ -246,7 +281,7 @@ mod tests {
     /// A ranged input's dim comes from its shape; a padded write and the read back of the same region agree.
     #[test]
     fn ranged_inputs_give_their_dims_and_round_trip_through_the_max_layout() {
-        let r = Ranges { buffer: 0, dims: vec![DimRange { name: "n".into(), min: 1, max: 4 }] };
+        let r = Ranges { buffer: 0, dims: vec![DimRange { name: "n".into(), min: 1, max: 4 }], buckets: vec![] };
         let mut x = spec("x", &[4, 3], Dtype::Float32, StorageType::F32);
         x.ranged = vec![RangedAxis { axis: 0, dim: 0, factor: 1 }];
         let t = HostTensor { shape: vec![2, 3], data: TensorData::F32((0..6).map(|i| i as f32).collect()) };
@@ -260,5 +295,29 @@ mod tests {
         let long = HostTensor { shape: vec![5, 3], data: TensorData::F32(vec![0.0; 15]) };
         let e = r.dim_values(std::slice::from_ref(&x), std::slice::from_ref(&long)).unwrap_err().to_string();
         assert_eq!(e, "input 'x': axis 0 is 5: it must be n, in 1..4 (shape [n, 3], got [5, 3])");
+    }
+
+    /// A bucketed dim: each value runs the bucket that holds it, laid out and scaled at that bucket's max.
+    #[test]
+    fn runs_go_to_the_bucket_that_holds_their_value() {
+        let b = |min, max, k| crate::Bucket { min, max, dispatches: vec![k] };
+        let dims = vec![DimRange { name: "n".into(), min: 1, max: 16 }];
+        let r = Ranges { buffer: 0, dims, buckets: vec![b(1, 1, 0), b(2, 8, 1), b(9, 16, 2)] };
+        assert_eq!(r.layout(&[1]), RunLayout { bucket: Some(0), at: vec![1] });
+        assert_eq!(r.layout(&[5]), RunLayout { bucket: Some(1), at: vec![8] });
+        assert_eq!(r.layout(&[9]), RunLayout { bucket: Some(2), at: vec![16] });
+        let plain = Ranges { buckets: vec![], ..r.clone() };
+        assert_eq!(plain.layout(&[5]), RunLayout { bucket: None, at: vec![16] });
+        let k = crate::Kernel {
+            name: "k".into(),
+            wgsl: "kernels/k.wgsl".into(),
+            entry_point: "main".into(),
+            bindings: vec![],
+            workgroups: [4, 6, 1],
+            scale: Some(crate::GridScale { axis: 1, dim: 0 }),
+        };
+        assert_eq!(r.layout(&[5]).workgroups(&k, &[5]), [4, 4, 1]);
+        assert_eq!(r.layout(&[2]).workgroups(&k, &[2]), [4, 2, 1]);
+        assert_eq!(plain.layout(&[2]).workgroups(&k, &[2]), [4, 1, 1]);
     }
 }

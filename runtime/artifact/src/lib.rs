@@ -14,7 +14,7 @@ use std::path::Path;
 
 mod host;
 mod program;
-pub use host::{relayout, HostTensor, TensorData};
+pub use host::{relayout, HostTensor, RunLayout, TensorData};
 pub use program::{Affine, Buf, Constant, Copy, Instr, Iota, Mask, Place, Program, Values, Vars, Write};
 
 /// The format identifier in every plan.json.
@@ -64,6 +64,25 @@ pub struct Plan {
 pub struct Ranges {
     pub dims: Vec<DimRange>,
     pub buffer: usize,
+    /// Artifacts compiled in buckets (`--buckets`, one ranged dim) only: the dim's range cut into consecutive
+    /// parts, each with kernels of its own compiled for its values, sharing the plan's buffers and weights. A run
+    /// replays the bucket that holds its value `n`: its tensors are laid out as at the bucket's `max` (not the
+    /// dim's), its scaled kernels dispatch `ceil(W · n / bucket max)` workgroups, and `Plan::dispatches` is the last
+    /// bucket's (what a replay at the dim's max runs). Without buckets every run replays `Plan::dispatches`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<Bucket>,
+}
+
+/// One part of a bucketed dim's range (see [`Ranges::buckets`]): the values `min..=max` and the dispatches that
+/// run them, indices into `Plan::kernels` (kernels of no other bucket). A bucket of one value was compiled at that
+/// value (no masks, nothing scaled).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Bucket {
+    pub min: usize,
+    pub max: usize,
+    pub dispatches: Vec<usize>,
 }
 
 /// A dim that takes any value in `min..=max` at run time.
@@ -573,6 +592,9 @@ impl Plan {
                 return bad(format!("kernel '{}' scales its workgroups by a dim or axis the plan lacks", k.name));
             }
         }
+        if let Some(r) = self.ranges.as_ref().filter(|r| !r.buckets.is_empty()) {
+            self.check_buckets(r)?;
+        }
         for t in self.inputs.iter().chain(&self.outputs) {
             for a in &t.ranged {
                 let fits = dims.get(a.dim).is_some_and(|d| {
@@ -582,6 +604,41 @@ impl Plan {
                     return bad(format!("'{}' axis {} does not follow a dim of the plan", t.name, a.axis));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Buckets: one dim, cut into consecutive ranges from its min to its max, each bucket's dispatches kernels of
+    /// its own, the last bucket's the plan's `dispatches`.
+    fn check_buckets(&self, r: &Ranges) -> Result<(), ArtifactError> {
+        let bad = |m: String| Err(ArtifactError::Invalid(format!("ranges: buckets: {m}")));
+        let [d] = &r.dims[..] else {
+            return bad(format!("{} dims; buckets cut exactly one", r.dims.len()));
+        };
+        let mut next = d.min;
+        let mut owner: Vec<Option<usize>> = vec![None; self.kernels.len()];
+        for (i, b) in r.buckets.iter().enumerate() {
+            if b.min != next || b.max < b.min || b.max > d.max {
+                return bad(format!(
+                    "bucket {i} holds {}..{}, expected a range from {next} to at most {}",
+                    b.min, b.max, d.max
+                ));
+            }
+            next = b.max + 1;
+            for &k in &b.dispatches {
+                match owner.get_mut(k) {
+                    Some(o @ None) => *o = Some(i),
+                    Some(Some(j)) if *j == i => {}
+                    Some(Some(j)) => return bad(format!("kernel {k} is dispatched by buckets {j} and {i}")),
+                    None => return bad(format!("bucket {i} dispatches kernel {k} of {}", self.kernels.len())),
+                }
+            }
+        }
+        if next != d.max + 1 {
+            return bad(format!("they end at {}, not at '{}''s max {}", next - 1, d.name, d.max));
+        }
+        if r.buckets.last().is_some_and(|b| b.dispatches != self.dispatches) {
+            return bad("the plan's dispatches are not the last bucket's".into());
         }
         Ok(())
     }
@@ -722,5 +779,38 @@ mod tests {
             offset: 0,
         });
         assert!(p.check().unwrap_err().to_string().contains("outside its weight buffer"));
+    }
+
+    /// Buckets cut one dim from its min to its max without gaps, each kernel in one bucket, the last bucket's
+    /// dispatches the plan's; anything else is refused.
+    #[test]
+    fn buckets_must_cut_the_range_and_own_their_kernels() {
+        let mut p = plan();
+        p.buffers.push(Buffer { name: "x".into(), size: 64, kind: BufferKind::Input });
+        p.inputs.push(TensorSpec {
+            name: "x".into(),
+            dtype: Dtype::Float32,
+            shape: vec![16],
+            storage: StorageType::F32,
+            buffer: 1,
+            ranged: vec![RangedAxis { axis: 0, dim: 0, factor: 1 }],
+        });
+        p.kernels.push(Kernel { name: "k2".into(), ..p.kernels[0].clone() });
+        let b = |min, max, k: &[usize]| Bucket { min, max, dispatches: k.to_vec() };
+        let dims = vec![DimRange { name: "n".into(), min: 1, max: 16 }];
+        p.ranges = Some(Ranges { dims, buffer: 1, buckets: vec![b(1, 4, &[1]), b(5, 16, &[0])] });
+        p.check().unwrap();
+        for (buckets, want) in [
+            (vec![b(1, 4, &[1]), b(6, 16, &[0])], "bucket 1 holds 6..16"),
+            (vec![b(1, 4, &[1]), b(5, 15, &[0])], "they end at 15"),
+            (vec![b(1, 4, &[0]), b(5, 16, &[0])], "kernel 0 is dispatched by buckets 0 and 1"),
+            (vec![b(1, 4, &[0]), b(5, 16, &[1])], "the plan's dispatches are not the last bucket's"),
+            (vec![b(1, 4, &[7]), b(5, 16, &[0])], "bucket 0 dispatches kernel 7"),
+        ] {
+            let mut q = p.clone();
+            q.ranges.as_mut().unwrap().buckets = buckets;
+            let e = q.check().unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
     }
 }
