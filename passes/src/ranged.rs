@@ -327,7 +327,16 @@ impl Masker<'_> {
                     _ => (rank(g, a) - 1, rank(g, b).saturating_sub(2)),
                 };
                 if self.ranged_at(a, ka).is_some() || self.ranged_at(b, kb).is_some() {
-                    let ma = self.mask(g, a, &[ka], 0.0)?;
+                    // Attention's probabilities (A a softmax over K, its scores masked with the lowest value) hold
+                    // no stale padding: each row's entries past the end are exp(lowest - max) / sum, finite unless
+                    // the whole row is NaN, so against B's zeros they add nothing and A keeps its own value (the
+                    // softmax → product chain then stays one attention kernel).
+                    let softmax_over_k = g.value(a).producer.is_some_and(|p| match g.node(p).op {
+                        Op::Softmax { axis, legacy, .. } => !legacy && resolved_axis(axis, rank(g, a)) == ka,
+                        _ => false,
+                    });
+                    let zeros_b = self.ranged_at(b, kb).is_some();
+                    let ma = if softmax_over_k && zeros_b { a } else { self.mask(g, a, &[ka], 0.0)? };
                     let mb = self.mask(g, b, &[kb], 0.0)?;
                     let mut inputs = node.inputs.clone();
                     inputs[0] = Some(ma);
