@@ -5,7 +5,7 @@ of scripts/make_encoders.py at full size), in buckets (`--buckets auto`, the def
 (`--buckets none`), optionally with PyTorch eager and torch.compile on the same GPU.
 
     python3 scripts/ranged_bench.py --wgslc .bin/wgslc [--max 512] [--lengths 1,16,128,512] [--check 1,16,512]
-        [--torch-gpu] [--profile]
+        [--torch-gpu] [--profile] [--fixed-also "--attention unfused"]
 
 For each length, the artifact compiled for it, the bucketed one and the one-tiling one (`wgslc bench ART --dim
 sequence_length=N`) are timed in turn, `--rounds` times (median of 50 replays each; the ratios compare the means of
@@ -83,6 +83,8 @@ def main():
     ap.add_argument("--torch-gpu", action="store_true", help="also time PyTorch eager and torch.compile on CUDA")
     ap.add_argument("--load-with", help="another wgslc binary whose load of the one-tiling artifact is timed too")
     ap.add_argument("--rounds", type=int, default=2, help="each length's artifacts timed this many times, interleaved")
+    ap.add_argument("--fixed-also", default="", help="compile flags of a second per-length artifact timed beside "
+                    "the first (e.g. '--attention unfused'), reported as wgslc_fixed_also_ms")
     a = ap.parse_args()
     lengths = [int(x) for x in a.lengths.split(",")]
     torch.manual_seed(0)
@@ -128,8 +130,14 @@ def main():
         wgslc(a.wgslc, "compile", model, "-o", fixed, "--dim", f"sequence_length={length}")
         # Interleaved: the per-length artifact, the buckets, one tiling, then again; the medians' means compared.
         runs = {"fixed": [], "auto": [], "none": []}
+        if a.fixed_also:
+            wgslc(a.wgslc, "compile", model, "-o", fixed + "_also", "--dim", f"sequence_length={length}",
+                  *a.fixed_also.split())
+            runs["fixed_also"] = []
         for _ in range(a.rounds):
             runs["fixed"].append(bench_inputs(a.wgslc, fixed, files)[0])
+            if a.fixed_also:
+                runs["fixed_also"].append(bench_inputs(a.wgslc, fixed + "_also", files)[0])
             for kind in ["auto", "none"]:
                 runs[kind].append(bench_lengths(a.wgslc, arts[kind], [length])[length])
         ms = {k: [r["median_ms"] for r in v] for k, v in runs.items()}
@@ -143,6 +151,9 @@ def main():
             "dispatches_fixed": fx["dispatches"], "dispatches_buckets": b["dispatches"],
             "dispatches_one_tiling": s["dispatches"], "adapter": fx["adapter"],
         }
+        if a.fixed_also:
+            line["wgslc_fixed_also_ms"] = ms["fixed_also"]
+            line["dispatches_fixed_also"] = runs["fixed_also"][0]["dispatches"]
         if str(length) in a.check.split(","):
             o = os.path.join(tmp, f"out_{length}")
             wgslc(a.wgslc, "run", arts["auto"], *sum((["--input", f] for f in files), []), "-o", o)

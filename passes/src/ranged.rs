@@ -245,6 +245,16 @@ struct Masker<'a> {
     masked: HashMap<(ValueId, Vec<usize>, u64), ValueId>,
 }
 
+/// The most keys (at the range's max) for which a ranged compile leaves attention one kernel ([`mask_ranges`]
+/// masks its probabilities again beyond, so it is three). H200, the BERT-base-shaped encoder of
+/// scripts/ranged_bench.py in buckets, ms: per-length artifact / bucket with attention fused / bucket as three
+/// kernels (the last from the previous session's command): 5 tokens 1.41–1.46 / 1.55 / 1.48–1.67, 48 tokens
+/// 1.88–2.01 / 2.03–2.13 / 2.13–2.15, 64 tokens 1.95–1.96 / 2.04–2.10 / 2.12–2.18; even at 96 and 128 (2.55–2.59
+/// against 2.50–2.54, 2.55–2.69 against 2.59–2.74); behind from 192 tokens (4.01–4.03 against 3.43–3.51), 384
+/// (7.38–7.57 against 5.40–5.49) and 512 (6.65–6.79 against 5.71–5.86): the fused kernel's workgroups each walk
+/// every key of their rows, 144 of them over 384 keys, where three kernels spread the products over hundreds.
+pub const RANGED_FUSED_ATTENTION_MAX_KEYS: usize = 64;
+
 /// The fill that leaves a max (or softmax) unchanged: the most negative finite value of `dtype`.
 fn lowest(dtype: DType) -> f64 {
     if dtype.is_float() {
@@ -330,13 +340,16 @@ impl Masker<'_> {
                     // Attention's probabilities (A a softmax over K, its scores masked with the lowest value) hold
                     // no stale padding: each row's entries past the end are exp(lowest - max) / sum, finite unless
                     // the whole row is NaN, so against B's zeros they add nothing and A keeps its own value (the
-                    // softmax → product chain then stays one attention kernel).
+                    // softmax → product chain then stays one attention kernel). Only up to
+                    // [`RANGED_FUSED_ATTENTION_MAX_KEYS`] keys: beyond, the mask keeps it three kernels.
                     let softmax_over_k = g.value(a).producer.is_some_and(|p| match g.node(p).op {
                         Op::Softmax { axis, legacy, .. } => !legacy && resolved_axis(axis, rank(g, a)) == ka,
                         _ => false,
                     });
-                    let zeros_b = self.ranged_at(b, kb).is_some();
-                    let ma = if softmax_over_k && zeros_b { a } else { self.mask(g, a, &[ka], 0.0)? };
+                    // Keys at the dim's max (not at this graph's extent: a probe decides as the graph does).
+                    let keys = self.ranged_at(b, kb).map(|r| r.factor * self.dims[r.dim].max);
+                    let as_is = softmax_over_k && keys.is_some_and(|k| k <= RANGED_FUSED_ATTENTION_MAX_KEYS);
+                    let ma = if as_is { a } else { self.mask(g, a, &[ka], 0.0)? };
                     let mb = self.mask(g, b, &[kb], 0.0)?;
                     let mut inputs = node.inputs.clone();
                     inputs[0] = Some(ma);
