@@ -73,6 +73,16 @@ pub const ATTENTION_MAX_DV: usize = 256;
 pub const ATTENTION_ROW_MAX_KEYS: usize = 2048;
 /// The widest Q/K rows the one-row attention kernel takes (its query in workgroup memory).
 pub const ATTENTION_ROW_MAX_DK: usize = 256;
+/// The most tokens a self-attention (as many query rows as keys) runs as one tiled attention kernel; longer, it
+/// is three kernels. The tiled kernel's workgroups (32 query rows of one head each) walk every key of their rows,
+/// where the score and value products spread over hundreds of tiles: on an H200 (`scripts/bench_models.py
+/// --tokens T --modes fused,attention_unfused`, 12 layers, one command; ms fused / three kernels) at 384 tokens
+/// GPT-2-style 5.82 / 4.97, Llama-style 4.66 / 4.31, BERT-style 5.84 / 5.05; at 1024 tokens 12.22 / 10.78,
+/// 10.54 / 10.19, 12.28 / 10.89; the BERT-base-shaped encoder of scripts/ranged_bench.py 5.95 / 5.11 at 384 and
+/// 6.49 / 5.58 at 512, even at 96–256 (3.83 / 3.80 at 256) and faster fused below (1.88 / 2.02 at 48). A
+/// prefill chunk's attention (fewer query rows than keys: the cache's window and the chunk, read in place) keeps
+/// one kernel: not measured as three.
+pub const ATTENTION_SELF_MAX_TOKENS: usize = 256;
 
 /// A producer → consumer edge that crosses a kernel boundary, and why it was not fused.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -332,3 +332,36 @@ fn long_convolutions_with_few_tiles_split_k_into_groups() {
     let g = conv(64, 56);
     assert!(g.node_ids().any(|n| matches!(g.node(n).op, Op::Conv { group: 1, .. })));
 }
+
+/// Q·Kᵀ → softmax → ·V in two heads of 8: `rows` query rows over `keys` keys.
+fn attention_graph(rows: usize, keys: usize) -> Graph {
+    let mut g = Graph::new();
+    let q = f32_input(&mut g, "q", &[2, rows, 8]);
+    let k = f32_input(&mut g, "k", &[2, keys, 8]);
+    let v = f32_input(&mut g, "v", &[2, keys, 8]);
+    let kt = g.add_value("kt", None);
+    g.add_node("kt", Op::Transpose { perm: Some(vec![0, 2, 1]) }, vec![Some(k)], vec![kt]).unwrap();
+    let s = g.add_value("s", None);
+    g.add_node("qk", Op::MatMul, vec![Some(q), Some(kt)], vec![s]).unwrap();
+    let p = g.add_value("p", None);
+    g.add_node("softmax", Op::Softmax { axis: 2, legacy: false, log: false }, vec![Some(s)], vec![p]).unwrap();
+    let y = g.add_value("y", None);
+    g.add_node("pv", Op::MatMul, vec![Some(p), Some(v)], vec![y]).unwrap();
+    g.outputs.push(y);
+    run_pipeline(&mut g, None).unwrap();
+    g
+}
+
+#[test]
+fn self_attention_is_one_kernel_up_to_its_token_limit() {
+    let n = ATTENTION_SELF_MAX_TOKENS;
+    // (query rows, keys, one attention kernel): self-attention up to the limit, not beyond; fewer rows than keys
+    // (a prefill chunk against its cache) beyond it too.
+    for (rows, keys, fused) in [(n, n, true), (n + 1, n + 1, false), (4, 2 * n, true), (n + 1, 2 * n, true)] {
+        let g = attention_graph(rows, keys);
+        let sched = schedule(&g, &FuseOptions::default()).unwrap();
+        let attention = sched.kernels.iter().filter(|k| k.has(FoldKind::Attention)).count();
+        assert_eq!(attention == 1, fused, "{rows} rows over {keys} keys: {} kernels", sched.kernels.len());
+        assert_eq!(sched.kernels.len(), if fused { 1 } else { 3 }, "{rows} rows over {keys} keys");
+    }
+}

@@ -4,6 +4,7 @@ use super::Fuse;
 use crate::schedule::reads::mm_batch_refinement;
 use crate::schedule::{
     AttentionTail, Fold, FoldKind, ATTENTION_MAX_DK, ATTENTION_MAX_DV, ATTENTION_ROW_MAX_DK, ATTENTION_ROW_MAX_KEYS,
+    ATTENTION_SELF_MAX_TOKENS,
 };
 use wgslc_ir::{NodeId, Op, ValueId};
 
@@ -11,8 +12,8 @@ use wgslc_ir::{NodeId, Op, ValueId};
 /// nothing else reads into one attention group, placed where the V product was (everything it reads is written
 /// by then). Shapes the kernel cannot hold (query rows wider than [`ATTENTION_MAX_DK`], value rows wider than
 /// [`ATTENTION_MAX_DV`]; for a single query row, more than [`ATTENTION_ROW_MAX_KEYS`] keys, rows not a multiple
-/// of 4 wide or queries wider than [`ATTENTION_ROW_MAX_DK`]) and groups that would pass the binding limit stay
-/// three kernels.
+/// of 4 wide or queries wider than [`ATTENTION_ROW_MAX_DK`]), self-attention (as many query rows as keys) over more
+/// than [`ATTENTION_SELF_MAX_TOKENS`] tokens, and groups that would pass the binding limit stay three kernels.
 pub(in crate::schedule) fn fuse(f: &mut Fuse) {
     let g = f.g;
     let mut ci = 0;
@@ -70,8 +71,13 @@ pub(in crate::schedule) fn fuse(f: &mut Fuse) {
             // head waiting on one load at a time (H100, a Qwen2.5-0.5B-shaped step over 512 keys: 144 µs, against
             // about 30 µs per layer as three kernels); a first one-row kernel that loaded one element at a time
             // took 39 µs.
-            let one_row = st.shape[st.rank() - 2] == 1;
-            if one_row && !(1..=ATTENTION_ROW_MAX_KEYS).contains(&st.shape[st.rank() - 1]) {
+            let (rows, keys) = (st.shape[st.rank() - 2], st.shape[st.rank() - 1]);
+            let one_row = rows == 1;
+            if one_row && !(1..=ATTENTION_ROW_MAX_KEYS).contains(&keys) {
+                return None;
+            }
+            // Self-attention over more tokens than ATTENTION_SELF_MAX_TOKENS stays three kernels (faster there).
+            if rows == keys && rows > ATTENTION_SELF_MAX_TOKENS {
                 return None;
             }
             // The guard's group: the softmax's (its whole epilogue), the V product's (its only fold), or its own.
