@@ -63,7 +63,8 @@ fn ranged_artifacts_match_onnxruntime_at_every_length() {
 /// A ranged dim in buckets (the default): the range cut at the powers of two, the buckets of one value compiled
 /// at it (no scaled kernels), attention one kernel in the buckets of up to 64 keys, and the weights shared: the
 /// buckets add only what is per length (position-table slices, index rows), not a copy of a product's weight, so
-/// the artifact's weights stay within a tenth of one tiling's. The report lists the buckets as the plan has them. (Their outputs: the test above.)
+/// the artifact's weights stay within a tenth of one tiling's. The report lists the buckets as the plan has them.
+/// (Their outputs: the test above.)
 #[test]
 fn buckets_cut_the_range_and_share_the_weights() {
     let cases = common::ranged_cases();
