@@ -3,7 +3,8 @@
 GPU timestamps (`wgslc bench --profile`, the product kernel alone), under the scheduler's tiling and under tilings
 forced with the emitter's WGSLC_PRODUCT_TILING knob (TILE,VEC[,SLICES]: TILExTILE tiles, VEC neighbouring outputs
 a side per thread, in one slice of 16x16 threads or four of 8x8 that each take a quarter of K; written here
-TILExVEC[xSLICES]), against `torch.mm` on the same shapes in the same run (fp32, TF32 off, CUDA events around one
+TILExVEC[xSLICES]; a `:scalar` suffix, as in `default:scalar`, also sets WGSLC_PRODUCT_LOADS=scalar, the operands
+read one element a load instead of four), against `torch.mm` on the same shapes in the same run (fp32, TF32 off, CUDA events around one
 call, median):
 
     python3 scripts/gemm_micro.py --wgslc .bin/wgslc [--shapes 4096x4096x4096,128x3072x768] [--tilings default,64x4,128x4,32x4x4]
@@ -110,9 +111,12 @@ def main():
             row["torch_mm"] = {"us": round(us, 1), "tflops": round(flop / us / 1e6, 2)}
         for t in a.tilings.split(","):
             env = dict(os.environ)
-            if t != "default":
-                env["WGSLC_PRODUCT_TILING"] = t.replace("x", ",")
-            art = os.path.join(a.out, f"{shape}_{form}_{t}")
+            tiling, _, loads = t.partition(":")
+            if tiling != "default":
+                env["WGSLC_PRODUCT_TILING"] = tiling.replace("x", ",")
+            if loads:
+                env["WGSLC_PRODUCT_LOADS"] = loads
+            art = os.path.join(a.out, f"{shape}_{form}_{t.replace(':', '_')}")
             subprocess.run(["rm", "-rf", art, art + "_out"], check=True)
             r = subprocess.run([a.wgslc, "compile", path, "-o", art, "--quiet"], env=env, capture_output=True, text=True)
             if r.returncode:

@@ -5,12 +5,15 @@
 // {{ t.tg }}x{{ t.tg }}, {{ t.lanes.len() }}x{{ t.lanes.len() }} outputs per thread held in registers (unrolled, so no array is spilled to local
 // memory), K in steps of {{ t.ks }} through workgroup memory. {% if t.slices > 1 %}Each slice takes its own {{ t.kc }} of K and the
 // slices' partial tiles are summed at the end, so a product with few output tiles still keeps 256 threads busy
-// per tile. {% endif %}A and B are read through strides, so transposes cost nothing.{% if im2col.is_some() %} This one is a
+// per tile. {% endif %}A and B are read through strides, so transposes cost nothing{% if a4 && b4 %}, four elements a load along
+// their contiguous axes{% else if a4 %}, A four elements a load along its contiguous axis{% else if b4 %}, B four elements a load along
+// its contiguous axis{% endif %}.{% if im2col.is_some() %} This one is a
 // convolution computed as a product (implicit GEMM): A is the weight [M, C·kh·kw], B the input's im2col matrix
 // [C·kh·kw, oh·ow] gathered as it is loaded, never stored.{% endif %}{% if seg2.is_some() %} A second convolution
 // with the same output is summed in: its weight and input continue A and B along K.{% endif %}{% if dw.is_some() %} B is a
 // depthwise convolution's output, computed as it is loaded and never stored.{% endif %}
 
+{% if !a4 -%}
 // One element of the slice's A tile for k-step k0: element e of the tile ({{ t.tile }} rows x {{ t.ks }} k).
 {%- if a_mmajor %}
 // A's rows are contiguous in memory (a transposed operand): neighbouring threads take neighbouring rows.
@@ -39,6 +42,7 @@ fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
     return av;
 }
 
+{% endif -%}
 {% macro im2col(cv, var, base, kb) %}
         // B is the im2col matrix of the convolution's input, read in place: row kb is (channel, ky, kx),
         // column the output pixel; taps that fall in the padding read zero.
@@ -50,6 +54,7 @@ fn load_a(a_base: u32, row0: u32, k_begin: u32, k0: u32, e: u32) -> f32 {
             bv = {{ var }}[{{ base }} + ({{ kb }} / {{ cv.khw }}u) * {{ cv.hw }}u + u32(iy * {{ cv.g.w }} + ix)];
         }
 {%- endmacro -%}
+{% if !b4 -%}
 // One element of the slice's B tile for k-step k0: element e of the tile ({{ t.ks }} k x {{ t.tile }} columns).
 {%- if b_kmajor %}
 // B's columns are contiguous in memory (a transposed operand, as Gemm's transB): neighbouring threads take
@@ -106,6 +111,45 @@ fn load_b(b_base: u32, col0: u32, k_begin: u32, k0: u32, e: u32, batch: u32) -> 
     return bv;
 }
 
+{% endif -%}
+{% if a4 -%}
+// Four neighbouring elements of the slice's A tile for k-step k0 in one load: vec4 q of the tile, along A's
+// contiguous axis ({% if a_mmajor %}four rows of one k{% else %}four k of one row{% endif %}), which the product's sizes and strides keep in whole vec4s.
+fn load_a4(a_base: u32, row0: u32, k_begin: u32, k0: u32, q: u32) -> vec4<f32> {
+{%- if a_mmajor %}
+    let am = (q % {{ t.tile4 }}u) * 4u;
+    let ak = q / {{ t.tile4 }}u;
+{%- else %}
+    let am = q / {{ t.ks4 }}u;
+    let ak = (q % {{ t.ks4 }}u) * 4u;
+{%- endif %}
+    let ka = k_begin + k0 + ak;
+    if (row0 + am < {{ m }}u && ka < {{ k }}u && k0 + ak < {{ t.kc }}u) {
+        return {{ a_ld4.open }}a_base + (row0 + am) * {{ a_sm }}u + ka * {{ a_sk }}u{{ a_ld4.close }};
+    }
+    return vec4<f32>(0.0);
+}
+
+{% endif -%}
+{% if b4 -%}
+// Four neighbouring elements of the slice's B tile for k-step k0 in one load: vec4 q of the tile, along B's
+// contiguous axis ({% if b_kmajor %}four k of one column{% else %}four columns of one k{% endif %}).
+fn load_b4(b_base: u32, col0: u32, k_begin: u32, k0: u32, q: u32) -> vec4<f32> {
+{%- if b_kmajor %}
+    let bk = (q % {{ t.ks4 }}u) * 4u;
+    let bn = q / {{ t.ks4 }}u;
+{%- else %}
+    let bk = q / {{ t.tile4 }}u;
+    let bn = (q % {{ t.tile4 }}u) * 4u;
+{%- endif %}
+    let kb = k_begin + k0 + bk;
+    if (kb < {{ k }}u && k0 + bk < {{ t.kc }}u && col0 + bn < {{ n }}u) {
+        return {{ b_ld4.open }}b_base + kb * {{ b_sk }}u + (col0 + bn) * {{ b_sn }}u{{ b_ld4.close }};
+    }
+    return vec4<f32>(0.0);
+}
+
+{% endif -%}
 {% if t.vec > 1 -%}
 // Workgroup memory holds vec4s: a thread reads its runs of four rows of A and four columns of B at once. Each
 // staged k-row is {{ t.row_len }} floats ({{ t.tile }} and 4 of padding), so that a transposed operand's stores, {{ t.ks }} k-rows
@@ -147,9 +191,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}{% endfor %}
     // Software pipelining: the next k-step's tiles are fetched into registers while this one's are multiplied
     // out of workgroup memory, so global-memory latency overlaps arithmetic even with one workgroup per SM.
+{%- if a4 %}
+    // A's vec4 and where its four elements are staged ({{ a_put_step }} apart).
+    var pa = load_a4(a_base, row0, k_begin, 0u, st);
+{%- if a_mmajor %}
+    let a_put = a_at + (st / {{ t.tile4 }}u) * {{ t.row_len }}u + (st % {{ t.tile4 }}u) * 4u;
+{%- else %}
+    let a_put = a_at + (st % {{ t.ks4 }}u) * 4u * {{ t.row_len }}u + st / {{ t.ks4 }}u;
+{%- endif %}
+{%- endif %}
+{%- if b4 %}
+    // B's vec4 and where its four elements are staged ({{ b_put_step }} apart).
+    var pb = load_b4(b_base, col0, k_begin, 0u, st);
+{%- if b_kmajor %}
+    let b_put = b_at + (st % {{ t.ks4 }}u) * 4u * {{ t.row_len }}u + st / {{ t.ks4 }}u;
+{%- else %}
+    let b_put = b_at + (st / {{ t.tile4 }}u) * {{ t.row_len }}u + (st % {{ t.tile4 }}u) * 4u;
+{%- endif %}
+{%- endif %}
 {%- for l in t.load_lanes %}
+{%- if !a4 %}
     var pa{{ l.i }} = load_a(a_base, row0, k_begin, 0u, st + {{ l.off }}u);
+{%- endif %}
+{%- if !b4 %}
     var pb{{ l.i }} = load_b(b_base, col0, k_begin, 0u, st + {{ l.off }}u, batch);
+{%- endif %}
 {%- endfor %}
 {%- if rms.is_some() %}
     // The folded RMSNormalization: this thread's share of each A row's sum of squares (element e of a k-step's
@@ -165,24 +231,52 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // past K, A is zero, so the index is clamped.
         let g = {{ r.scale }}[min(k_begin + k0 + st % {{ t.ks }}u, {{ r.last_k }}u)];
 {%- endif %}
-{%- for l in t.load_lanes %}
+{%- if a4 %}
+{%- if t.vec > 1 && a_put_step == 1 %}
+        smem[a_put / 4u] = pa;
+{%- else %}
+{%- for j in 0..4 %}
 {%- if t.vec > 1 %}
+        stage(a_put + {{ j * a_put_step }}u, pa[{{ j }}]);
+{%- else %}
+        smem[a_put + {{ j * a_put_step }}u] = pa[{{ j }}];
+{%- endif %}
+{%- endfor %}
+{%- endif %}
+{%- endif %}
+{%- if b4 %}
+{%- if t.vec > 1 && b_put_step == 1 %}
+        smem[b_put / 4u] = pb;
+{%- else %}
+{%- for j in 0..4 %}
+{%- if t.vec > 1 %}
+        stage(b_put + {{ j * b_put_step }}u, pb[{{ j }}]);
+{%- else %}
+        smem[b_put + {{ j * b_put_step }}u] = pb[{{ j }}];
+{%- endif %}
+{%- endfor %}
+{%- endif %}
+{%- endif %}
+{%- for l in t.load_lanes %}
+{%- if a4 %}
+{%- else if t.vec > 1 %}
 {%- if a_mmajor %}
         stage(a_at + ((st + {{ l.off }}u) / {{ t.tile }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) % {{ t.tile }}u, pa{{ l.i }});
 {%- else %}
         stage(a_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) / {{ t.ks }}u, pa{{ l.i }}{% if rms.is_some() %} * g{% endif %});
-{%- endif %}
-{%- if b_kmajor %}
-        stage(b_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) / {{ t.ks }}u, pb{{ l.i }});
-{%- else %}
-        stage(b_at + ((st + {{ l.off }}u) / {{ t.tile }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) % {{ t.tile }}u, pb{{ l.i }});
 {%- endif %}
 {%- else if a_mmajor %}
         smem[a_at + st + {{ l.off }}u] = pa{{ l.i }};
 {%- else %}
         smem[a_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l.off }}u) / {{ t.ks }}u] = pa{{ l.i }}{% if rms.is_some() %} * g{% endif %};
 {%- endif %}
-{%- if t.vec > 1 %}
+{%- if b4 %}
+{%- else if t.vec > 1 %}
+{%- if b_kmajor %}
+        stage(b_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) / {{ t.ks }}u, pb{{ l.i }});
+{%- else %}
+        stage(b_at + ((st + {{ l.off }}u) / {{ t.tile }}u) * {{ t.row_len }}u + (st + {{ l.off }}u) % {{ t.tile }}u, pb{{ l.i }});
+{%- endif %}
 {%- else if b_kmajor %}
         smem[b_at + ((st + {{ l.off }}u) % {{ t.ks }}u) * {{ t.tile }}u + (st + {{ l.off }}u) / {{ t.ks }}u] = pb{{ l.i }};
 {%- else %}
@@ -194,9 +288,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
         workgroupBarrier();
         if (k0 + {{ t.ks }}u < {{ t.kc }}u) {
+{%- if a4 %}
+            pa = load_a4(a_base, row0, k_begin, k0 + {{ t.ks }}u, st);
+{%- endif %}
+{%- if b4 %}
+            pb = load_b4(b_base, col0, k_begin, k0 + {{ t.ks }}u, st);
+{%- endif %}
 {%- for l in t.load_lanes %}
+{%- if !a4 %}
             pa{{ l.i }} = load_a(a_base, row0, k_begin, k0 + {{ t.ks }}u, st + {{ l.off }}u);
+{%- endif %}
+{%- if !b4 %}
             pb{{ l.i }} = load_b(b_base, col0, k_begin, k0 + {{ t.ks }}u, st + {{ l.off }}u, batch);
+{%- endif %}
 {%- endfor %}
         }
         // The k-step unrolled: no loop counter, and every workgroup-memory index a constant offset.

@@ -2,7 +2,8 @@
 //! have: the emitter's `WGSLC_PRODUCT_TILING` knob forces one layout on every product, so small products run the
 //! 128x128 tiles the scheduler keeps for large ones (ragged edges included), and every operand form the cases hold
 //! (transposed A or B, Gemm's bias, implicit-GEMM convolutions, a summed second convolution, a depthwise input, a
-//! folded RMSNorm, batches) runs under each. Its own test binary: the knob is this process's environment.
+//! folded RMSNorm, batches) runs under each, its operands read four elements a load where their layout allows and,
+//! under `WGSLC_PRODUCT_LOADS=scalar`, one. Its own test binary: the knobs are this process's environment.
 
 mod common;
 
@@ -35,6 +36,7 @@ fn compile_run(case: &common::Case, opts: &wgslc::CompileOptions) -> Result<Run,
 #[test]
 fn product_tilings_match_onnxruntime() {
     std::env::remove_var("WGSLC_PRODUCT_TILING");
+    std::env::remove_var("WGSLC_PRODUCT_LOADS");
     // The op cases with a product kernel, fused or one kernel per op.
     let mut cases = Vec::new();
     for case in common::cases("ops") {
@@ -48,8 +50,15 @@ fn product_tilings_match_onnxruntime() {
     }
     assert!(cases.len() >= 40, "only {} op cases with a product kernel", cases.len());
     let mut failures = Vec::new();
-    for tiling in TILINGS {
+    // Every tiling with vec4 loads where they apply (tiles of up to 64), then two of those tilings with scalar
+    // loads (what the vec4 loads replace; one reads workgroup memory as vec4s, one as floats).
+    let mut vec4_kernels = 0;
+    let runs = TILINGS.iter().map(|t| (*t, false)).chain([("64,4,1", true), ("32,1,4", true)]);
+    for (tiling, scalar) in runs {
         std::env::set_var("WGSLC_PRODUCT_TILING", tiling);
+        if scalar {
+            std::env::set_var("WGSLC_PRODUCT_LOADS", "scalar");
+        }
         let v: Vec<usize> = tiling.split(',').map(|x| x.parse().unwrap()).collect();
         let (tile, vec, slices) = (v[0], v[1], v[2]);
         for (case, opts) in &cases {
@@ -57,11 +66,17 @@ fn product_tilings_match_onnxruntime() {
                 // The knob took: the layout's own text is there.
                 let marks = [format!("a {tile}x{tile} output tile"), format!("in {slices} slice(s)")];
                 let laid = |w: &String| {
-                    marks.iter().all(|m| w.contains(m.as_str())) && w.contains("array<vec4<f32>") == (vec == 4)
+                    marks.iter().all(|m| w.contains(m.as_str()))
+                        && w.contains("var<workgroup> smem: array<vec4<f32>") == (vec == 4)
                 };
                 if w.is_empty() || !w.iter().all(laid) {
                     return Err(format!("the kernels do not have the {tiling} layout"));
                 }
+                let wide = w.iter().filter(|w| w.contains("fn load_a4(") || w.contains("fn load_b4(")).count();
+                if scalar && wide > 0 {
+                    return Err("vec4 loads under WGSLC_PRODUCT_LOADS=scalar".into());
+                }
+                vec4_kernels += wide;
                 common::compare(&got, &case.expected, case.rtol, case.atol)
             });
             if let Err(e) = r {
@@ -69,8 +84,11 @@ fn product_tilings_match_onnxruntime() {
                 failures.push(format!("{tiling} {}: {e}", case.name));
             }
         }
-        eprintln!("{tiling}: {} cases", cases.len());
+        eprintln!("{tiling}{}: {} cases", if scalar { " scalar loads" } else { "" }, cases.len());
     }
+    std::env::remove_var("WGSLC_PRODUCT_LOADS");
+    // The vec4 loads ran: most op cases' products have operands in whole vec4s.
+    assert!(vec4_kernels >= 40, "only {vec4_kernels} product kernels with vec4 loads");
     // A knob that names no tiling is refused (every field a number), never read as another.
     for bad in ["128,x,4", "7,4", "64"] {
         std::env::set_var("WGSLC_PRODUCT_TILING", bad);

@@ -371,6 +371,12 @@ impl Emitter<'_> {
             rms: None,
             a_mmajor: false,
             b_kmajor: false,
+            a4: false,
+            b4: false,
+            a_ld4: Ld::plain(""),
+            b_ld4: Ld::plain(""),
+            a_put_step: 0,
+            b_put_step: 0,
             // The batch is image · groups + group: an image's groups are its blocks of output channels.
             batch: [
                 BatchDim { div: groups, extent: images, a_stride: 0, b_stride: b_batch as i64 },

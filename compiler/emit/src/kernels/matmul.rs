@@ -64,6 +64,14 @@ pub(super) struct MatmulTpl {
     /// rows (k), so the reads coalesce.
     pub(super) a_mmajor: bool,
     pub(super) b_kmajor: bool,
+    /// A (B) read a `vec4` at a time along its contiguous axis ([`vec4_loads`]), through `a_ld4` (`b_ld4`), its
+    /// four elements staged `a_put_step` (`b_put_step`) floats apart in workgroup memory.
+    pub(super) a4: bool,
+    pub(super) b4: bool,
+    pub(super) a_ld4: Ld,
+    pub(super) b_ld4: Ld,
+    pub(super) a_put_step: usize,
+    pub(super) b_put_step: usize,
     pub(super) batch: Vec<BatchDim>,
     pub(super) m: usize,
     pub(super) n: usize,
@@ -163,6 +171,9 @@ pub(super) struct Tiling {
     pub(super) vec: usize,
     pub(super) runs: Vec<Lane>,
     pub(super) row_len: usize,
+    /// The vec4s of a tile's side and of a k-step (`tile / 4`, `ks / 4`), for operands loaded four at a time.
+    pub(super) tile4: usize,
+    pub(super) ks4: usize,
     /// With `vec4` reads: `vec4`s of workgroup memory, of one staged k-row, and the outputs between a thread's runs.
     pub(super) smem_vec4s: usize,
     pub(super) row_vec4s: usize,
@@ -203,6 +214,8 @@ impl From<wgslc_passes::ProductTiling> for Tiling {
             vec: t.vec,
             runs: unrolled(t.tile / t.tg / t.vec, t.tg),
             row_len: t.row_len(),
+            tile4: t.tile / 4,
+            ks4: t.ks / 4,
             smem_vec4s: t.smem_len().div_ceil(4),
             row_vec4s: t.row_len() / 4,
             run_stride: t.vec * t.tg,
@@ -679,7 +692,56 @@ impl Emitter<'_> {
         if gx > max || gy > max {
             return Err(self.err(n, format!("a {m}x{nn} product needs more than {max} workgroups per dimension")));
         }
-        let h = self.group_header(group, "matmul.wgsl", &bindings);
+        let mut h = self.group_header(group, "matmul.wgsl", &bindings);
+        let a_mmajor = a_sm == 1 && a_sk != 1 && m > 1 && rms.is_none();
+        let b_kmajor = b_sk == 1 && b_sn != 1 && k > 1;
+        // Which operands are read four elements a load: each its own binding, read by nothing else in the kernel,
+        // without a prologue (A: nor a folded norm, which scales and sums it a lane at a time).
+        let sole = |var: &str| {
+            b_var == "b"
+                && bias_var != var
+                && rms_scale_var.as_deref() != Some(var)
+                && fu.loads.iter().all(|l| l.var != var)
+                && h.bindings.iter().any(|d| d.var == var && matches!(d.ty, "f32" | "u32"))
+        };
+        let a_strides: Vec<i64> = batch.iter().map(|d| d.a_stride).collect();
+        let b_strides: Vec<i64> = batch.iter().map(|d| d.b_stride).collect();
+        let a4 = row_operand.is_none()
+            && pro[0].is_empty()
+            && rms.is_none()
+            && sole("a")
+            && vec4_loads(
+                &t,
+                if a_mmajor { (m, a_sk, true) } else { (k, a_sm, a_sk == 1) },
+                !a_mmajor,
+                va.offset,
+                &a_strides,
+                narrow_of(g, va.root),
+            );
+        let b4 = pro[1].is_empty()
+            && !b_kmajor
+            && sole("b")
+            && vec4_loads(
+                &t,
+                if b_kmajor { (k, b_sn, true) } else { (nn, b_sk, b_sn == 1) },
+                b_kmajor,
+                vb.offset,
+                &b_strides,
+                narrow_of(g, vb.root),
+            );
+        // Both or neither: one operand alone in vec4s was slower as often as faster ([`vec4_loads`]).
+        let (a4, b4) = (a4 && b4, a4 && b4);
+        for (on, var) in [(a4, "a"), (b4, "b")] {
+            if on {
+                for d in h.bindings.iter_mut().filter(|d| d.var == var && d.ty == "f32") {
+                    d.ty = "vec4<f32>";
+                }
+                for l in h.loaders.iter_mut().filter(|l| l.var == var) {
+                    l.vec4 = true;
+                }
+            }
+        }
+        let row_len = t.row_len;
         let tpl = MatmulTpl {
             h,
             helpers,
@@ -696,8 +758,14 @@ impl Emitter<'_> {
             im2col: None,
             seg2: None,
             dw: None,
-            a_mmajor: a_sm == 1 && a_sk != 1 && m > 1 && rms.is_none(),
-            b_kmajor: b_sk == 1 && b_sn != 1 && k > 1,
+            a_mmajor,
+            b_kmajor,
+            a4,
+            b4,
+            a_ld4: Ld::of4(g, va.root, "a"),
+            b_ld4: Ld::of4(g, vb.root, "b"),
+            a_put_step: if a_mmajor { 1 } else { row_len },
+            b_put_step: if b_kmajor { row_len } else { 1 },
             rms,
             batch,
             m,
@@ -721,6 +789,44 @@ impl Emitter<'_> {
         k.grid[1] = Some(GridAxis { walks: Walks::Rows, extent: m, tile });
         Ok(k)
     }
+}
+
+/// Whether a tiled product's operand can be read a `vec4` at a time along its contiguous axis: one vec4 per thread a
+/// k-step (the tiling's four elements a thread), the tile's extent along that axis (`ks` when `along_k`, else
+/// `tile`) in whole vec4s, and every vec4 wholly inside or outside the operand: `(extent, step, contiguous)` are
+/// the operand's length along its contiguous axis, its stride along the other axis and whether the contiguous
+/// axis has stride 1; the element offset and batch strides must be whole vec4s too, and a narrow operand must have
+/// a four-wide loader (float16 and bfloat16; block-quantized ones do not). `WGSLC_PRODUCT_LOADS=scalar` turns it
+/// off, for measuring.
+///
+/// Only in tiles of up to 64 (H200, µs, `scripts/gemm_micro.py`, vec4 against scalar loads): 64x64 tiles
+/// 512×896×4864 166.2 / 174.0, 512×4864×896 196.0 / 229.1, 512×896×1152 72.8 / 79.3, 4096³ 4,309 / 4,403; four
+/// slices of 32x32 216.3 / 220.9, 240.2 / 248.1; but 128x128 tiles slower (215.9 / 208.8, 4096³ 3,701 / 3,397, the
+/// 512-token prefill's RMSNorm-folded gate/up 0.502 / 0.381 ms). A K-major B (Gemm's transB) stays scalar: its
+/// vec4s along K were slower in every tiling (64x64 512×4864×896 253.9 / 220.4); and the product then reads A in
+/// vec4s only where B is read so too: A alone (a K-major B) was slower at every shape (32×896×4864 35.9 / 32.4,
+/// 512×4864×896 264.5 / 255.8), B alone (A normalized as it is staged) as often slower as faster (128×3072×768
+/// 74.2 / 68.5, 512×4864×896 325.5 / 279.7, 32×4864×896 57.9 / 64.8), both faster at all but one shape
+/// (128×3072×768 45.1 / 49.0, 512×896×4864 166.5 / 174.2, 512×4864×896 241.5 / 248.5, 32×896×4864 35.0 / 34.3).
+fn vec4_loads(
+    t: &Tiling,
+    (extent, step, contiguous): (usize, i64, bool),
+    along_k: bool,
+    offset: i64,
+    batch_strides: &[i64],
+    narrow: Option<Narrow>,
+) -> bool {
+    let knob_off = std::env::var("WGSLC_PRODUCT_LOADS").is_ok_and(|v| v == "scalar");
+    !knob_off
+        && t.load_lanes.len() == 4
+        && t.tile <= 64
+        && (if along_k { t.ks } else { t.tile }).is_multiple_of(4)
+        && contiguous
+        && extent.is_multiple_of(4)
+        && step % 4 == 0
+        && offset % 4 == 0
+        && batch_strides.iter().all(|s| s % 4 == 0)
+        && !matches!(narrow, Some(Narrow::Blocks(_)))
 }
 
 /// Independent sums per thread of a matrix-vector product (templates/gemv.wgsl), each a load of B in flight: 7.
