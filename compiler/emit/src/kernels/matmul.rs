@@ -153,92 +153,6 @@ pub(super) struct GemvTpl {
     pub(super) bias_sn: usize,
 }
 
-/// A product's tiling ([`wgslc_passes::ProductTiling`]) as the matmul template reads it.
-pub(super) struct Tiling {
-    pub(super) tile: usize,
-    pub(super) tg: usize,
-    pub(super) slices: usize,
-    pub(super) kc: usize,
-    pub(super) ks: usize,
-    pub(super) smem_len: usize,
-    /// Tile elements each thread loads per k-step (A and B each), for unrolled loops: `off` is the element's
-    /// offset from the thread's first (a slice's `tg²` threads apart).
-    pub(super) load_lanes: Vec<Lane>,
-    /// A thread's outputs along a side: `off` from its first (`ly · vec`, `lx · vec`).
-    pub(super) lanes: Vec<OutLane>,
-    /// Neighbouring outputs a thread holds along a side (1 or 4), its runs of them along a side (`off` in `vec4`s
-    /// from the thread's first), and the floats of one staged k-row.
-    pub(super) vec: usize,
-    pub(super) runs: Vec<Lane>,
-    pub(super) row_len: usize,
-    /// The vec4s of a tile's side and of a k-step (`tile / 4`, `ks / 4`), for operands loaded four at a time.
-    pub(super) tile4: usize,
-    pub(super) ks4: usize,
-    /// With `vec4` reads: `vec4`s of workgroup memory, of one staged k-row, and the outputs between a thread's runs.
-    pub(super) smem_vec4s: usize,
-    pub(super) row_vec4s: usize,
-    pub(super) run_stride: usize,
-    /// Threads of a slice (`tg²`); floats of a k-step's A tile (`tile · ks`) and of A's and B's (twice that).
-    pub(super) slice_threads: usize,
-    pub(super) step_len: usize,
-    pub(super) steps_len: usize,
-    /// Floats of an output tile (`tile²`); where the folded RMSNorm's row factors start (`slices · tile · ks`);
-    /// the squares each row sums (`slices · ks`); and the slices after the first (`slices - 1`).
-    pub(super) tile_len: usize,
-    pub(super) rinv_at: usize,
-    pub(super) ssq_terms: usize,
-    pub(super) slices_after: usize,
-}
-
-impl From<wgslc_passes::ProductTiling> for Tiling {
-    fn from(t: wgslc_passes::ProductTiling) -> Tiling {
-        // A thread's load lanes are `tg²` elements apart, so all of them load the same k of a step (the folded
-        // RMSNorm's weights are read once a step for all).
-        debug_assert!((t.tg * t.tg).is_multiple_of(t.ks));
-        Tiling {
-            tile: t.tile,
-            tg: t.tg,
-            slices: t.slices,
-            kc: t.kc,
-            ks: t.ks,
-            smem_len: t.smem_len(),
-            load_lanes: unrolled(t.tile * t.ks / (t.tg * t.tg), t.tg * t.tg),
-            lanes: (0..t.tile / t.tg)
-                .map(|i| OutLane {
-                    i,
-                    off: i % t.vec + (i / t.vec) * t.tg * t.vec,
-                    run: i / t.vec,
-                    comp: ["x", "y", "z", "w"][i % t.vec],
-                })
-                .collect(),
-            vec: t.vec,
-            runs: unrolled(t.tile / t.tg / t.vec, t.tg),
-            row_len: t.row_len(),
-            tile4: t.tile / 4,
-            ks4: t.ks / 4,
-            smem_vec4s: t.smem_len().div_ceil(4),
-            row_vec4s: t.row_len() / 4,
-            run_stride: t.vec * t.tg,
-            slice_threads: t.tg * t.tg,
-            step_len: t.row_len() * t.ks,
-            steps_len: t.row_len() * t.ks * 2,
-            tile_len: t.tile * t.tile,
-            rinv_at: t.slices * t.row_len() * t.ks,
-            ssq_terms: t.slices * t.ks,
-            slices_after: t.slices - 1,
-        }
-    }
-}
-
-/// One of a thread's outputs along a side of a product's tile: `off` from the thread's first, and where it is
-/// read from workgroup memory when the tiling reads `vec4`s: component `comp` of run `run`.
-pub(super) struct OutLane {
-    pub(super) i: usize,
-    pub(super) off: usize,
-    pub(super) run: usize,
-    pub(super) comp: &'static str,
-}
-
 /// An RMSNormalization folded into a product: rows of A are normalized by 1 / sqrt(Σ a² / k + eps).
 pub(super) struct RmsFold {
     pub(super) k: usize,
@@ -270,27 +184,6 @@ impl Emitter<'_> {
                 .map(|(i, (b, &v))| arm(i.to_string(), b, v, i * per, format!("(col - {}u)", i * per)))
                 .collect(),
         }
-    }
-
-    /// The product tiling the scheduler chose for `group` (K = `k`), or, where `WGSLC_PRODUCT_TILING=TILE,VEC[,SLICES]`
-    /// is set (for measuring, and for the tests that run every layout), that tiling instead
-    /// ([`wgslc_passes::ProductTiling::of`]).
-    pub(super) fn product_tiling(&self, group: &KernelGroup, n: NodeId, k: usize) -> Result<Tiling, EmitError> {
-        let t = group.recipe.product.ok_or_else(|| self.err(n, "a product without its tiling (a scheduler bug)"))?;
-        if let Ok(knob) = std::env::var("WGSLC_PRODUCT_TILING") {
-            // Every field a number: `128,x,4` is refused, not read as `128,4`.
-            let v: Vec<usize> =
-                knob.split(',').map(|x| x.trim().parse().ok()).collect::<Option<_>>().unwrap_or_default();
-            let forced = match v[..] {
-                [tile, vec] => wgslc_passes::ProductTiling::of(tile, vec, 1, k),
-                [tile, vec, slices] => wgslc_passes::ProductTiling::of(tile, vec, slices, k),
-                _ => None,
-            };
-            return forced.map(Tiling::from).ok_or_else(|| {
-                self.err(n, format!("WGSLC_PRODUCT_TILING={knob:?} is not a tiling TILE,VEC[,SLICES]"))
-            });
-        }
-        Ok(t.into())
     }
 
     /// The geometry of a MatMul or Gemm group's product: operand views (through scalar prologues), sizes,
@@ -789,44 +682,6 @@ impl Emitter<'_> {
         k.grid[1] = Some(GridAxis { walks: Walks::Rows, extent: m, tile });
         Ok(k)
     }
-}
-
-/// Whether a tiled product's operand can be read a `vec4` at a time along its contiguous axis: one vec4 per thread a
-/// k-step (the tiling's four elements a thread), the tile's extent along that axis (`ks` when `along_k`, else
-/// `tile`) in whole vec4s, and every vec4 wholly inside or outside the operand: `(extent, step, contiguous)` are
-/// the operand's length along its contiguous axis, its stride along the other axis and whether the contiguous
-/// axis has stride 1; the element offset and batch strides must be whole vec4s too, and a narrow operand must have
-/// a four-wide loader (float16 and bfloat16; block-quantized ones do not). `WGSLC_PRODUCT_LOADS=scalar` turns it
-/// off, for measuring.
-///
-/// Only in tiles of up to 64 (H200, µs, `scripts/gemm_micro.py`, vec4 against scalar loads): 64x64 tiles
-/// 512×896×4864 166.2 / 174.0, 512×4864×896 196.0 / 229.1, 512×896×1152 72.8 / 79.3, 4096³ 4,309 / 4,403; four
-/// slices of 32x32 216.3 / 220.9, 240.2 / 248.1; but 128x128 tiles slower (215.9 / 208.8, 4096³ 3,701 / 3,397, the
-/// 512-token prefill's RMSNorm-folded gate/up 0.502 / 0.381 ms). A K-major B (Gemm's transB) stays scalar: its
-/// vec4s along K were slower in every tiling (64x64 512×4864×896 253.9 / 220.4); and the product then reads A in
-/// vec4s only where B is read so too: A alone (a K-major B) was slower at every shape (32×896×4864 35.9 / 32.4,
-/// 512×4864×896 264.5 / 255.8), B alone (A normalized as it is staged) as often slower as faster (128×3072×768
-/// 74.2 / 68.5, 512×4864×896 325.5 / 279.7, 32×4864×896 57.9 / 64.8), both faster at all but one shape
-/// (128×3072×768 45.1 / 49.0, 512×896×4864 166.5 / 174.2, 512×4864×896 241.5 / 248.5, 32×896×4864 35.0 / 34.3).
-fn vec4_loads(
-    t: &Tiling,
-    (extent, step, contiguous): (usize, i64, bool),
-    along_k: bool,
-    offset: i64,
-    batch_strides: &[i64],
-    narrow: Option<Narrow>,
-) -> bool {
-    let knob_off = std::env::var("WGSLC_PRODUCT_LOADS").is_ok_and(|v| v == "scalar");
-    !knob_off
-        && t.load_lanes.len() == 4
-        && t.tile <= 64
-        && (if along_k { t.ks } else { t.tile }).is_multiple_of(4)
-        && contiguous
-        && extent.is_multiple_of(4)
-        && step % 4 == 0
-        && offset % 4 == 0
-        && batch_strides.iter().all(|s| s % 4 == 0)
-        && !matches!(narrow, Some(Narrow::Blocks(_)))
 }
 
 /// Independent sums per thread of a matrix-vector product (templates/gemv.wgsl), each a load of B in flight: 7.

@@ -21,10 +21,12 @@ mod matmul;
 mod packed;
 mod recurrence;
 mod reduce;
+mod tiling;
 
 pub use advance::{advance, Advance};
 use conv::*;
 use matmul::*;
+use tiling::*;
 
 /// One kernel ready to be validated and written: its source and what it binds.
 #[derive(Clone, Debug)]
