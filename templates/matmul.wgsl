@@ -235,11 +235,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if t.vec > 1 && a_put_step == 1 %}
         smem[a_put / 4u] = pa;
 {%- else %}
-{%- for j in 0..4 %}
+{%- for j in a_puts %}
 {%- if t.vec > 1 %}
-        stage(a_put + {{ j * a_put_step }}u, pa[{{ j }}]);
+        stage(a_put + {{ j.off }}u, pa[{{ j.i }}]);
 {%- else %}
-        smem[a_put + {{ j * a_put_step }}u] = pa[{{ j }}];
+        smem[a_put + {{ j.off }}u] = pa[{{ j.i }}];
 {%- endif %}
 {%- endfor %}
 {%- endif %}
@@ -248,11 +248,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if t.vec > 1 && b_put_step == 1 %}
         smem[b_put / 4u] = pb;
 {%- else %}
-{%- for j in 0..4 %}
+{%- for j in b_puts %}
 {%- if t.vec > 1 %}
-        stage(b_put + {{ j * b_put_step }}u, pb[{{ j }}]);
+        stage(b_put + {{ j.off }}u, pb[{{ j.i }}]);
 {%- else %}
-        smem[b_put + {{ j * b_put_step }}u] = pb[{{ j }}];
+        smem[b_put + {{ j.off }}u] = pb[{{ j.i }}];
 {%- endif %}
 {%- endfor %}
 {%- endif %}

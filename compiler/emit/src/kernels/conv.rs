@@ -377,6 +377,8 @@ impl Emitter<'_> {
             b_ld4: Ld::plain(""),
             a_put_step: 0,
             b_put_step: 0,
+            a_puts: Vec::new(),
+            b_puts: Vec::new(),
             // The batch is image · groups + group: an image's groups are its blocks of output channels.
             batch: [
                 BatchDim { div: groups, extent: images, a_stride: 0, b_stride: b_batch as i64 },

@@ -72,6 +72,9 @@ pub(super) struct MatmulTpl {
     pub(super) b_ld4: Ld,
     pub(super) a_put_step: usize,
     pub(super) b_put_step: usize,
+    /// The four elements' offsets from `a_put` (`b_put`): `unrolled(4, a_put_step)`.
+    pub(super) a_puts: Vec<Lane>,
+    pub(super) b_puts: Vec<Lane>,
     pub(super) batch: Vec<BatchDim>,
     pub(super) m: usize,
     pub(super) n: usize,
@@ -659,6 +662,8 @@ impl Emitter<'_> {
             b_ld4: Ld::of4(g, vb.root, "b"),
             a_put_step: if a_mmajor { 1 } else { row_len },
             b_put_step: if b_kmajor { row_len } else { 1 },
+            a_puts: unrolled(4, if a_mmajor { 1 } else { row_len }),
+            b_puts: unrolled(4, if b_kmajor { row_len } else { 1 }),
             rms,
             batch,
             m,
