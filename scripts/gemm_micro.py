@@ -51,7 +51,9 @@ def model(path, m, k, n, form="kn"):
     elif form == "nk":
         nodes = [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)]
     elif form == "rms":
-        nodes, consts = rms_product(np.ones(k))
+        # Weights away from one, so that the check sees them applied (and applied to the right k).
+        gamma = (1.0 + 0.1 * rng.standard_normal(k)).astype(np.float32)
+        nodes, consts = rms_product(gamma)
         inits += consts
     else:
         nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
@@ -64,7 +66,7 @@ def model(path, m, k, n, form="kn"):
     x = rng.standard_normal((m, k)).astype(np.float32)
     np.save(path + ".x.npy", x)
     if form == "rms":
-        x = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6)
+        x = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6) * gamma
     return x, w
 
 

@@ -219,17 +219,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
 {%- if rms.is_some() %}
     // The folded RMSNormalization: this thread's share of each A row's sum of squares (element e of a k-step's
-    // tile lies in row e / {{ t.ks }}).
+    // tile lies in row e / {{ t.ks }}{% if a4 %}; this thread's vec4 holds elements 4·st to 4·st + 3, of one row{% endif %}).
+{%- if a4 %}
+    var ssq = vec4<f32>(0.0);
+{%- else %}
 {%- for l in t.load_lanes %}
     var ssq{{ l.i }} = 0.0;
 {%- endfor %}
 {%- endif %}
+{%- endif %}
     for (var k0 = 0u; k0 < {{ t.kc }}u; k0 = k0 + {{ t.ks }}u) {
 {%- if let Some(r) = rms %}
         // The norm's weights scale A's k-columns as they are staged (the sums of squares take A as loaded).
+{%- if a4 %}
+        // The thread's vec4 holds k = 4·(st % {{ t.ks4 }}) to 3 more of a row; past K, A is zero, so the index is clamped.
+        let gk = k_begin + k0 + (st % {{ t.ks4 }}u) * 4u;
+        let g = vec4<f32>({{ r.scale }}[min(gk, {{ r.last_k }}u)], {{ r.scale }}[min(gk + 1u, {{ r.last_k }}u)], {{ r.scale }}[min(gk + 2u, {{ r.last_k }}u)], {{ r.scale }}[min(gk + 3u, {{ r.last_k }}u)]);
+        ssq = fma(pa, pa, ssq);
+{%- else %}
         // Every lane of a thread loads k = st % {{ t.ks }} of a row (lanes are a multiple of {{ t.ks }} elements apart);
         // past K, A is zero, so the index is clamped.
         let g = {{ r.scale }}[min(k_begin + k0 + st % {{ t.ks }}u, {{ r.last_k }}u)];
+{%- endif %}
 {%- endif %}
 {%- if a4 %}
 {%- if t.vec > 1 && a_put_step == 1 %}
@@ -237,9 +248,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- else %}
 {%- for j in a_puts %}
 {%- if t.vec > 1 %}
-        stage(a_put + {{ j.off }}u, pa[{{ j.i }}]);
+        stage(a_put + {{ j.off }}u, pa[{{ j.i }}]{% if rms.is_some() %} * g[{{ j.i }}]{% endif %});
 {%- else %}
-        smem[a_put + {{ j.off }}u] = pa[{{ j.i }}];
+        smem[a_put + {{ j.off }}u] = pa[{{ j.i }}]{% if rms.is_some() %} * g[{{ j.i }}]{% endif %};
 {%- endif %}
 {%- endfor %}
 {%- endif %}
@@ -282,7 +293,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- else %}
         smem[b_at + st + {{ l.off }}u] = pb{{ l.i }};
 {%- endif %}
-{%- if rms.is_some() %}
+{%- if rms.is_some() && !a4 %}
         ssq{{ l.i }} = fma(pa{{ l.i }}, pa{{ l.i }}, ssq{{ l.i }});
 {%- endif %}
 {%- endfor %}
@@ -330,6 +341,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 {%- if let Some(r) = rms %}
     // Each row's sum of squares over all of K (every slice, {{ t.ks }} partials each), then its inverse RMS.
+{%- if a4 %}
+{%- for j in a_puts %}
+{%- if t.vec > 1 %}
+    stage(slice * {{ t.step_len }}u + st * 4u + {{ j.i }}u, ssq[{{ j.i }}]);
+{%- else %}
+    smem[slice * {{ t.step_len }}u + st * 4u + {{ j.i }}u] = ssq[{{ j.i }}];
+{%- endif %}
+{%- endfor %}
+{%- else %}
 {%- for l in t.load_lanes %}
 {%- if t.vec > 1 %}
     stage(slice * {{ t.step_len }}u + st + {{ l.off }}u, ssq{{ l.i }});
@@ -337,6 +357,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     smem[slice * {{ t.step_len }}u + st + {{ l.off }}u] = ssq{{ l.i }};
 {%- endif %}
 {%- endfor %}
+{%- endif %}
     workgroupBarrier();
     if (tid < {{ t.tile }}u) {
         var total = 0.0;

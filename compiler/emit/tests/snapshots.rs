@@ -150,7 +150,10 @@ fn a_tiled_product_normalizes_its_rows() {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[64, 256]);
     let k = rms_norm_product_kernels(g, x, 256, 512);
-    assert!(k.contains("let g = rms_scale[min(k_begin + k0 + st %") && k.contains("pa0 * g"), "{k}");
+    // A in whole vec4s: each thread's four k of a row scaled by four of the norm's weights, its squares summed as a
+    // vec4.
+    assert!(k.contains("let g = vec4<f32>(rms_scale[min(gk,") && k.contains("pa[0] * g[0]"), "{k}");
+    assert!(k.contains("ssq = fma(pa, pa, ssq);"), "{k}");
     insta::assert_snapshot!(k);
 }
 

@@ -111,9 +111,30 @@ pub const KSPLIT16_BELOW: usize = 64;
 /// ([`product_tiling`]).
 pub const MAX_LOADS_PER_STEP: usize = 4;
 
+/// The narrower side from which a product with 256 tiles of 128 takes them: below it, 64x64 tiles of `vec4` reads
+/// were faster (H200, µs, `scripts/gemm_micro.py`, 64x64 against 128x128): 512×896×9728 315.9 / 415.7,
+/// 512×2048×9728 699.8 / 866.0, 1024×896×9728 586.8 / 617.9; at 2048³ 568.6 / 448.9, at 4096³ the 128x128 tiles
+/// reach 79 % of `torch.mm`.
+pub const TILE128_FROM: usize = 2048;
+
+/// The SMs of the large GPUs the layouts are tuned on (an H100 or H200 has 132), for [`fills_waves`].
+pub const WAVE_WORKGROUPS: usize = 132;
+
+/// Whether `workgroups` 64x64 tiles (256 threads each) fill at least 80 % of the waves they need on a GPU of
+/// [`WAVE_WORKGROUPS`] SMs, one tile per SM at a time: there they beat 32x32 tiles in four K-slices, which are
+/// more workgroups but each reads twice the bytes per multiply-add; just past a wave, half the SMs idle through
+/// the last one and they lose. H200, µs (`scripts/gemm_micro.py`, 64x64 against 32x32 in four slices): 112
+/// tiles 512×4864×896 196.1 / 242.0, 512×896×896 45.6 / 52.9; 224 tiles 1024×4864×896 348.1 / 417.3,
+/// 1024×896×896 74.8 / 86.5; but 140 tiles 640×896×896 73.1 / 67.4, 144 768×768×768 63.7 / 59.0, 96
+/// 384×4864×1024 196.2 / 186.1, 72 128×768×2304 39.7 / 39.2.
+pub fn fills_waves(workgroups: usize) -> bool {
+    workgroups * 5 >= workgroups.div_ceil(WAVE_WORKGROUPS) * WAVE_WORKGROUPS * 4
+}
+
 /// The shape of work for an M×N product over K, `batches` times:
 /// - 128x128 tiles, 8x8 outputs per thread in runs of four read as `vec4`s (K 8 at a time), when they give at
-///   least 256 workgroups; else 64x64 tiles, 4x4 outputs per thread in one run of four a side, when those do.
+///   least 256 workgroups and both sides are at least [`TILE128_FROM`]; else 64x64 tiles, 4x4 outputs per thread
+///   in one run of four a side, when those give 256 workgroups or, over K of 256 or more, [`fills_waves`].
 ///   H200, fp32, one product alone (`scripts/gemm_micro.py`, µs; 64x64 tiles of scalar reads before): 4096³ 10,129 →
 ///   64x64 `vec4` 7,044 → 128x128 4,671 (29.4 TFLOP/s; `torch.mm` 49.3 with TF32 off), 2048³ 1,304 → 924 → 611,
 ///   512×896×4864 385 → 282 → 287;
@@ -141,9 +162,9 @@ pub fn product_tiling(m: usize, nn: usize, k: usize, batches: usize) -> ProductT
         33..=64 => 64,
         _ => 128,
     };
-    let (tile, vec, slices) = if cap >= 128 && wgs(128) >= 256 {
+    let (tile, vec, slices) = if cap >= 128 && wgs(128) >= 256 && m.min(nn) >= TILE128_FROM {
         (128, 4, 1)
-    } else if cap >= 64 && wgs(64) >= 256 {
+    } else if cap >= 64 && (wgs(64) >= 256 || k >= 256 && fills_waves(wgs(64))) {
         (64, 4, 1)
     } else if cap >= 32 && k >= 256 && wgs(32) >= KSPLIT16_BELOW {
         (32, 4, 4)

@@ -592,7 +592,7 @@ impl Emitter<'_> {
         let a_mmajor = a_sm == 1 && a_sk != 1 && m > 1 && rms.is_none();
         let b_kmajor = b_sk == 1 && b_sn != 1 && k > 1;
         // Which operands are read four elements a load: each its own binding, read by nothing else in the kernel,
-        // without a prologue (A: nor a folded norm, which scales and sums it a lane at a time).
+        // without a prologue (a folded RMSNorm scales A's vec4 by four of its weights and sums its squares as a vec4).
         let sole = |var: &str| {
             b_var == "b"
                 && bias_var != var
@@ -604,7 +604,6 @@ impl Emitter<'_> {
         let b_strides: Vec<i64> = batch.iter().map(|d| d.b_stride).collect();
         let a4 = row_operand.is_none()
             && pro[0].is_empty()
-            && rms.is_none()
             && sole("a")
             && vec4_loads(
                 &t,

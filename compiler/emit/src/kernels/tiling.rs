@@ -130,6 +130,8 @@ impl Emitter<'_> {
 /// 512×4864×896 264.5 / 255.8), B alone (A normalized as it is staged) as often slower as faster (128×3072×768
 /// 74.2 / 68.5, 512×4864×896 325.5 / 279.7, 32×4864×896 57.9 / 64.8), both faster at all but one shape
 /// (128×3072×768 45.1 / 49.0, 512×896×4864 166.5 / 174.2, 512×4864×896 241.5 / 248.5, 32×896×4864 35.0 / 34.3).
+/// A folded RMSNorm's A is read so too (its vec4 scaled by four of the norm's weights as it is staged, its squares
+/// summed as a vec4): 512×896×9728 in 64x64 tiles 346.1 / 365.3, 512×896×1152 in four slices of 32x32 72.3 / 78.1.
 pub(super) fn vec4_loads(
     t: &Tiling,
     (extent, step, contiguous): (usize, i64, bool),
