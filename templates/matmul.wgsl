@@ -244,7 +244,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
 {%- if a4 %}
 {%- if t.vec > 1 && a_put_step == 1 %}
-        smem[a_put / 4u] = pa;
+        smem[a_put / 4u] = pa{% if rms.is_some() %} * g{% endif %};
 {%- else %}
 {%- for j in a_puts %}
 {%- if t.vec > 1 %}
