@@ -679,6 +679,19 @@ def ops():
     mask2[1, :] = -np.inf
     mask2[2, 3:] = -np.inf
     cases["attention_many_heads"] = sdpa_case(rng, (1, 264, 3, 4), (1, 264, 5, 4), (1, 264, 5, 3), mask2)
+    # Heads 64 wide, an LLM's (each thread's four value columns read as one vec4): 37 query rows at positions 93..129
+    # of 130 keys (three tiles of 64, the last partial), causal, and rows 0..4 not seeing the first 64 keys (a whole
+    # tile skipped for no block, masked for some rows).
+    r64 = np.random.default_rng(64)
+    m64 = np.full((37, 130), low, np.float32)
+    for i in range(37):
+        m64[i, : 94 + i] = 0
+    m64[:5, :64] = low
+    cases["attention_head64"] = sdpa_case(r64, (1, 2, 37, 64), (1, 2, 130, 64), (1, 2, 130, 64), m64, scale=0.125)
+    # Query rows 80 wide (five steps of 16 through workgroup memory), value rows 128 (two vec4s a thread), 70 keys.
+    m128 = np.zeros((9, 70), np.float32)
+    m128[:, 66:] = -np.inf
+    cases["attention_dv128"] = sdpa_case(r64, (1, 1, 9, 80), (1, 1, 70, 80), (1, 1, 70, 128), m128, scale=0.1)
     # One query row (a decode step: the one-row attention kernel): 300 keys (not a multiple of its loops), rows 20
     # and 24 wide (K and V read as vec4s), one head fully masked, another masked past key 250.
     r1 = np.random.default_rng(11)

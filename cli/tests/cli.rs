@@ -361,6 +361,9 @@ fn the_attention_kernel_reproduces_the_reference() {
         "models/transformer",
         "ops/attention_masked",
         "ops/attention_many_heads",
+        // Heads 64 wide (a thread's value columns one vec4) and 128 wide over rows of 80 (two vec4s, five steps).
+        "ops/attention_head64",
+        "ops/attention_dv128",
         "ops/attention_gqa",
         "ops/attention_gqa_scaled",
         // One query row: the one-row kernel, K and V read as vec4s and (strided) four scalars at a time.

@@ -28,9 +28,16 @@ pub(super) struct AttentionTpl {
     pub(super) dv: usize,
     /// `dv` rounded up to 16 (one column per thread of a row per lane).
     pub(super) dv_pad: usize,
-    /// Keys of V staged at a time: as many as fit 2048 floats, at most 16.
+    /// Keys of V staged at a time: as many as fit the K tile, at most 16.
     pub(super) v_chunk: usize,
-    pub(super) kv_len: usize,
+    /// The K and V tile's vec4s: 16 columns of K, [`K_ROW`] floats each ([`K_ROW`] / 4 vec4s).
+    pub(super) kv_vec4s: usize,
+    pub(super) k_row: usize,
+    pub(super) k_row4: usize,
+    /// A staged key's vec4s of V (`dv_pad / 4`), and each thread's columns read as vec4s (`None`: as scalars, when
+    /// a thread's columns are not a whole number of vec4s).
+    pub(super) dv_pad4: usize,
+    pub(super) v_vec4s: Option<Vec<Lane>>,
     pub(super) a_off: i64,
     pub(super) b_off: i64,
     pub(super) v_off: i64,
@@ -52,10 +59,15 @@ pub(super) struct AttentionTpl {
     pub(super) cat_bases: String,
     pub(super) alpha: String,
     pub(super) nan_to_zero: bool,
-    /// The four keys each thread scores per tile, unrolled, 16 apart.
+    /// The four neighbouring keys each thread scores per tile, unrolled (`off` from its first, `4·c`).
     pub(super) quads: Vec<Lane>,
+    /// A thread's four elements of a step's K tile (`off`: keys after its first, `r`) and its elements of a V
+    /// chunk (`off`: after its first, `tid`), fetched into registers a step ahead.
+    pub(super) k_loads: Vec<Lane>,
+    pub(super) v_loads: Vec<Lane>,
     pub(super) batch: Vec<AttnBatchDim>,
-    pub(super) lanes: Vec<Lane>,
+    /// A thread's neighbouring value columns, from `lanes.len() · c`.
+    pub(super) lanes: Vec<ValueLane>,
     /// Key tiles whose every score the epilogue masks are skipped ([`masked_tiles`]): the words of one bit a
     /// tile, `32 · words` ≥ the tiles.
     pub(super) skip: Option<SkipTiles>,
@@ -286,6 +298,19 @@ impl Emitter<'_> {
     }
 }
 
+/// Floats of one staged column of K in the tiled attention kernel: its 64 keys and 4 of padding, so that the stores
+/// of neighbouring columns (neighbouring threads, one key) fall in different banks, and every thread's four keys
+/// stay one aligned vec4.
+const K_ROW: usize = 68;
+
+/// One of a thread's value columns in the tiled attention kernel: `off` from its first, and how it is read from
+/// the staged V (`read`: a component of one of the thread's vec4s, or a scalar at `vi{i}`).
+pub(super) struct ValueLane {
+    pub(super) i: usize,
+    pub(super) off: usize,
+    pub(super) read: String,
+}
+
 /// A row lane of the tiled attention kernel: 16 query rows.
 pub(super) struct RowLane {
     pub(super) i: usize,
@@ -462,6 +487,8 @@ impl Emitter<'_> {
         self.place_stores(group, &mut fu);
         let bindings = bindings(&reads, &[(out, "out")]);
         let dv_pad = pv.nn.div_ceil(16) * 16;
+        // Each thread's value columns: dv_pad / 16 neighbours.
+        let cols = dv_pad / 16;
         let wgslc_passes::AttentionTiling { row_lanes, v_chunk } = group
             .recipe
             .attention
@@ -489,7 +516,11 @@ impl Emitter<'_> {
             dv: pv.nn,
             dv_pad,
             v_chunk,
-            kv_len: 64 * 17,
+            kv_vec4s: 16 * K_ROW / 4,
+            k_row: K_ROW,
+            k_row4: K_ROW / 4,
+            dv_pad4: dv_pad / 4,
+            v_vec4s: cols.is_multiple_of(4).then(|| unrolled(cols / 4, 1)),
             a_off: qk.va.offset,
             b_off: qk.vb.offset,
             v_off: pv.vb.offset,
@@ -509,9 +540,21 @@ impl Emitter<'_> {
             cat_bases,
             alpha: f32_lit(qk.alpha),
             nan_to_zero: tail.nan_to_zero.is_some(),
-            quads: unrolled(4, 16),
+            quads: unrolled(4, 1),
+            k_loads: unrolled(4, 16),
+            v_loads: unrolled((v_chunk * dv_pad).div_ceil(256), 256),
             batch,
-            lanes: unrolled(pv.nn.div_ceil(16), 16),
+            lanes: (0..cols)
+                .map(|i| ValueLane {
+                    i,
+                    off: i,
+                    read: if cols.is_multiple_of(4) {
+                        format!("v4_{}[{}]", i / 4, i % 4)
+                    } else {
+                        format!("kv_tile[vi{i} / 4u][vi{i} % 4u]")
+                    },
+                })
+                .collect(),
             skip: masked_tiles(g, &qk_group, qk.mm_out, qk.nn),
         };
         let name = self.group_name(group);

@@ -19,16 +19,25 @@ fn fused(acc: f32, i: u32) -> f32 {
 fn store_at(o: u32) -> u32 {
     return 0u + ((o / 64u) % 4u) * 8u + ((o / 8u) % 8u) * 32u + ((o / 1u) % 8u) * 1u;
 }
-// Attention for a block of 16 query rows per workgroup of 256 threads, with an online softmax. Each thread
-// owns 1 row(s) (r, r + 16, …) and, per tile of 64 keys, scores 4 keys of each (Q·K through
-// workgroup memory, then the score epilogue: scale, mask), keeps a running maximum and denominator per row, and
-// accumulates 1 of the 8 value columns per row. Scores and probabilities never leave the
-// workgroup; K and V are loaded once per block of rows. Everything per thread is unrolled into scalars.
+// Attention for a block of 16 query rows per workgroup of 256 threads, with an online softmax. Thread (r, c)
+// owns 1 row(s) (r, r + 16, …) and, per tile of 64 keys, scores four neighbouring keys of each,
+// 4·c to 4·c + 3 (Q·K through workgroup memory, K's four keys read as one vec4, then the score epilogue: scale,
+// mask), keeps a running maximum and its share of the denominator per row, and accumulates 1
+// neighbouring value columns of the 8 per row, from column 1·c. Scores and probabilities
+// never leave the workgroup; K and V are loaded once per block of rows. Everything per thread is unrolled into
+// scalars.
 var<workgroup> q_tile: array<f32, 256>;
-// 64 keys by 16 columns of K (rows padded to 17 so each thread walking its key's row hits its own bank), then
-// 16 keys by 16 columns of V: one array, since the two are never live at once.
-var<workgroup> kv_tile: array<f32, 1088>;
+// 16 columns of K by 64 keys (each column's keys padded to 68 floats, so the stores of one column's
+// neighbouring threads spread over the banks), then 16 keys by 16 columns of V: one array of
+// vec4s, since the two are never live at once.
+var<workgroup> kv_tile: array<vec4<f32>, 272>;
 var<workgroup> p_tile: array<f32, 1024>;
+
+fn stage_kv(i: u32, v: f32) {
+    kv_tile[i / 4u][i % 4u] = v;
+}
+
+
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -39,6 +48,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let batch = block / 1u;
     let r = tid / 16u;
     let c = tid % 16u;
+    // The first of this thread's keys in a tile, and of its value columns.
+    let c4 = c * 4u;
+    let cl = c * 1u;
     let row0 = (block % 1u) * 16u;
     let a_base = 0u + ((batch / 1u) % 4u) * 8u;
     let b_base = 32u + ((batch / 1u) % 4u) * 8u;
@@ -54,113 +66,370 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         var dot0_1 = 0.0;
         var dot0_2 = 0.0;
         var dot0_3 = 0.0;
+        // Software pipelining: each step's columns of Q and K (and of V below) are fetched into registers while
+        // the step before is multiplied out of workgroup memory.
+        var qa0 = 0.0;
+        var kb0 = 0.0;
+        var kb1 = 0.0;
+        var kb2 = 0.0;
+        var kb3 = 0.0;
+        {
+            // The first step's.
+            qa0 = 0.0;
+            if (m0 < 8u && 0u + c < 8u) {
+                var av = a[a_base + m0 * 96u + (0u + c) * 1u];
+                qa0 = av;
+            }
+            kb0 = 0.0;
+            if (n0 + r + 0u < 8u && 0u + c < 8u) {
+                var bv = a[b_base + (0u + c) * 1u + (n0 + r + 0u) * 96u];
+                kb0 = bv;
+            }
+            kb1 = 0.0;
+            if (n0 + r + 16u < 8u && 0u + c < 8u) {
+                var bv = a[b_base + (0u + c) * 1u + (n0 + r + 16u) * 96u];
+                kb1 = bv;
+            }
+            kb2 = 0.0;
+            if (n0 + r + 32u < 8u && 0u + c < 8u) {
+                var bv = a[b_base + (0u + c) * 1u + (n0 + r + 32u) * 96u];
+                kb2 = bv;
+            }
+            kb3 = 0.0;
+            if (n0 + r + 48u < 8u && 0u + c < 8u) {
+                var bv = a[b_base + (0u + c) * 1u + (n0 + r + 48u) * 96u];
+                kb3 = bv;
+            }
+        }
         for (var d0 = 0u; d0 < 8u; d0 = d0 + 16u) {
-            // Q: 16 rows x 16 columns.
-            {
-                var av = 0.0;
-                if (m0 < 8u && d0 + c < 8u) {
-                    av = a[a_base + m0 * 96u + (d0 + c) * 1u];
-                }
-                q_tile[tid + 0u] = av;
-            }
-            // K: 64 keys x 16 columns, four elements per thread, neighbouring threads on neighbouring columns.
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                let e = tid + j * 256u;
-                let kk = e / 16u;
-                let dd = e % 16u;
-                var bv = 0.0;
-                if (n0 + kk < 8u && d0 + dd < 8u) {
-                    bv = a[b_base + (d0 + dd) * 1u + (n0 + kk) * 96u];
-                }
-                kv_tile[kk * 17u + dd] = bv;
-            }
+            // Q: 16 rows x 16 columns; K: 64 keys x 16 columns, column by column.
+            q_tile[tid + 0u] = qa0;
+            stage_kv(c * 68u + r + 0u, kb0);
+            stage_kv(c * 68u + r + 16u, kb1);
+            stage_kv(c * 68u + r + 32u, kb2);
+            stage_kv(c * 68u + r + 48u, kb3);
             workgroupBarrier();
-            for (var dd = 0u; dd < 16u; dd = dd + 1u) {
-                let k0 = kv_tile[(c + 0u) * 17u + dd];
-                let k1 = kv_tile[(c + 16u) * 17u + dd];
-                let k2 = kv_tile[(c + 32u) * 17u + dd];
-                let k3 = kv_tile[(c + 48u) * 17u + dd];
-                let q0 = q_tile[(r + 0u) * 16u + dd];
-                dot0_0 = fma(q0, k0, dot0_0);
-                dot0_1 = fma(q0, k1, dot0_1);
-                dot0_2 = fma(q0, k2, dot0_2);
-                dot0_3 = fma(q0, k3, dot0_3);
+            if (d0 + 16u < 8u) {
+            qa0 = 0.0;
+            if (m0 < 8u && d0 + 16u + c < 8u) {
+                var av = a[a_base + m0 * 96u + (d0 + 16u + c) * 1u];
+                qa0 = av;
+            }
+            kb0 = 0.0;
+            if (n0 + r + 0u < 8u && d0 + 16u + c < 8u) {
+                var bv = a[b_base + (d0 + 16u + c) * 1u + (n0 + r + 0u) * 96u];
+                kb0 = bv;
+            }
+            kb1 = 0.0;
+            if (n0 + r + 16u < 8u && d0 + 16u + c < 8u) {
+                var bv = a[b_base + (d0 + 16u + c) * 1u + (n0 + r + 16u) * 96u];
+                kb1 = bv;
+            }
+            kb2 = 0.0;
+            if (n0 + r + 32u < 8u && d0 + 16u + c < 8u) {
+                var bv = a[b_base + (d0 + 16u + c) * 1u + (n0 + r + 32u) * 96u];
+                kb2 = bv;
+            }
+            kb3 = 0.0;
+            if (n0 + r + 48u < 8u && d0 + 16u + c < 8u) {
+                var bv = a[b_base + (d0 + 16u + c) * 1u + (n0 + r + 48u) * 96u];
+                kb3 = bv;
+            }
+            }
+            // The 16 columns unrolled: every workgroup-memory index a constant offset.
+            {
+                let k4 = kv_tile[0u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 0u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[1u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 1u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[2u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 2u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[3u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 3u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[4u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 4u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[5u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 5u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[6u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 6u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[7u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 7u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[8u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 8u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[9u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 9u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[10u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 10u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[11u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 11u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[12u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 12u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[13u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 13u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[14u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 14u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
+            }
+            {
+                let k4 = kv_tile[15u * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + 15u];
+                dot0_0 = fma(q0, k4[0], dot0_0);
+                dot0_1 = fma(q0, k4[1], dot0_1);
+                dot0_2 = fma(q0, k4[2], dot0_2);
+                dot0_3 = fma(q0, k4[3], dot0_3);
             }
             workgroupBarrier();
         }
-        // Scores of keys c, c+16, c+32, c+48 of each row: epilogue, or -inf past the ends. Then each row's maximum
-        // over its 16 threads, reduced in q_tile (free until the next tile).
+        // V's first 16 keys, fetched while the scores are turned into probabilities.
+        var vb0 = 0.0;
+        {
+            vb0 = 0.0;
+            {
+                let e = tid + 0u;
+                let jj = e / 16u;
+                let col = e % 16u;
+                if (e < 256u && n0 + 0u + jj < 8u && col < 8u) {
+                    vb0 = a[v_base + (n0 + 0u + jj) * 96u + col * 1u];
+                }
+            }
+        }
+        // Scores of keys 4·c to 4·c + 3 of each row: epilogue, or -inf past the ends. Then each row's maximum over
+        // its 16 threads, each thread reading the row's 16 partial maxima from q_tile (free until the next tile).
         var tmax0 = neg_inf;
         var s0_0 = neg_inf;
-        if (n0 + c + 0u < 8u && m0 < 8u) {
+        if (n0 + c4 + 0u < 8u && m0 < 8u) {
             let v = 1.0f * dot0_0;
-            s0_0 = fused(v, batch * 64u + m0 * 8u + n0 + c + 0u);
+            s0_0 = fused(v, batch * 64u + m0 * 8u + n0 + c4 + 0u);
         }
         tmax0 = max(tmax0, s0_0);
         var s0_1 = neg_inf;
-        if (n0 + c + 16u < 8u && m0 < 8u) {
+        if (n0 + c4 + 1u < 8u && m0 < 8u) {
             let v = 1.0f * dot0_1;
-            s0_1 = fused(v, batch * 64u + m0 * 8u + n0 + c + 16u);
+            s0_1 = fused(v, batch * 64u + m0 * 8u + n0 + c4 + 1u);
         }
         tmax0 = max(tmax0, s0_1);
         var s0_2 = neg_inf;
-        if (n0 + c + 32u < 8u && m0 < 8u) {
+        if (n0 + c4 + 2u < 8u && m0 < 8u) {
             let v = 1.0f * dot0_2;
-            s0_2 = fused(v, batch * 64u + m0 * 8u + n0 + c + 32u);
+            s0_2 = fused(v, batch * 64u + m0 * 8u + n0 + c4 + 2u);
         }
         tmax0 = max(tmax0, s0_2);
         var s0_3 = neg_inf;
-        if (n0 + c + 48u < 8u && m0 < 8u) {
+        if (n0 + c4 + 3u < 8u && m0 < 8u) {
             let v = 1.0f * dot0_3;
-            s0_3 = fused(v, batch * 64u + m0 * 8u + n0 + c + 48u);
+            s0_3 = fused(v, batch * 64u + m0 * 8u + n0 + c4 + 3u);
         }
         tmax0 = max(tmax0, s0_3);
         q_tile[tid + 0u] = tmax0;
         workgroupBarrier();
-        for (var w = 8u; w > 0u; w = w >> 1u) {
-            if (c < w) {
-                q_tile[tid + 0u] = max(q_tile[tid + 0u], q_tile[tid + 0u + w]);
-            }
-            workgroupBarrier();
-        }
         {
-            let new_mx = max(mx0, q_tile[r * 16u + 0u]);
+            var new_mx = mx0;
+            for (var t = 0u; t < 16u; t = t + 1u) {
+                new_mx = max(new_mx, q_tile[r * 16u + 0u + t]);
+            }
             // While every score of the row so far is -inf, shift by 0 so exp gives 0 rather than NaN.
             let shift = select(new_mx, 0.0, new_mx == neg_inf);
             let scale = exp(mx0 - shift);
             l0 = l0 * scale;
             let p0 = exp(s0_0 - shift);
             l0 = l0 + p0;
-            p_tile[(r + 0u) * 64u + c + 0u] = p0;
+            p_tile[(r + 0u) * 64u + c4 + 0u] = p0;
             let p1 = exp(s0_1 - shift);
             l0 = l0 + p1;
-            p_tile[(r + 0u) * 64u + c + 16u] = p1;
+            p_tile[(r + 0u) * 64u + c4 + 1u] = p1;
             let p2 = exp(s0_2 - shift);
             l0 = l0 + p2;
-            p_tile[(r + 0u) * 64u + c + 32u] = p2;
+            p_tile[(r + 0u) * 64u + c4 + 2u] = p2;
             let p3 = exp(s0_3 - shift);
             l0 = l0 + p3;
-            p_tile[(r + 0u) * 64u + c + 48u] = p3;
+            p_tile[(r + 0u) * 64u + c4 + 3u] = p3;
             mx0 = new_mx;
             acc0_0 = acc0_0 * scale;
         }
-        workgroupBarrier();
-        // P·V over the tile, V staged 16 keys at a time (zeros past the last key and column; p is 0 there).
+        // P·V over the tile, V staged 16 keys at a time (zeros past the last key and column; p is 0 there);
+        // the first barrier also publishes the probabilities.
         for (var j0 = 0u; j0 < 64u; j0 = j0 + 16u) {
-            for (var e = tid; e < 256u; e = e + 256u) {
-                let jj = e / 16u;
-                let col = e % 16u;
-                var vv = 0.0;
-                if (n0 + j0 + jj < 8u && col < 8u) {
-                    vv = a[v_base + (n0 + j0 + jj) * 96u + col * 1u];
-                }
-                kv_tile[e] = vv;
+            if (tid + 0u < 256u) {
+                stage_kv(tid + 0u, vb0);
             }
             workgroupBarrier();
-            for (var jj = 0u; jj < 16u; jj = jj + 1u) {
-                let v0 = kv_tile[jj * 16u + c + 0u];
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + jj];
-                acc0_0 = fma(pj0, v0, acc0_0);
+            if (j0 + 16u < 64u) {
+            vb0 = 0.0;
+            {
+                let e = tid + 0u;
+                let jj = e / 16u;
+                let col = e % 16u;
+                if (e < 256u && n0 + j0 + 16u + jj < 8u && col < 8u) {
+                    vb0 = a[v_base + (n0 + j0 + 16u + jj) * 96u + col * 1u];
+                }
+            }
+            }
+            {
+                let vi0 = 0u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 0u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 1u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 1u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 2u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 2u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 3u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 3u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 4u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 4u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 5u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 5u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 6u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 6u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 7u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 7u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 8u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 8u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 9u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 9u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 10u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 10u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 11u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 11u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 12u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 12u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 13u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 13u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 14u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 14u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
+            }
+            {
+                let vi0 = 15u * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + 15u];
+                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
             }
             workgroupBarrier();
         }
@@ -168,17 +437,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // Each row's denominator over its 16 threads.
     q_tile[tid + 0u] = l0;
     workgroupBarrier();
-    for (var w = 8u; w > 0u; w = w >> 1u) {
-        if (c < w) {
-            q_tile[tid + 0u] = q_tile[tid + 0u] + q_tile[tid + 0u + w];
-        }
-        workgroupBarrier();
-    }
     if (m0 < 8u) {
-        let denom = q_tile[r * 16u + 0u];
+        var denom = 0.0;
+        for (var t = 0u; t < 16u; t = t + 1u) {
+            denom = denom + q_tile[r * 16u + 0u + t];
+        }
         let inv = 1.0 / denom;
-        let o = (batch * 8u + m0) * 8u + c;
-        if (c + 0u < 8u) {
+        let o = (batch * 8u + m0) * 8u + cl;
+        if (cl + 0u < 8u) {
             let oo = o + 0u;
             out[store_at(oo)] = acc0_0 * inv;
         }
