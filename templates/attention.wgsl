@@ -11,7 +11,8 @@
 // mask), keeps a running maximum and its share of the denominator per row, and accumulates {{ lanes.len() }}
 // neighbouring value columns of the {{ dv }} per row, from column {{ lanes.len() }}·c. Scores and probabilities
 // never leave the workgroup; K and V are loaded once per block of rows. Everything per thread is unrolled into
-// scalars.
+// scalars; the loops over a step's 16 columns and a chunk's keys are left as loops (the driver's compiler unrolls
+// them where that pays, and a fully unrolled body makes Tint and SwiftShader slow to compile).
 var<workgroup> q_tile: array<f32, {{ q_tile_len }}>;
 // 16 columns of K by 64 keys (each column's keys padded to {{ k_row }} floats, so the stores of one column's
 // neighbouring threads spread over the banks), then {{ v_chunk }} keys by {{ dv_pad }} columns of V: one array of
@@ -188,18 +189,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (d0 + 16u < {{ dk }}u) {
 {%- call load_qk("d0 + 16u") %}{% endcall %}
             }
-            // The 16 columns unrolled: every workgroup-memory index a constant offset.
-{%- for dd in 0..16 %}
-            {
-                let k4 = kv_tile[{{ dd }}u * {{ k_row4 }}u + c];
+            for (var dd = 0u; dd < 16u; dd = dd + 1u) {
+                let k4 = kv_tile[dd * {{ k_row4 }}u + c];
 {%- for i in row_lanes %}
-                let q{{ i.i }} = q_tile[(r + {{ i.off }}u) * 16u + {{ dd }}u];
+                let q{{ i.i }} = q_tile[(r + {{ i.off }}u) * 16u + dd];
 {%- for j in quads %}
                 dot{{ i.i }}_{{ j.i }} = fma(q{{ i.i }}, k4[{{ j.i }}], dot{{ i.i }}_{{ j.i }});
 {%- endfor %}
 {%- endfor %}
             }
-{%- endfor %}
             workgroupBarrier();
         }
         // V's first {{ v_chunk }} keys, fetched while the scores are turned into probabilities.
@@ -261,26 +259,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (j0 + {{ v_chunk }}u < 64u) {
 {%- call load_v("j0 + " ~ v_chunk ~ "u") %}{% endcall %}
             }
-{%- for jj in 0..v_chunk %}
-            {
+            for (var jj = 0u; jj < {{ v_chunk }}u; jj = jj + 1u) {
 {%- if let Some(v4) = v_vec4s %}
-                // The thread's {{ lanes.len() }} columns of key j0 + {{ jj }}, {{ v4.len() }} vec4(s).
+                // The thread's {{ lanes.len() }} columns of key j0 + jj, {{ v4.len() }} vec4(s).
 {%- for q in v4 %}
-                let v4_{{ q.i }} = kv_tile[{{ jj }}u * {{ dv_pad4 }}u + c * {{ v4.len() }}u + {{ q.off }}u];
+                let v4_{{ q.i }} = kv_tile[jj * {{ dv_pad4 }}u + c * {{ v4.len() }}u + {{ q.off }}u];
 {%- endfor %}
 {%- else %}
 {%- for o in lanes %}
-                let vi{{ o.i }} = {{ jj }}u * {{ dv_pad }}u + cl + {{ o.off }}u;
+                let vi{{ o.i }} = jj * {{ dv_pad }}u + cl + {{ o.i }}u;
 {%- endfor %}
 {%- endif %}
 {%- for i in row_lanes %}
-                let pj{{ i.i }} = p_tile[(r + {{ i.off }}u) * 64u + j0 + {{ jj }}u];
+                let pj{{ i.i }} = p_tile[(r + {{ i.off }}u) * 64u + j0 + jj];
 {%- for o in lanes %}
                 acc{{ i.i }}_{{ o.i }} = fma(pj{{ i.i }}, {{ o.read }}, acc{{ i.i }}_{{ o.i }});
 {%- endfor %}
 {%- endfor %}
             }
-{%- endfor %}
             workgroupBarrier();
         }
     }
@@ -324,8 +320,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
         let o = (batch * {{ m }}u + m{{ i.i }}) * {{ dv }}u + cl;
 {%- for o in lanes %}
-        if (cl + {{ o.off }}u < {{ dv }}u) {
-            let oo = o + {{ o.off }}u;
+        if (cl + {{ o.i }}u < {{ dv }}u) {
+            let oo = o + {{ o.i }}u;
             out[{{ fu.at("oo") }}] = acc{{ i.i }}_{{ o.i }} * inv;
         }
 {%- endfor %}

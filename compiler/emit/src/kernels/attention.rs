@@ -303,11 +303,10 @@ impl Emitter<'_> {
 /// stay one aligned vec4.
 const K_ROW: usize = 68;
 
-/// One of a thread's value columns in the tiled attention kernel: `off` from its first, and how it is read from
-/// the staged V (`read`: a component of one of the thread's vec4s, or a scalar at `vi{i}`).
+/// One of a thread's value columns in the tiled attention kernel: the `i`-th from its first, and how it is read
+/// from the staged V (`read`: a component of one of the thread's vec4s, or a scalar at `vi{i}`).
 pub(super) struct ValueLane {
     pub(super) i: usize,
-    pub(super) off: usize,
     pub(super) read: String,
 }
 
@@ -547,7 +546,6 @@ impl Emitter<'_> {
             lanes: (0..cols)
                 .map(|i| ValueLane {
                     i,
-                    off: i,
                     read: if cols.is_multiple_of(4) {
                         format!("v4_{}[{}]", i / 4, i % 4)
                     } else {

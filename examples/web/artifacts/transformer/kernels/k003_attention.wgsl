@@ -25,7 +25,8 @@ fn store_at(o: u32) -> u32 {
 // mask), keeps a running maximum and its share of the denominator per row, and accumulates 1
 // neighbouring value columns of the 8 per row, from column 1·c. Scores and probabilities
 // never leave the workgroup; K and V are loaded once per block of rows. Everything per thread is unrolled into
-// scalars.
+// scalars; the loops over a step's 16 columns and a chunk's keys are left as loops (the driver's compiler unrolls
+// them where that pays, and a fully unrolled body makes Tint and SwiftShader slow to compile).
 var<workgroup> q_tile: array<f32, 256>;
 // 16 columns of K by 64 keys (each column's keys padded to 68 floats, so the stores of one column's
 // neighbouring threads spread over the banks), then 16 keys by 16 columns of V: one array of
@@ -136,130 +137,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 kb3 = bv;
             }
             }
-            // The 16 columns unrolled: every workgroup-memory index a constant offset.
-            {
-                let k4 = kv_tile[0u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 0u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[1u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 1u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[2u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 2u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[3u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 3u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[4u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 4u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[5u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 5u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[6u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 6u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[7u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 7u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[8u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 8u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[9u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 9u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[10u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 10u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[11u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 11u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[12u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 12u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[13u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 13u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[14u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 14u];
-                dot0_0 = fma(q0, k4[0], dot0_0);
-                dot0_1 = fma(q0, k4[1], dot0_1);
-                dot0_2 = fma(q0, k4[2], dot0_2);
-                dot0_3 = fma(q0, k4[3], dot0_3);
-            }
-            {
-                let k4 = kv_tile[15u * 17u + c];
-                let q0 = q_tile[(r + 0u) * 16u + 15u];
+            for (var dd = 0u; dd < 16u; dd = dd + 1u) {
+                let k4 = kv_tile[dd * 17u + c];
+                let q0 = q_tile[(r + 0u) * 16u + dd];
                 dot0_0 = fma(q0, k4[0], dot0_0);
                 dot0_1 = fma(q0, k4[1], dot0_1);
                 dot0_2 = fma(q0, k4[2], dot0_2);
@@ -351,84 +231,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 }
             }
             }
-            {
-                let vi0 = 0u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 0u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 1u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 1u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 2u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 2u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 3u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 3u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 4u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 4u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 5u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 5u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 6u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 6u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 7u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 7u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 8u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 8u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 9u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 9u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 10u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 10u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 11u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 11u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 12u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 12u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 13u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 13u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 14u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 14u];
-                acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
-            }
-            {
-                let vi0 = 15u * 16u + cl + 0u;
-                let pj0 = p_tile[(r + 0u) * 64u + j0 + 15u];
+            for (var jj = 0u; jj < 16u; jj = jj + 1u) {
+                let vi0 = jj * 16u + cl + 0u;
+                let pj0 = p_tile[(r + 0u) * 64u + j0 + jj];
                 acc0_0 = fma(pj0, kv_tile[vi0 / 4u][vi0 % 4u], acc0_0);
             }
             workgroupBarrier();
