@@ -12,6 +12,12 @@ Each model is compiled six ways (or those named by --modes): default (fused), --
 --torch-compile also times the model under torch.compile(mode="reduce-overhead") (Inductor + CUDA graphs).
 --torch-profile lists the CUDA kernels of torch.compile's forward (Inductor's default mode: the same kernels without
 the CUDA graph) with their GPU time per inference, to set beside `wgslc bench ART --profile`.
+--dawn STACK also runs every compiled artifact through wgslc.js on Dawn (Chrome's WebGPU implementation) in Node, on
+the same GPU (scripts/node_forward.mjs; STACK holds `node` and the npm package `webgpu` as `webgpu/`, as
+scripts/web_decode_bench.py's stack does), and a chain of --chain one-workgroup dispatches natively and on Dawn (the
+per-dispatch cost of each replay); `wgslc --shader-checks bench` (wgpu's own bounds checks, as a browser keeps
+them) is timed beside the default. --dawn-flag passes a flag to dawn.node's create() (such as
+`enable-dawn-features=disable_robustness`, to see what Tint's bounds checks cost).
 
 Prints a table and writes OUT_DIR/bench.json. Needs torch, torchvision, transformers, onnx, onnxscript and
 onnxruntime (the GPU machine has them).
@@ -94,9 +100,9 @@ def cuda_time(fn, iters):
     return float(np.median(times)) * 1e3
 
 
-def wgslc_bench(wgslc, art, inputs, iters):
-    r = subprocess.run([wgslc, "bench", art, "--iterations", str(iters)] + sum([["--input", p] for p in inputs], []),
-                       capture_output=True, text=True)
+def wgslc_bench(wgslc, art, inputs, iters, checked=False):
+    r = subprocess.run([wgslc] + (["--shader-checks"] if checked else []) + ["bench", art, "--iterations", str(iters)]
+                       + sum([["--input", p] for p in inputs], []), capture_output=True, text=True)
     if r.returncode:
         return {"error": r.stderr.strip()[-300:]}
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -115,6 +121,10 @@ def main():
     ap.add_argument("--torch-fp32-convs", action="store_true",
                     help="PyTorch's convolutions in fp32 (torch.backends.cudnn.allow_tf32 = False); by default cuDNN "
                          "runs fp32 convolutions on TF32 tensor cores, while matmuls stay fp32")
+    ap.add_argument("--dawn", help="a folder with `node` and `webgpu/`: also run the artifacts with wgslc.js on Dawn")
+    ap.add_argument("--dawn-flag", action="append", default=[], help="a flag for dawn.node's create() (repeatable)")
+    ap.add_argument("--chain", type=int, default=500, help="with --dawn: dispatches in the per-dispatch chain")
+    ap.add_argument("--rounds", type=int, default=3, help="with --dawn: rounds of --iterations replays (median)")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = not a.torch_fp32_convs
     os.makedirs(a.out, exist_ok=True)
@@ -140,6 +150,7 @@ def main():
         sess = ort.InferenceSession(path, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
         feed = {i.name: t.numpy() for i, t in zip(sess.get_inputs(), args)}
         ref = sess.run(None, feed)
+        np.save(os.path.join(d, "ref_0.npy"), ref[0])
         row["ort_provider"] = sess.get_providers()[0]
         row["ort_cuda_ms"] = cuda_time(lambda: sess.run(None, feed), a.iterations)
         cm = model.cuda()
@@ -182,6 +193,8 @@ def main():
             row[f"{mode}_memory_ratio"] = round(mem["planned_bytes"] / max(mem["lower_bound_bytes"], 1), 3)
             b = wgslc_bench(a.wgslc, art, inputs, a.iterations)
             row[f"{mode}_ms"] = b.get("ms_per_inference")
+            if a.dawn:
+                row[f"{mode}_checked_ms"] = wgslc_bench(a.wgslc, art, inputs, a.iterations, True).get("ms_per_inference")
             row["adapter"] = b.get("adapter", row.get("adapter"))
             if "error" in b:
                 row[f"{mode}_error"] = b["error"]
@@ -195,6 +208,8 @@ def main():
         row["dispatch_ratio"] = row.get("fused_dispatches", 0) / max(nodes, 1)
         results.append(row)
         print(json.dumps(row), flush=True)
+    if a.dawn:
+        dawn(a, results)
     json.dump(results, open(os.path.join(a.out, "bench.json"), "w"), indent=1)
     print()
     print("| model | ONNX nodes | dispatches fused / unfused | ratio | wgslc fused ms | --memory-budget 2 ms | --no-reuse ms | --no-fuse ms | ORT ms (its provider) | torch CUDA eager ms | torch.compile ms | rel. L2 vs ORT | planned / lower bound (budget 2) |")
@@ -205,6 +220,90 @@ def main():
               f"{r.get('no_fuse_ms')} | {r['ort_cuda_ms']:.3f} | {r['torch_cuda_eager_ms']:.3f} | {r.get('torch_compile_ms')} | "
               f"{r.get('fused_rel_l2')} | "
               f"{r.get('fused_memory_ratio')} ({r.get('fused_split_memory_ratio')}) |")
+
+
+def chain_model(d, n):
+    """n Abs ops in a row over 64 floats: n dispatches of one workgroup each when compiled --no-fuse."""
+    from onnx import TensorProto, helper
+    os.makedirs(d, exist_ok=True)
+    nodes = [helper.make_node("Abs", [f"t{i}"], [f"t{i + 1}"]) for i in range(n)]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [64])],
+                          [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [64])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(d, "model.onnx"))
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    np.save(os.path.join(d, "input_0.npy"), x)
+    np.save(os.path.join(d, "ref_0.npy"), np.abs(x))
+
+
+def dawn(a, results):
+    """Every compiled artifact through wgslc.js on Dawn in Node (scripts/node_forward.mjs), beside `wgslc bench`."""
+    import shutil
+    root = os.path.abspath(a.out)
+    web = os.path.join(root, "web")
+    os.makedirs(web, exist_ok=True)
+    for f in ("wgslc.js", "artifact.js"):
+        shutil.copy(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runtime", "web", f), web)
+    json.dump({"type": "module"}, open(os.path.join(web, "package.json"), "w"))
+    models = []
+    rows = {}
+    for r in results:
+        for key in list(r):
+            if not key.endswith("_dispatches") or r.get(key.replace("_dispatches", "_ms")) is None:
+                continue
+            mode = key[: -len("_dispatches")]
+            name = f"{r['model']}/{mode}"
+            models.append({"name": name, "artifact": f"{r['model']}/art_{mode}", "inputs": [f"{r['model']}/input_0.npy"],
+                           "output": f"{r['model']}/dawn_{mode}.f32"})
+            rows[name] = (r, mode)
+    if a.chain:
+        d = os.path.join(root, "chain")
+        chain_model(d, a.chain)
+        art = os.path.join(d, "art_no_fuse")
+        subprocess.run([a.wgslc, "compile", os.path.join(d, "model.onnx"), "-o", art, "--no-fuse"], check=True,
+                       capture_output=True)
+        inputs = [os.path.join(d, "input_0.npy")]
+        row = {"model": "chain", "onnx_nodes": a.chain, "no_fuse_dispatches": a.chain, "dispatch_ratio": 1.0,
+               "no_fuse_ms": wgslc_bench(a.wgslc, art, inputs, a.iterations).get("ms_per_inference"),
+               "no_fuse_checked_ms": wgslc_bench(a.wgslc, art, inputs, a.iterations, True).get("ms_per_inference")}
+        results.append(row)
+        models.append({"name": "chain/no_fuse", "artifact": "chain/art_no_fuse", "inputs": ["chain/input_0.npy"],
+                       "output": "chain/dawn_no_fuse.f32"})
+        rows["chain/no_fuse"] = (row, "no_fuse")
+    cfg = {"webgpu": os.path.join(os.path.abspath(a.dawn), "webgpu"), "wgslc_js": os.path.join(web, "wgslc.js"),
+           "root": root, "models": models, "iterations": a.iterations, "rounds": a.rounds,
+           "dawn": a.dawn_flag}
+    path = os.path.join(root, "node_forward.json")
+    json.dump(cfg, open(path, "w"))
+    node = [os.path.join(a.dawn, "node"), os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_forward.mjs"), path]
+    p = subprocess.run(node, capture_output=True, text=True, timeout=1800)
+    if p.returncode:
+        print(f"node failed ({p.returncode}): {p.stderr[-2000:]}", file=sys.stderr)
+    for line in p.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        j = json.loads(line)
+        r, mode = rows[j["name"]]
+        for k in ("load_ms", "first_run_ms", "run_ms", "replay_ms", "replay_rounds_ms", "encode_us_per_dispatch", "error",
+                  "adapter"):
+            if k in j:
+                r[f"dawn_{mode}_{k}"] = j[k]
+        out = os.path.join(root, j["name"].split("/")[0], f"dawn_{mode}.f32")
+        if "error" not in j and os.path.exists(out):
+            ref = np.load(os.path.join(root, j["name"].split("/")[0], "ref_0.npy")).astype(np.float32).ravel()
+            got = np.fromfile(out, dtype=np.float32)
+            r[f"dawn_{mode}_rel_l2"] = float(np.linalg.norm(got - ref) / np.linalg.norm(ref)) if got.size == ref.size else None
+        print(json.dumps({"dawn": j["name"], **{k: v for k, v in j.items() if k != "name"}}), flush=True)
+    print()
+    print("| model | mode | dispatches | `wgslc bench` ms | `--shader-checks` ms | wgslc.js on Dawn: replay ms | run ms (inputs in, outputs back) | first run ms | load ms | encode µs a dispatch | native / Dawn | rel. L2 vs ORT |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, (r, mode) in rows.items():
+        nat, rep = r.get(f"{mode}_ms"), r.get(f"dawn_{mode}_replay_ms")
+        ratio = f"{nat / rep:.2f}" if nat and rep else r.get(f"dawn_{mode}_error", "—")
+        f = lambda k: (f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k)))  # noqa: E731
+        print(f"| {r['model']} | {mode} | {r.get(f'{mode}_dispatches')} | {f(f'{mode}_ms')} | {f(f'{mode}_checked_ms')} | "
+              f"{f(f'dawn_{mode}_replay_ms')} | {f(f'dawn_{mode}_run_ms')} | {f(f'dawn_{mode}_first_run_ms')} | "
+              f"{f(f'dawn_{mode}_load_ms')} | {f(f'dawn_{mode}_encode_us_per_dispatch')} | {ratio} | "
+              f"{r.get(f'dawn_{mode}_rel_l2')} |")
 
 
 if __name__ == "__main__":

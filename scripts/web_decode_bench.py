@@ -63,7 +63,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wgslc", required=True)
     ap.add_argument("--stack", required=True)
-    ap.add_argument("--model", help="an onnxruntime-genai builder output (model.onnx, genai_config.json)")
+    ap.add_argument("--model", help="an onnxruntime-genai builder output (model.onnx, genai_config.json), or a decoder's "
+                                    ".onnx file of another exporter (scripts/decode_bench.py --export-only): wgslc only")
     ap.add_argument("--precisions", default="fp32,int4", help="the builder's -p values to build (without --model)")
     ap.add_argument("--out", default="/tmp/web_decode")
     ap.add_argument("--layers", type=int, default=24)
@@ -79,7 +80,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     models = [a.model] if a.model else build_models(a.out, a.layers, a.precisions.split(","))
-    vocab = json.load(open(os.path.join(models[0], "genai_config.json")))["model"]["vocab_size"]
+    vocab = vocab_size(models[0])
     prompt = np.random.default_rng(0).integers(0, min(1000, vocab), (1, a.prompt)).astype(np.int64)
     np.save(os.path.join(a.out, "prompt.npy"), prompt)
     rows = []
@@ -93,19 +94,27 @@ def main():
               f"{x['same']} |")
 
 
-def measure(a, model, prompt):
-    """One builder model: compiled, then decoded by each runtime; returns the table's rows."""
-    name = os.path.basename(model)
-    dec = json.load(open(os.path.join(model, "genai_config.json")))["model"]["decoder"]
+def vocab_size(model):
+    """The vocabulary of a builder output (its genai_config.json) or of a decoder .onnx file (its logits' last dim)."""
+    if os.path.isdir(model):
+        return json.load(open(os.path.join(model, "genai_config.json")))["model"]["vocab_size"]
     import onnx
-    m = onnx.load(os.path.join(model, "model.onnx"), load_external_data=False)
-    kv = next(i for i in m.graph.input if i.name.startswith("past_key_values"))
-    kv_dtype = {1: "float32", 10: "float16"}[kv.type.tensor_type.elem_type]
+    m = onnx.load(model, load_external_data=False)
+    out = next(o for o in m.graph.output if "logits" in o.name)
+    return out.type.tensor_type.shape.dim[-1].dim_value
+
+
+def measure(a, model, prompt):
+    """One model: compiled, then decoded by each runtime; returns the table's rows. A builder output runs on every
+    runtime; a decoder .onnx file of another exporter on wgslc's two runtimes only."""
+    builder = os.path.isdir(model)
+    name = os.path.basename(model)
+    onnx_file = os.path.join(model, "model.onnx") if builder else model
     root = os.path.join(a.out, "root")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
     art = os.path.join(root, "art")
-    r = subprocess.run([a.wgslc, "--quiet", "compile", os.path.join(model, "model.onnx"), "-o", art, "--kv-cache",
+    r = subprocess.run([a.wgslc, "--quiet", "compile", onnx_file, "-o", art, "--kv-cache",
                         str(a.capacity), "--prefill-chunk", str(a.chunk), "--target", a.target], capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"{name}: compile failed: {r.stderr[-2000:]}")
@@ -135,17 +144,23 @@ def measure(a, model, prompt):
     json.dump({"type": "module"}, open(os.path.join(web, "package.json"), "w"))
     cfg = {"webgpu": os.path.join(a.stack, "webgpu"), "ort": os.path.join(a.stack, "ort"), "root": root,
            "wgslc_js": os.path.join(web, "wgslc.js"),
-           "wgslc": [{"name": name, "artifact": "art", "steps_per_submit": [1, 16]}],
-           "onnx": [{"name": name, "model": os.path.join(model, "model.onnx"),
-                     "kv_heads": dec["num_key_value_heads"], "head_dim": dec["head_size"], "kv_dtype": kv_dtype}],
+           "wgslc": [{"name": name, "artifact": "art", "steps_per_submit": [1, 16]}], "onnx": [],
            "prompt": prompt[0].tolist(), "new": a.new, "rounds": a.rounds}
+    if builder:
+        import onnx
+        dec = json.load(open(os.path.join(model, "genai_config.json")))["model"]["decoder"]
+        m = onnx.load(onnx_file, load_external_data=False)
+        kv = next(i for i in m.graph.input if i.name.startswith("past_key_values"))
+        kv_dtype = {1: "float32", 10: "float16"}[kv.type.tensor_type.elem_type]
+        cfg["onnx"] = [{"name": name, "model": onnx_file, "kv_heads": dec["num_key_value_heads"],
+                        "head_dim": dec["head_size"], "kv_dtype": kv_dtype}]
     # wgslc.js, then onnxruntime-web, each in a Node process of its own (a failure or a hang of one keeps the other's).
-    for part in ("wgslc", "onnx"):
+    for part in ("wgslc", "onnx") if builder else ("wgslc",):
         path = os.path.join(a.out, f"node_{part}.json")
         json.dump({**cfg, **{k: [] for k in ("wgslc", "onnx") if k != part}}, open(path, "w"))
         node = [os.path.join(a.stack, "node"), os.path.join(ROOT, "scripts", "node_decode.mjs"), path]
         lines += rows(node, a.node_timeout, f"{name}: node ({part})")
-    if a.ort_genai:
+    if a.ort_genai and builder:
         env = {**os.environ, "PYTHONPATH": os.path.abspath(a.ort_genai)}
         genai = [sys.executable, os.path.join(ROOT, "scripts", "ort_genai_decode.py"), model,
                  os.path.join(a.out, "prompt.npy"), str(a.new), str(a.rounds)]
