@@ -8,7 +8,8 @@
 // ort-wasm-simd-threaded.asyncify.{mjs,wasm}), "wgslc_js": runtime/web/wgslc.js copied beside its artifact.js into
 // a folder whose package.json says "type": "module", "root": DIR served on 127.0.0.1 (holds the artifacts),
 // "wgslc": [{"name", "artifact": path under root, "steps_per_submit": [..]}], "onnx": [{"name", "model": file,
-// "kv_heads", "head_dim", "kv_dtype": "float16"|"float32"}], "prompt": [ids], "new": N, "rounds": R}.
+// "kv_heads", "head_dim", "kv_dtype": "float16"|"float32"}], "prompt": [ids], "new": N, "rounds": R, "subgroups": false
+// to keep wgslc.js's kernels on their plain modules}.
 // Prints one JSON line per measurement: tok/s over the decode steps (the prompt's prefill excluded), its tokens.
 import fs from "node:fs";
 import http from "node:http";
@@ -44,7 +45,7 @@ const origin = `http://127.0.0.1:${server.address().port}`;
 const { loadSession } = await import(pathToFileURL(cfg.wgslc_js).href);
 for (const w of cfg.wgslc ?? []) {
   const t = performance.now();
-  const s = await loadSession(`${origin}/${w.artifact}/`);
+  const s = await loadSession(`${origin}/${w.artifact}/`, { subgroups: cfg.subgroups ?? true });
   const load_ms = performance.now() - t;
   await s.generate(cfg.prompt, { maxNewTokens: 4, stepsPerSubmit: 1 });
   for (const k of w.steps_per_submit) {
@@ -57,7 +58,7 @@ for (const w of cfg.wgslc ?? []) {
       runs.push(g.decodeSteps / (g.decodeMs / 1e3));
       tokens = g.tokens.slice(cfg.prompt.length);
     }
-    emit({ runtime: "wgslc.js", name: w.name, steps_per_submit: k, tok_s: median(runs), runs, load_ms, tokens });
+    emit({ runtime: "wgslc.js", name: w.name, steps_per_submit: k, tok_s: median(runs), runs, load_ms, tokens, subgroups: s.subgroups });
   }
   s.destroy();
 }

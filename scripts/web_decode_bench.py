@@ -77,6 +77,8 @@ def main():
     ap.add_argument("--target", default="gpu", choices=["gpu", "cpu"],
                     help="wgslc compile --target (cpu: a CPU adapter, SwiftShader through VK_ICD_FILENAMES)")
     ap.add_argument("--ort-genai", help="a directory with onnxruntime_genai/ and onnxruntime-webgpu's library")
+    ap.add_argument("--no-subgroups", action="store_true",
+                    help="wgslc's kernels on their plain modules (wgslc --no-subgroups, loadSession's subgroups: false)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     models = [a.model] if a.model else build_models(a.out, a.layers, a.precisions.split(","))
@@ -123,7 +125,7 @@ def measure(a, model, prompt):
         runs, tokens = [], None
         for r in range(a.rounds + 1):  # the first round untimed: the GPU's clocks rise while it runs
             g = os.path.join(a.out, "gen")
-            p = subprocess.run([a.wgslc, "--quiet", "generate", art, "--input-ids", os.path.join(a.out, "prompt.npy"),
+            p = subprocess.run([a.wgslc, "--quiet"] + (["--no-subgroups"] if a.no_subgroups else []) + ["generate", art, "--input-ids", os.path.join(a.out, "prompt.npy"),
                                 "--max-new-tokens", str(a.new), "--steps-per-submit", str(k), "-o", g],
                                capture_output=True, text=True)
             if p.returncode:
@@ -131,7 +133,8 @@ def measure(a, model, prompt):
             if r > 0:
                 runs.append(json.loads(p.stdout.strip().splitlines()[-1])["tokens_per_s"])
             tokens = np.load(os.path.join(g, "tokens.npy")).reshape(-1)[a.prompt:].tolist()
-        lines.append({"runtime": "wgslc generate (wgpu, Vulkan)", "steps_per_submit": k,
+        lines.append({"runtime": "wgslc generate (wgpu, Vulkan)" + (", no subgroups" if a.no_subgroups else ""),
+                      "steps_per_submit": k,
                       "tok_s": statistics.median(runs), "runs": runs, "tokens": tokens})
         print(json.dumps({"model": name, **lines[-1]}), flush=True)
     reference = lines[0]["tokens"]
@@ -145,7 +148,7 @@ def measure(a, model, prompt):
     cfg = {"webgpu": os.path.join(a.stack, "webgpu"), "ort": os.path.join(a.stack, "ort"), "root": root,
            "wgslc_js": os.path.join(web, "wgslc.js"),
            "wgslc": [{"name": name, "artifact": "art", "steps_per_submit": [1, 16]}], "onnx": [],
-           "prompt": prompt[0].tolist(), "new": a.new, "rounds": a.rounds}
+           "prompt": prompt[0].tolist(), "new": a.new, "rounds": a.rounds, "subgroups": not a.no_subgroups}
     if builder:
         import onnx
         dec = json.load(open(os.path.join(model, "genai_config.json")))["model"]["decoder"]
@@ -166,6 +169,8 @@ def measure(a, model, prompt):
                  os.path.join(a.out, "prompt.npy"), str(a.new), str(a.rounds)]
         lines += rows(genai, a.node_timeout, f"{name}: onnxruntime-genai", env)
     for x in lines:
+        if x["runtime"] == "wgslc.js":
+            x["runtime"] += " (subgroups)" if x.get("subgroups") else " (no subgroups)"
         x["model"] = name
         x["same"] = f"{sum(p == q for p, q in zip(x['tokens'], reference))}/{len(reference)}"
     return lines

@@ -1,3 +1,4 @@
+{% include "subgroups.wgsl" -%}
 {% include "header.wgsl" %}
 {%- include "helpers.wgsl" %}
 {%- if let Some(fu) = operand %}
@@ -57,6 +58,9 @@ fn row_read(j: u32) -> u32 {
 {%- let reduce_threads = 256 %}
 {%- let reduce_width = 16 %}
 {%- let reduce_chunks = 16 %}
+{%- let reduce_sg = sg %}
+{%- let reduce_subgroups = 64 %}
+{%- let reduce_parts = 128 %}
 {% include "workgroup_reduce.wgsl" %}
 var<workgroup> q_row: array<vec4<f32>, {{ dk4 }}>;
 var<workgroup> scores: array<f32, {{ n }}>;
@@ -89,7 +93,12 @@ fn value4(base: u32, c4: u32) -> vec4<f32> {
 }
 
 @compute @workgroup_size(256)
+{%- if sg %}
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sid: u32, @builtin(subgroup_invocation_id) slane: u32, @builtin(subgroup_size) ssize: u32) {
+{%- include "subgroup_ids.wgsl" %}
+{%- else %}
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+{%- endif %}
     let batch = wid.y * {{ groups_x }}u + wid.x;
     if (batch >= {{ blocks }}u) {
         return;
@@ -289,6 +298,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
 {%- endif %}
     }
+{%- if sg %}
+    var pv = {% for u in pv_keys %}{% if u.i > 0 %} + {% endif %}acc{{ u.i }}{% endfor %};
+    // The slices of one subgroup summed by a butterfly of shuffles across them ({{ lanes }}, twice that, … lanes apart);
+    // slice 0 then adds the other subgroups' sums (or, where a slice is a subgroup or wider, every slice's).
+    for (var m = {{ lanes }}u; m < ssize; m = m << 1u) {
+        pv = pv + subgroupShuffleXor(pv, m);
+    }
+    pv_red[tid] = pv;
+    workgroupBarrier();
+    let step = max(ssize / {{ lanes }}u, 1u);
+    if (slice == 0u && c4 < {{ dv4 }}u) {
+        for (var w = step; w < {{ slices }}u; w = w + step) {
+            pv = pv + pv_red[tid + w * {{ lanes }}u];
+        }
+{%- else %}
     pv_red[tid] = {% for u in pv_keys %}{% if u.i > 0 %} + {% endif %}acc{{ u.i }}{% endfor %};
     workgroupBarrier();
     // Pairwise down to {{ slices_tail }} sums, which slice 0 adds up itself (a barrier per halving costs more than the reads).
@@ -299,13 +323,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
     }
     if (slice == 0u && c4 < {{ dv4 }}u) {
+        let pv = {% for i in 0..slices_tail %}{% if i > 0 %} + {% endif %}pv_red[tid + {{ i }}u * {{ lanes }}u]{% endfor %};
+{%- endif %}
 {%- if nan_to_zero %}
         // Every score -inf: the softmax is NaN, which the model's Where(IsNaN(p), 0, p) turns into zeros.
         let inv = select(1.0 / denom, 0.0, denom == 0.0);
 {%- else %}
         let inv = 1.0 / denom;
 {%- endif %}
-        let o = ({% for i in 0..slices_tail %}{% if i > 0 %} + {% endif %}pv_red[tid + {{ i }}u * {{ lanes }}u]{% endfor %}) * inv;
+        let o = pv * inv;
         for (var e = 0u; e < 4u; e = e + 1u) {
             let oo = batch * {{ dv }}u + c4 * 4u + e;
             out[{{ fu.at("oo") }}] = o[e];

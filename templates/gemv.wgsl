@@ -1,3 +1,4 @@
+{% include "subgroups.wgsl" -%}
 {% include "header.wgsl" %}
 {%- include "helpers.wgsl" %}
 {%- if let Some(fu) = operand %}
@@ -52,11 +53,19 @@ var<workgroup> sums: array<{{ acc_ty }}, 256>;
 {%- let reduce_threads = 256 %}
 {%- let reduce_width = 16 %}
 {%- let reduce_chunks = 16 %}
+{%- let reduce_sg = sg %}
+{%- let reduce_subgroups = 64 %}
+{%- let reduce_parts = 128 %}
 {% include "workgroup_reduce.wgsl" %}
 {%- endif %}
 
 @compute @workgroup_size(256)
+{%- if sg %}
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sid: u32, @builtin(subgroup_invocation_id) slane: u32, @builtin(subgroup_size) ssize: u32) {
+{%- include "subgroup_ids.wgsl" %}
+{%- else %}
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+{%- endif %}
     let batch = wid.z;
     let a_base = {{ a_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
     let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
@@ -122,6 +131,54 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let rinv = 1.0 / sqrt(reduce_sum(tid, ssq) / {{ r.k }}.0 + {{ r.eps }});
 {%- endif %}
+{%- if sg %}
+    var total = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};
+{%- if t.kmajor %}
+    // Each group's lanes summed in their subgroup: a butterfly of shuffles over the group's {{ t.lanes }} lanes, or over the
+    // whole subgroup where it is narrower, leaves every lane its subgroup's share of the group's sum.
+    for (var m = 1u; m < min({{ t.lanes }}u, ssize); m = m << 1u) {
+        total = total + subgroupShuffleXor(total, m);
+    }
+{%- if wide_groups %}
+    // A group wider than a subgroup: its subgroups' shares meet in workgroup memory and lane 0 adds them up.
+    if (sg_lane == 0u) {
+        sums[sg_id] = total;
+    }
+    workgroupBarrier();
+    if (lane != 0u || col >= {{ n }}u) {
+        return;
+    }
+    for (var p = 1u; p < {{ t.lanes }}u / ssize; p = p + 1u) {
+        total = total + sums[sg_id + p];
+    }
+{%- else %}
+    if (lane != 0u || col >= {{ n }}u) {
+        return;
+    }
+{%- endif %}
+{%- else %}
+    // The groups of one subgroup summed by a butterfly of shuffles across them ({{ t.lanes }}, twice that, … lanes apart);
+    // group 0 then adds the other subgroups' sums (or, where a group is a subgroup or wider, every group's).
+    for (var m = {{ t.lanes }}u; m < ssize; m = m << 1u) {
+        total = total + subgroupShuffleXor(total, m);
+    }
+{%- if t.groups > 1 %}
+    sums[tid] = total;
+    workgroupBarrier();
+    if (group != 0u || col >= {{ n }}u) {
+        return;
+    }
+    let step = max(ssize / {{ t.lanes }}u, 1u);
+    for (var g = step; g < {{ t.groups }}u; g = g + step) {
+        total = total + sums[tid + g * {{ t.lanes }}u];
+    }
+{%- else %}
+    if (col >= {{ n }}u) {
+        return;
+    }
+{%- endif %}
+{%- endif %}
+{%- else %}
     sums[tid] = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};
     workgroupBarrier();
 {%- if t.kmajor %}
@@ -149,6 +206,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     let total = {% for i in 0..tail %}{% if i > 0 %} + {% endif %}sums[tid + {{ i }}u * {{ t.lanes }}u]{% endfor %};
+{%- endif %}
 {%- endif %}
 {%- for c in 0..t.vec %}
     {

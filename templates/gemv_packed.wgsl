@@ -1,3 +1,4 @@
+{% include "subgroups.wgsl" -%}
 {% include "header.wgsl" %}
 {%- include "helpers.wgsl" %}
 {%- if let Some(fu) = operand %}
@@ -23,6 +24,9 @@ var<workgroup> sums: array<f32, {{ sums_len }}>;
 {%- let reduce_threads = 256 %}
 {%- let reduce_width = 16 %}
 {%- let reduce_chunks = 16 %}
+{%- let reduce_sg = sg %}
+{%- let reduce_subgroups = 64 %}
+{%- let reduce_parts = 128 %}
 {% include "workgroup_reduce.wgsl" %}
 {%- endif %}
 
@@ -54,7 +58,12 @@ fn word_{{ arm.var }}(i: u32) -> u32 {
 {%- endfor %}
 
 @compute @workgroup_size(256)
+{%- if sg %}
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sid: u32, @builtin(subgroup_invocation_id) slane: u32, @builtin(subgroup_size) ssize: u32) {
+{%- include "subgroup_ids.wgsl" %}
+{%- else %}
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+{%- endif %}
     let lane = tid % {{ t.lanes }}u;
     let group = tid / {{ t.lanes }}u;
     // This group's first column; columns past the last read the last one's weights and are not stored.
@@ -255,6 +264,44 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let rinv = 1.0 / sqrt(reduce_sum(tid, ssq) / {{ r.k }}.0 + {{ r.eps }});
 {%- endif %}
 {%- endif %}
+{%- if sg %}
+    // Each group's lanes summed in their subgroup: a butterfly of shuffles over the group's {{ t.lanes }} lanes, or over the
+    // whole subgroup where it is narrower, leaves every lane its subgroup's share of each column's sum.
+{%- for c in cs %}
+    var total{{ c.c }} = acc{{ c.c }};
+{%- if t.tiles > 1 %}
+    acc{{ c.c }} = 0.0;
+{%- endif %}
+{%- endfor %}
+    for (var m = 1u; m < min({{ t.lanes }}u, ssize); m = m << 1u) {
+{%- for c in cs %}
+        total{{ c.c }} = total{{ c.c }} + subgroupShuffleXor(total{{ c.c }}, m);
+{%- endfor %}
+    }
+{%- if wide_groups %}
+    // A group wider than a subgroup: its subgroups' shares meet in workgroup memory and lane 0 adds them up.
+    if (sg_lane == 0u) {
+{%- for c in cs %}
+        sums[{{ c.base }}u + sg_id] = total{{ c.c }};
+{%- endfor %}
+    }
+    workgroupBarrier();
+{%- endif %}
+{%- if t.tiles > 1 %}
+    if (lane == 0u) {
+{%- else %}
+    if (lane != 0u) {
+        return;
+    }
+{%- endif %}
+{%- if wide_groups %}
+    for (var p = 1u; p < {{ t.lanes }}u / ssize; p = p + 1u) {
+{%- for c in cs %}
+        total{{ c.c }} = total{{ c.c }} + sums[{{ c.base }}u + sg_id + p];
+{%- endfor %}
+    }
+{%- endif %}
+{%- else %}
 {%- for c in cs %}
     sums[{{ c.base }}u + tid] = acc{{ c.c }};
 {%- if t.tiles > 1 %}
@@ -280,10 +327,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 {%- endif %}
 {%- for c in cs %}
+    let total{{ c.c }} = {% for i in 0..tail %}{% if i > 0 %} + {% endif %}sums[{{ c.base }}u + tid + {{ i }}u]{% endfor %};
+{%- endfor %}
+{%- endif %}
+{%- for c in cs %}
     if ({{ self.tile_col0() }} + {{ c.c }}u < {{ n }}u) {
         let n = {{ self.tile_col0() }} + {{ c.c }}u;
-        let total = {% for i in 0..tail %}{% if i > 0 %} + {% endif %}sums[{{ c.base }}u + tid + {{ i }}u]{% endfor %};
-        var v = {{ alpha }} * total{% if rms.is_some() %} * rinv{% endif %};
+        var v = {{ alpha }} * total{{ c.c }}{% if rms.is_some() %} * rinv{% endif %};
 {%- if has_bias %}
         v = v + {{ beta }} * {{ bias_ld.open }}n * {{ bias_sn }}u{{ bias_ld.close }};
 {%- endif %}
@@ -293,8 +343,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}
 {%- if t.tiles > 1 %}
     }
+{%- if !sg || wide_groups %}
     // Lane 0 has read the sums before the next tile writes them.
     workgroupBarrier();
+{%- endif %}
     }
 {%- endif %}
 }

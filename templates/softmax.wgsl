@@ -5,6 +5,9 @@
 {%- let reduce_threads = 64 %}
 {%- let reduce_width = 8 %}
 {%- let reduce_chunks = 8 %}
+{%- let reduce_sg = false %}
+{%- let reduce_subgroups = 0 %}
+{%- let reduce_parts = 0 %}
 {% include "workgroup_reduce.wgsl" %}
 
 {% include "main_rows.wgsl" %}

@@ -1,5 +1,43 @@
 {#- The includer sets `reduce_threads`: its workgroup size, a power of two; `reduce_width` and `reduce_chunks`,
-    two powers of two whose product it is. -#}
+    two powers of two whose product it is; and `reduce_sg`: whether this is a subgroup form (then `reduce_parts`
+    is twice the most subgroups of 4 or more invocations, `reduce_subgroups`, it can hold). -#}
+{%- if reduce_sg %}
+// Reductions across a workgroup of {{ reduce_threads }} invocations: each subgroup's own first (subgroupMax, subgroupAdd), then
+// its first lane leaves the result in workgroup memory and, after one barrier, every invocation adds up the
+// subgroups' results. Those go to one half of `part` and the next reduction's to the other: a reduction writes
+// before its barrier, while a slower invocation may still read the reduction before (never the one before that,
+// since it passed that reduction's barrier first).
+var<workgroup> part: array<f32, {{ reduce_parts }}>;
+var<private> part_half: u32;
+
+fn reduce_part(s: f32) -> u32 {
+    let at = part_half * {{ reduce_subgroups }}u;
+    part_half = 1u - part_half;
+    if (sg_lane == 0u) {
+        part[at + sg_id] = s;
+    }
+    workgroupBarrier();
+    return at;
+}
+
+fn reduce_max(lid: u32, v: f32) -> f32 {
+    let at = reduce_part(subgroupMax(v));
+    var r = part[at];
+    for (var i = 1u; i < {{ reduce_threads }}u / sg_size; i = i + 1u) {
+        r = max(r, part[at + i]);
+    }
+    return r;
+}
+
+fn reduce_sum(lid: u32, v: f32) -> f32 {
+    let at = reduce_part(subgroupAdd(v));
+    var r = part[at];
+    for (var i = 1u; i < {{ reduce_threads }}u / sg_size; i = i + 1u) {
+        r = r + part[at + i];
+    }
+    return r;
+}
+{%- else -%}
 // Reductions across a workgroup of {{ reduce_threads }} invocations through workgroup memory; every invocation gets the result.
 // Two levels and two barriers: invocations 0..{{ reduce_chunks }} each reduce {{ reduce_width }} values {{ reduce_chunks }} apart (so that their
 // reads fall in distinct banks), all loaded at once, then every invocation reduces those {{ reduce_chunks }} results (a pairwise tree
@@ -35,3 +73,4 @@ fn reduce_sum(lid: u32, v: f32) -> f32 {
     workgroupBarrier();
     return {% for i in 0..reduce_chunks %}{% if i > 0 %} + {% endif %}part_chunks[{{ i }}]{% endfor %};
 }
+{%- endif %}

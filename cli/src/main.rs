@@ -18,6 +18,10 @@ struct Cli {
     /// products up to 25 %.
     #[arg(long, global = true)]
     shader_checks: bool,
+    /// Replay every kernel's plain module, never its subgroup module (by default, kernels that have one use it
+    /// where the adapter offers WebGPU's subgroups with subgroups of 4 to 128 invocations).
+    #[arg(long, global = true)]
+    no_subgroups: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -288,7 +292,7 @@ fn real_main() -> Result<()> {
     let cli = Cli::parse();
     let quiet = cli.quiet;
     let checks = if cli.shader_checks { ShaderChecks::Checked } else { ShaderChecks::Trusted };
-    let gpu = || Gpu::with_shader_checks(checks);
+    let gpu = || Gpu::with_options(checks, !cli.no_subgroups);
     // Informational lines on stderr, which --quiet silences.
     let info = |line: String| {
         if !quiet {

@@ -151,6 +151,10 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
     for name in ["decoders/llama_dynamo20", "genai/qwen2_int4_webgpu"] {
         variants.push((name.into(), None, wgslc::Target::Cpu));
     }
+    // Sessions replay kernels' subgroup modules where Chromium's adapter allows (every decoder above); these also
+    // load with `subgroups: false`, so that the plain modules of the matrix-vector kernels (f32 and packed, GPU and
+    // CPU layouts) and of the one-row attention stay checked in Tint as well.
+    let plain = ["decoders__llama_dynamo20", "genai__qwen2_int4_webgpu", "decoders__llama_dynamo20_cpu"];
     for (name, binding, target) in variants.into_iter().filter(|(n, _, _)| n.contains(&only)) {
         let id = match (binding, target) {
             (Some(_), _) => format!("{}_blocks", name.replace('/', "__")),
@@ -209,6 +213,11 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
         assert_ne!(drawn, want, "{id}: temperature 50 drew the greedy tokens");
         jobs.push(job(50.0, 0, seed));
         expected.push(drawn);
+        if plain.contains(&id.as_str()) {
+            let plain_id = format!("{id}__no_subgroups");
+            listing.push(serde_json::json!({ "id": plain_id, "dir": id, "generate": jobs, "subgroups": false }));
+            generations.push((plain_id, expected.clone()));
+        }
         listing.push(serde_json::json!({ "id": id, "generate": jobs }));
         generations.push((id, expected));
     }
@@ -257,10 +266,14 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
     );
 
     let mut results = std::collections::HashMap::new();
+    let mut adapter = serde_json::Value::Null;
     let started = Instant::now();
     loop {
         match rx.recv_timeout(STALL) {
-            Ok(Msg::Adapter(info)) => eprintln!("chromium's WebGPU adapter: {info}"),
+            Ok(Msg::Adapter(a)) => {
+                eprintln!("chromium's WebGPU adapter: {a}");
+                adapter = a;
+            }
             Ok(Msg::Result(r)) => {
                 let id = r["id"].as_str().unwrap_or_default().to_string();
                 results.insert(id, r);
@@ -294,7 +307,18 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
             None => failures.push(format!("{id}: no result")),
         }
     }
+    // Chromium's adapter (SwiftShader) offers subgroups, so Tint compiles and runs the subgroup modules; sessions
+    // replay them unless told `subgroups: false`.
+    assert_eq!(
+        adapter["subgroups"], true,
+        "Chromium's adapter offers no subgroups (Tint would not check them): {adapter}"
+    );
     for (id, expected) in &generations {
+        let used = results.get(id).map(|r| r["subgroups"].clone());
+        if used != Some(serde_json::Value::Bool(!id.ends_with("__no_subgroups"))) && results.contains_key(id) {
+            failures.push(format!("{id}: replayed subgroup modules: {used:?}"));
+            continue;
+        }
         match check_generations(results.get(id), expected) {
             Ok(()) => eprintln!("ok   {id}: {} generations", expected.len()),
             Err(e) => failures.push(format!("{id}: {e}")),
@@ -553,7 +577,7 @@ fn handle(mut stream: TcpStream, root: &Path, tx: &mpsc::Sender<Msg>) -> std::io
         reader.read_exact(&mut body)?;
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
         let msg = match url {
-            "/adapter" => Msg::Adapter(v["info"].clone()),
+            "/adapter" => Msg::Adapter(v),
             "/result" => Msg::Result(v),
             "/done" => Msg::Done,
             _ => Msg::Fatal(

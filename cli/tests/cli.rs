@@ -562,6 +562,26 @@ fn compile_never_deletes_or_overwrites_a_users_files() {
     assert!(error_line(&o).contains("is not part of the previous artifact"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(fresh.join("kernels/k000_conv.wgsl")).unwrap(), "mine");
     assert!(!fresh.join("plan.json").exists());
+    // An artifact's subgroup modules are its files too: recompiling a decoder over itself replaces them, and over
+    // another model removes them.
+    let dec = common::testdata().join("decoders/llama_dynamo20/model.onnx");
+    let dec = dec.to_str().unwrap();
+    let sg_dir = tmp.path().join("decoder");
+    let sg_out = sg_dir.to_str().unwrap();
+    for _ in 0..2 {
+        let o = wgslc(&["compile", dec, "-o", sg_out, "--kv-cache", "16"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let subgroup_files = |d: &Path| {
+        std::fs::read_dir(d.join("kernels"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().to_string_lossy().ends_with(".subgroups.wgsl"))
+            .count()
+    };
+    assert!(subgroup_files(&sg_dir) > 0);
+    let o = wgslc(&["compile", mlp, "-o", sg_out, "--dim", "batch=2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(subgroup_files(&sg_dir), 0);
     // Every artifact file gets the same permissions (the weights were written private to their owner).
     #[cfg(unix)]
     {

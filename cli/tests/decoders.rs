@@ -210,10 +210,21 @@ fn greedy_failures(name: &str) -> Vec<String> {
     greedy_failures_for(name, wgslc::Target::Gpu)
 }
 
-/// [`greedy_failures`] of the case compiled for `target`.
+/// [`greedy_failures`] of the case compiled for `target`, replayed with its subgroup modules and with its plain
+/// ones (`common::gpus_for`).
 fn greedy_failures_for(name: &str, target: wgslc::Target) -> Vec<String> {
+    let (dir, session) = compile_for(name, 46, 4, target);
+    let mut failures = greedy_failures_of(name, &session);
+    for (what, gpu) in common::gpus_for(session.plan()).into_iter().skip(1) {
+        let plain = Session::load_with(dir.path(), gpu).unwrap_or_else(|e| panic!("{name}: {e}"));
+        failures.extend(greedy_failures_of(name, &plain).into_iter().map(|f| format!("{what}{f}")));
+    }
+    failures
+}
+
+/// [`greedy_failures`] of a loaded case.
+fn greedy_failures_of(name: &str, session: &Session) -> Vec<String> {
     let mut failures = Vec::new();
-    let (_dir, session) = compile_for(name, 46, 4, target);
     for k in 0..2 {
         let prompt = ids(&npy(&case(name).join(format!("prompt_{k}.npy"))));
         let want = ids(&npy(&case(name).join(format!("tokens_{k}.npy"))));
@@ -712,6 +723,51 @@ fn sample_top_k_on_long_rows() {
 
 fn wgslc(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_wgslc")).args(args).output().expect("run wgslc")
+}
+
+/// Subgroup modules: a decoder's matrix-vector kernels (f32 and packed) and its one-row attention have one; the
+/// test adapter (lavapipe) replays them, so every GPU suite runs them, and `common::gpus_for` the plain modules
+/// too; `--no-subgroups` keeps the CLI on the plain ones, with the same tokens.
+#[test]
+fn decoders_have_subgroup_modules_that_the_test_adapter_replays() {
+    assert!(
+        common::gpu().subgroups,
+        "{} replays no subgroup module: the suites would not check them",
+        common::gpu().describe()
+    );
+    for (name, weights) in [("llama_dynamo20", wgslc::WeightFormat::Keep), ("llama_dynamo20", wgslc::WeightFormat::Q4)]
+    {
+        let out = tempfile::tempdir().unwrap();
+        let kv_cache = Some(wgslc::KvCache { capacity: 46, chunk: 4, state: vec![], fixed: Default::default() });
+        let opts = wgslc::CompileOptions { kv_cache, weights, ..Default::default() };
+        wgslc::compile(&model_of(&case(name)), out.path(), &opts).unwrap();
+        let plan = wgslc::artifact::Plan::read(out.path()).unwrap();
+        let gemv: Vec<_> = plan.kernels.iter().filter(|k| k.wgsl.ends_with("_gemv.wgsl")).collect();
+        assert!(gemv.len() >= 4 && gemv.iter().all(|k| k.subgroups.is_some()), "{name} {weights:?}: {gemv:?}");
+        let with: Vec<&str> = plan.kernels.iter().filter_map(|k| k.subgroups.as_deref()).collect();
+        assert!(with.iter().any(|p| p.ends_with("_attention.subgroups.wgsl")), "{name}: {with:?}");
+        for p in &with {
+            let text = std::fs::read_to_string(out.path().join(p)).unwrap();
+            assert!(text.starts_with("enable subgroups;"), "{p}");
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let art = tmp.path().join("art");
+    let r = wgslc(&["compile", &s(&case("qwen2_dynamo20").join("model.onnx")), "-o", &s(&art), "--kv-cache", "24"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let prompt = case("qwen2_dynamo20").join("prompt_1.npy");
+    let want = ids(&npy(&case("qwen2_dynamo20").join("tokens_1.npy")));
+    for flags in [&[][..], &["--no-subgroups"][..]] {
+        let out = tmp.path().join(format!("out{}", flags.len()));
+        let args = ["generate", &s(&art), "--input-ids", &s(&prompt), "--max-new-tokens", "7", "-o", &s(&out)];
+        let r = wgslc(&[flags, &args[..]].concat());
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let line: serde_json::Value = serde_json::from_slice(&r.stdout).expect("one JSON line");
+        let adapter = line["adapter"].as_str().unwrap();
+        assert_eq!(adapter.ends_with(", subgroups)"), flags.is_empty(), "{flags:?}: {adapter}");
+        assert_eq!(ids(&npy(&out.join("tokens.npy"))), want[..12], "{flags:?}");
+    }
 }
 
 /// The CLI contract: `wgslc generate DIR --input-ids FILE.npy --max-new-tokens N [--eos ID] -o OUTDIR` writes

@@ -16,7 +16,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 /// The wgpu this runtime is built on, for code that uses [`Gpu`]'s device and queue.
 pub use wgpu;
-use wgslc_artifact::{relayout, ArtifactError, BufferKind, Plan, Ranges, RunLayout, StorageType, TensorSpec};
+use wgslc_artifact::{relayout, ArtifactError, BufferKind, DeviceLimits, Plan, Ranges, RunLayout, StorageType};
+use wgslc_artifact::{subgroups_usable, TensorSpec};
 pub use wgslc_artifact::{HostTensor, TensorData};
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,8 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     /// What wgpu adds to the kernels of artifacts loaded on this device.
     pub shader_checks: ShaderChecks,
+    /// Whether kernels' subgroup modules replay here (asked for, and `wgslc_artifact::subgroups_usable`).
+    pub subgroups: bool,
     lost: Arc<Mutex<Option<String>>>,
 }
 
@@ -81,6 +84,11 @@ impl Gpu {
 
     /// [`Gpu::new`], with the given checks on every kernel loaded on it.
     pub fn with_shader_checks(shader_checks: ShaderChecks) -> Result<Arc<Gpu>, RuntimeError> {
+        Gpu::with_options(shader_checks, true)
+    }
+
+    /// [`Gpu::with_shader_checks`]; `subgroups: false` keeps kernels off their subgroup modules everywhere.
+    pub fn with_options(shader_checks: ShaderChecks, subgroups: bool) -> Result<Arc<Gpu>, RuntimeError> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         // Read here: wgpu-types' own `from_env` reads nothing unless its "std" feature is on.
         desc.backends = std::env::var("WGPU_BACKEND")
@@ -95,9 +103,11 @@ impl Gpu {
         }))
         .map_err(|e| RuntimeError::NoAdapter(e.to_string()))?;
         let info = adapter.get_info();
+        let has = adapter.features().contains(wgpu::Features::SUBGROUP);
+        let subgroups = subgroups && subgroups_usable(has, info.subgroup_min_size, info.subgroup_max_size);
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("wgslc"),
-            required_features: adapter.features() & TIMING,
+            required_features: adapter.features() & (TIMING | wgpu::Features::SUBGROUP),
             required_limits: adapter.limits(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -109,12 +119,13 @@ impl Gpu {
         device.set_device_lost_callback(move |reason, msg| {
             *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
         });
-        Ok(Arc::new(Gpu { device, queue, info, shader_checks, lost }))
+        Ok(Arc::new(Gpu { device, queue, info, shader_checks, subgroups, lost }))
     }
 
-    /// "name (backend, driver)": which adapter runs the kernels.
+    /// "name (backend, driver)": which adapter runs the kernels, and ", subgroups" where they replay subgroup modules.
     pub fn describe(&self) -> String {
-        format!("{} ({:?}, {} {})", self.info.name, self.info.backend, self.info.driver, self.info.driver_info)
+        let (i, sg) = (&self.info, if self.subgroups { ", subgroups" } else { "" });
+        format!("{} ({:?}, {} {}{sg})", i.name, i.backend, i.driver, i.driver_info)
     }
 
     /// An error if the device has been lost since it was opened.
@@ -190,8 +201,9 @@ impl Session {
         let plan = Plan::read(dir)?;
         check_limits(&plan, &gpu)?;
         let read = |k: &wgslc_artifact::Kernel| {
-            std::fs::read_to_string(dir.join(&k.wgsl))
-                .map_err(|e| RuntimeError::Invalid(format!("kernel '{}': cannot read '{}': {e}", k.name, k.wgsl)))
+            let path = k.module(gpu.subgroups);
+            std::fs::read_to_string(dir.join(path))
+                .map_err(|e| RuntimeError::Invalid(format!("kernel '{}': cannot read '{path}': {e}", k.name)))
         };
         let sources = plan.kernels.iter().map(read).collect::<Result<Vec<_>, _>>()?;
         // Weights: memory-mapped, copied straight into buffers mapped at creation (one host copy: the map).
@@ -215,15 +227,16 @@ impl Session {
     ) -> Result<Session, RuntimeError> {
         let plan = Plan::parse(plan_json)?;
         check_limits(&plan, &gpu)?;
-        let sources = plan
-            .kernels
-            .iter()
-            .map(|k| {
-                kernels.iter().find(|(p, _)| *p == k.wgsl).map(|(_, s)| s.to_string()).ok_or_else(|| {
-                    RuntimeError::Invalid(format!("kernel '{}': no source given for '{}'", k.name, k.wgsl))
+        let sources =
+            plan.kernels
+                .iter()
+                .map(|k| {
+                    let path = k.module(gpu.subgroups);
+                    kernels.iter().find(|(p, _)| *p == path).map(|(_, s)| s.to_string()).ok_or_else(|| {
+                        RuntimeError::Invalid(format!("kernel '{}': no source given for '{path}'", k.name))
+                    })
                 })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>, _>>()?;
         Session::build(plan, sources, weights, gpu)
     }
 
@@ -300,7 +313,7 @@ impl Session {
         };
         let make = |(k, src): (&wgslc_artifact::Kernel, &String)| {
             gpu.scoped(&format!("kernel '{}'", k.name), || {
-                let source = wgpu::ShaderSource::Wgsl(src.as_str().into());
+                let source = wgpu::ShaderSource::Wgsl(wgslc_artifact::for_naga(src));
                 let desc = wgpu::ShaderModuleDescriptor { label: Some(&k.name), source };
                 // SAFETY: unchecked only when the Gpu says the artifact is wgslc's, whose kernels index arrays
                 // within their sizes and whose loops end (see `ShaderChecks`).
@@ -600,32 +613,12 @@ impl Session {
 
 /// The plan against the device's real limits, before any GPU work.
 fn check_limits(plan: &Plan, gpu: &Gpu) -> Result<(), RuntimeError> {
-    let limits = gpu.device.limits();
-    for b in &plan.buffers {
-        if b.size > limits.max_buffer_size {
-            return Err(RuntimeError::Limits(format!(
-                "buffer '{}' is {} bytes, the device allows {}",
-                b.name, b.size, limits.max_buffer_size
-            )));
-        }
-    }
-    for k in &plan.kernels {
-        if k.bindings.len() as u32 > limits.max_storage_buffers_per_shader_stage {
-            return Err(RuntimeError::Limits(format!(
-                "kernel '{}' binds {} storage buffers",
-                k.name,
-                k.bindings.len()
-            )));
-        }
-        if let Some(b) = k.bindings.iter().find(|b| b.size > limits.max_storage_buffer_binding_size) {
-            return Err(RuntimeError::Limits(format!(
-                "kernel '{}' binds {} bytes at binding {}",
-                k.name, b.size, b.binding
-            )));
-        }
-        if k.workgroups.iter().any(|&w| w > limits.max_compute_workgroups_per_dimension) {
-            return Err(RuntimeError::Limits(format!("kernel '{}' dispatches {:?} workgroups", k.name, k.workgroups)));
-        }
-    }
-    Ok(())
+    let l = gpu.device.limits();
+    plan.fits(&DeviceLimits {
+        max_buffer_size: l.max_buffer_size,
+        max_storage_buffers_per_shader_stage: l.max_storage_buffers_per_shader_stage,
+        max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+        max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+    })
+    .map_err(RuntimeError::Limits)
 }

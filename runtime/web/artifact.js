@@ -20,7 +20,7 @@ const FIELDS = {
   DimRange: ["max", "min", "name"],
   GridScale: ["axis", "dim"],
   Iota: ["last", "len", "start"],
-  Kernel: ["bindings", "entry_point", "name", "scale", "wgsl", "workgroups"],
+  Kernel: ["bindings", "entry_point", "name", "scale", "subgroups", "wgsl", "workgroups"],
   Mask: ["len", "ranges"],
   Place: ["buffer", "offset"],
   Plan: ["buffers", "decoder", "dispatches", "format", "inputs", "kernels", "outputs", "ranges", "version", "weights"],
@@ -142,8 +142,10 @@ export function parsePlan(text) {
     }
   }
   for (const [ki, k] of plan.kernels.entries()) {
-    if (typeof k.wgsl !== "string" || k.wgsl.startsWith("/") || k.wgsl.split("/").some((c) => c === ".." || c === "." || c === "")) {
-      bad(`kernel '${k.name}' has a path outside the artifact: '${k.wgsl}'`);
+    for (const p of k.subgroups == null ? [k.wgsl] : [k.wgsl, k.subgroups]) {
+      if (typeof p !== "string" || p.startsWith("/") || p.split("/").some((c) => c === ".." || c === "." || c === "")) {
+        bad(`kernel '${k.name}' has a path outside the artifact: '${p}'`);
+      }
     }
     if (k.workgroups.some((w) => w > 65535)) bad(`kernel '${k.name}' dispatches ${fmt(k.workgroups)} workgroups`);
     for (const [i, b] of k.bindings.entries()) {
@@ -609,4 +611,54 @@ export function outputData(spec, bytes) {
     default:
       throw new Error(`output '${spec.name}': unknown storage type '${spec.storage}'`);
   }
+}
+
+// ---- the device (wgslc_artifact's device.rs) ----------------------------------------------------------------
+
+// What the plan needs of the device, by WebGPU limit name.
+export function neededLimits(plan) {
+  const max = (xs) => xs.reduce((a, x) => Math.max(a, x), 0);
+  return {
+    maxBufferSize: max(plan.buffers.map((b) => b.size)),
+    maxStorageBufferBindingSize: max(plan.kernels.flatMap((k) => k.bindings.map((b) => b.size))),
+    maxStorageBuffersPerShaderStage: max(plan.kernels.map((k) => k.bindings.length)),
+    maxComputeWorkgroupsPerDimension: max(plan.kernels.flatMap((k) => k.workgroups)),
+  };
+}
+
+export function checkLimits(plan, limits) {
+  for (const b of plan.buffers) {
+    if (b.size > limits.maxBufferSize) {
+      throw new Error(`the device cannot run this artifact: buffer '${b.name}' is ${b.size} bytes, the device allows ${limits.maxBufferSize} (maxBufferSize)`);
+    }
+  }
+  for (const k of plan.kernels) {
+    if (k.bindings.length > limits.maxStorageBuffersPerShaderStage) {
+      throw new Error(`the device cannot run this artifact: kernel '${k.name}' binds ${k.bindings.length} storage buffers (maxStorageBuffersPerShaderStage is ${limits.maxStorageBuffersPerShaderStage})`);
+    }
+    const b = k.bindings.find((b) => b.size > limits.maxStorageBufferBindingSize);
+    if (b) {
+      throw new Error(`the device cannot run this artifact: kernel '${k.name}' binds ${b.size} bytes at binding ${b.binding} (maxStorageBufferBindingSize is ${limits.maxStorageBufferBindingSize})`);
+    }
+    if (k.workgroups.some((w) => w > limits.maxComputeWorkgroupsPerDimension)) {
+      throw new Error(`the device cannot run this artifact: kernel '${k.name}' dispatches ${fmt(k.workgroups)} workgroups (maxComputeWorkgroupsPerDimension is ${limits.maxComputeWorkgroupsPerDimension})`);
+    }
+  }
+}
+
+// The smallest and largest subgroups WebGPU allows (wgslc_artifact::SUBGROUP_SIZES).
+export const SUBGROUP_SIZES = [4, 128];
+
+/**
+ * Whether a device may replay kernels' subgroup modules, as wgslc_artifact::subgroups_usable: the `subgroups`
+ * feature, with subgroups of SUBGROUP_SIZES, powers of two. (wgslc.js also needs WGSL's `subgroup_id`.)
+ */
+export function subgroupsUsable(feature, min, max) {
+  const pow2 = (s) => Number.isInteger(s) && s > 0 && (s & (s - 1)) === 0;
+  return Boolean(feature) && SUBGROUP_SIZES[0] <= min && min <= max && max <= SUBGROUP_SIZES[1] && pow2(min) && pow2(max);
+}
+
+/** The path of the module a kernel replays (wgslc_artifact::Kernel::module). */
+export function kernelModule(k, subgroups) {
+  return subgroups && k.subgroups ? k.subgroups : k.wgsl;
 }

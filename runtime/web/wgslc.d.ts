@@ -74,6 +74,12 @@ export interface LoadOptions {
   powerPreference?: GPUPowerPreference;
   /** The fetch used for weights.safetensors (default globalThis.fetch). */
   fetch?: typeof fetch;
+  /**
+   * false: every kernel replays its plain module. By default a kernel with a subgroup module replays that where the
+   * device has the `subgroups` feature (requested when the session requests its device) with subgroups of 4 to 128
+   * invocations and WGSL has the `subgroup_id` builtin.
+   */
+  subgroups?: boolean;
 }
 
 export interface RunOptions {
@@ -121,6 +127,8 @@ export declare class Session {
   readonly device: GPUDevice;
   /** The adapter's info when the session requested its own device, else null. */
   readonly adapterInfo: GPUAdapterInfo | null;
+  /** Whether kernels replay their subgroup modules. */
+  readonly subgroups: boolean;
   /** plan.json as read. */
   readonly plan: unknown;
   readonly loadStats: LoadStats;

@@ -10,7 +10,7 @@
 // outputs back. Runs on one session are serialized (they share the plan's buffers). Error messages use the Rust
 // runtime's wording, so one search finds both.
 
-import { affine, atValues, dimValues, fmt, inputBytes, layoutOf, outputData, parsePlan, relayout, valuesAt, wordsOf, workgroupsAt } from "./artifact.js";
+import { affine, atValues, checkLimits, dimValues, fmt, inputBytes, kernelModule, layoutOf, neededLimits, outputData, parsePlan, relayout, subgroupsUsable, valuesAt, wordsOf, workgroupsAt } from "./artifact.js";
 
 export { FORMAT, VERSION, parsePlan } from "./artifact.js";
 
@@ -22,7 +22,6 @@ export async function loadSession(url, options = {}) {
   const t0 = performance.now();
   const base = new URL(String(url).endsWith("/") ? String(url) : `${url}/`, globalThis.location?.href);
   const plan = parsePlan(await (await fetchOk(new URL("plan.json", base))).text());
-  const sources = await Promise.all(plan.kernels.map((k) => fetchKernel(base, k)));
 
   let device = options.device;
   let adapterInfo = null;
@@ -32,6 +31,8 @@ export async function loadSession(url, options = {}) {
   } else {
     checkLimits(plan, device.limits);
   }
+  const subgroups = subgroupsOn(device.features, adapterInfo ?? device.adapterInfo, options);
+  const sources = await Promise.all(plan.kernels.map((k) => fetchKernel(base, k, kernelModule(k, subgroups))));
   const lost = { reason: null };
   device.lost.then((info) => {
     lost.reason = `${info.reason}: ${info.message}`;
@@ -51,7 +52,7 @@ export async function loadSession(url, options = {}) {
         const info = await modules.get(k.wgsl).getCompilationInfo();
         const errors = info.messages.filter((m) => m.type === "error");
         if (errors.length) {
-          const text = errors.map((m) => `${k.wgsl}:${m.lineNum}:${m.linePos}: ${m.message}`).join("; ");
+          const text = errors.map((m) => `${kernelModule(k, subgroups)}:${m.lineNum}:${m.linePos}: ${m.message}`).join("; ");
           throw new Error(`GPU error: kernel '${k.name}': shader compilation failed: ${text}`);
         }
       }),
@@ -120,7 +121,7 @@ export async function loadSession(url, options = {}) {
     );
     if (lost.reason) throw new Error(`GPU error: device lost: ${lost.reason}`);
     const loadStats = { totalMs: performance.now() - t0, weightsMs, pipelines: pipelineMs };
-    return new Session({ device, ownsDevice, adapterInfo, plan, buffers, pipelines, bindGroups, readback, lost, loadStats });
+    return new Session({ device, ownsDevice, adapterInfo, plan, buffers, pipelines, bindGroups, readback, lost, loadStats, subgroups });
   } catch (e) {
     for (const b of created) b.destroy();
     if (ownsDevice) device.destroy();
@@ -146,6 +147,8 @@ export class Session {
     this.device = state.device;
     /** The adapter's GPUAdapterInfo when the session requested its own device, else null. */
     this.adapterInfo = state.adapterInfo;
+    /** Whether kernels replay their subgroup modules (`options.subgroups: false` turns them off). */
+    this.subgroups = state.subgroups;
     /** The plan as read from plan.json. */
     this.plan = state.plan;
     /** Where the load's time went: { totalMs, weightsMs, pipelines: [{ name, ms }] } (ms until each was ready). */
@@ -562,35 +565,11 @@ export class Session {
 
 // ---- device -------------------------------------------------------------------------------------------------
 
-// What the plan needs of the device, by WebGPU limit name.
-function neededLimits(plan) {
-  const max = (xs) => xs.reduce((a, x) => Math.max(a, x), 0);
-  return {
-    maxBufferSize: max(plan.buffers.map((b) => b.size)),
-    maxStorageBufferBindingSize: max(plan.kernels.flatMap((k) => k.bindings.map((b) => b.size))),
-    maxStorageBuffersPerShaderStage: max(plan.kernels.map((k) => k.bindings.length)),
-    maxComputeWorkgroupsPerDimension: max(plan.kernels.flatMap((k) => k.workgroups)),
-  };
-}
-
-function checkLimits(plan, limits) {
-  for (const b of plan.buffers) {
-    if (b.size > limits.maxBufferSize) {
-      throw new Error(`the device cannot run this artifact: buffer '${b.name}' is ${b.size} bytes, the device allows ${limits.maxBufferSize} (maxBufferSize)`);
-    }
-  }
-  for (const k of plan.kernels) {
-    if (k.bindings.length > limits.maxStorageBuffersPerShaderStage) {
-      throw new Error(`the device cannot run this artifact: kernel '${k.name}' binds ${k.bindings.length} storage buffers (maxStorageBuffersPerShaderStage is ${limits.maxStorageBuffersPerShaderStage})`);
-    }
-    const b = k.bindings.find((b) => b.size > limits.maxStorageBufferBindingSize);
-    if (b) {
-      throw new Error(`the device cannot run this artifact: kernel '${k.name}' binds ${b.size} bytes at binding ${b.binding} (maxStorageBufferBindingSize is ${limits.maxStorageBufferBindingSize})`);
-    }
-    if (k.workgroups.some((w) => w > limits.maxComputeWorkgroupsPerDimension)) {
-      throw new Error(`the device cannot run this artifact: kernel '${k.name}' dispatches ${fmt(k.workgroups)} workgroups (maxComputeWorkgroupsPerDimension is ${limits.maxComputeWorkgroupsPerDimension})`);
-    }
-  }
+// Whether kernels replay their subgroup modules: asked for (options.subgroups, on unless false), the feature with
+// WebGPU's subgroup sizes (artifact.js's subgroupsUsable, the Rust runtime's rule) and WGSL's subgroup_id builtin.
+function subgroupsOn(features, info, options) {
+  const ids = globalThis.navigator?.gpu?.wgslLanguageFeatures?.has("subgroup_id");
+  return options.subgroups !== false && Boolean(ids) && subgroupsUsable(features.has("subgroups"), info?.subgroupMinSize, info?.subgroupMaxSize);
 }
 
 async function requestDevice(plan, options) {
@@ -605,7 +584,8 @@ async function requestDevice(plan, options) {
     // Ask only for what exceeds WebGPU's defaults (checkLimits made sure the adapter has it).
     if (need > defaultLimit(name)) requiredLimits[name] = need;
   }
-  const requiredFeatures = adapter.features.has("timestamp-query") ? ["timestamp-query"] : [];
+  const sg = subgroupsOn(adapter.features, adapter.info, options);
+  const requiredFeatures = ["timestamp-query", ...(sg ? ["subgroups"] : [])].filter((f) => adapter.features.has(f));
   let device;
   try {
     device = await adapter.requestDevice({ label: "wgslc", requiredLimits, requiredFeatures });
@@ -654,9 +634,9 @@ async function fetchOk(url, name = String(url), fetchFn = globalThis.fetch.bind(
   return res;
 }
 
-async function fetchKernel(base, k) {
+async function fetchKernel(base, k, path) {
   try {
-    return await (await fetchOk(new URL(k.wgsl, base), k.wgsl)).text();
+    return await (await fetchOk(new URL(path, base), path)).text();
   } catch (e) {
     throw new Error(`artifact: kernel '${k.name}': ${e.message}`);
   }

@@ -322,6 +322,8 @@ def main():
     artifact("artifact_old_version", lambda p: (p.update(version=1), p.pop("weights")), "schema version 1 is not supported")
     artifact("artifact_binding_outside_buffer", lambda p: p["kernels"][0]["bindings"][0].update(size=64), "outside buffer")
     artifact("artifact_path_escape", lambda p: p["kernels"][0].update(wgsl="../../../etc/passwd"), "outside the artifact")
+    artifact("artifact_subgroups_path_escape", lambda p: p["kernels"][0].update(subgroups="kernels/../../k.wgsl"),
+             "outside the artifact")
     artifact("artifact_missing_kernel", lambda p: None, "cannot read 'kernels/k.wgsl'", kernel=None)
     artifact("artifact_invalid_wgsl", lambda p: None, "kernel 'k'", kernel="this is not wgsl")
     artifact("artifact_missing_weights", lambda p: None, "weights.safetensors", weights=False)

@@ -277,7 +277,8 @@ fn module(name: &str, model: &str, dir: &Path, plan: &Plan, embed: bool) -> Stri
         let kernels: Vec<String> = plan
             .kernels
             .iter()
-            .map(|k| format!("            ({}, include_str!({})),\n", lit(&k.wgsl), file(&k.wgsl)))
+            .flat_map(|k| std::iter::once(&k.wgsl).chain(&k.subgroups))
+            .map(|w| format!("            ({}, include_str!({})),\n", lit(w), file(w)))
             .collect();
         s += &format!(
             "    /// Loads the artifact compiled into this binary.\n\

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
-use wgslc::runtime::{Gpu, HostTensor, Session, TensorData};
+use wgslc::runtime::{Gpu, HostTensor, Session, ShaderChecks, TensorData};
 
 /// The GPU every test in a binary shares. No adapter is a failure, never a skip.
 pub fn gpu() -> Arc<Gpu> {
@@ -15,6 +15,23 @@ pub fn gpu() -> Arc<Gpu> {
         g
     })
     .clone()
+}
+
+/// A second device on the same adapter whose sessions replay every kernel's plain module, never its subgroup
+/// module: the suites run an artifact with subgroup modules on both, so that both forms stay checked.
+pub fn gpu_without_subgroups() -> Arc<Gpu> {
+    static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| Gpu::with_options(ShaderChecks::Trusted, false).expect("a Vulkan adapter")).clone()
+}
+
+/// The GPUs an artifact runs on in the suites: [`gpu`], and where it has subgroup modules that [`gpu`] replays,
+/// [`gpu_without_subgroups`] too, each with a label for failures.
+pub fn gpus_for(plan: &wgslc::artifact::Plan) -> Vec<(&'static str, Arc<Gpu>)> {
+    let mut gpus = vec![("", gpu())];
+    if gpu().subgroups && plan.kernels.iter().any(|k| k.subgroups.is_some()) {
+        gpus.push(("without subgroups: ", gpu_without_subgroups()));
+    }
+    gpus
 }
 
 pub fn testdata() -> PathBuf {
@@ -161,16 +178,36 @@ pub fn compile_and_run(case: &Case, opts: &wgslc::CompileOptions) -> Result<Vec<
     let out = tempfile::tempdir().map_err(|e| e.to_string())?;
     wgslc::compile(&case.model, out.path(), opts).map_err(|e| format!("compile: {e}"))?;
     let session = Session::load_with(out.path(), gpu()).map_err(|e| format!("load: {e}"))?;
-    // A kernel binds each buffer range once: a second binding of what it reads becomes an aliasing writable
-    // binding when the memory plan puts its output in the same buffer.
-    for k in &session.plan().kernels {
+    bound_once(session.plan())?;
+    session.run(&case.inputs).map_err(|e| format!("run: {e}"))
+}
+
+/// A kernel binds each buffer range once: a second binding of what it reads becomes an aliasing writable binding
+/// when the memory plan puts its output in the same buffer.
+fn bound_once(plan: &wgslc::artifact::Plan) -> Result<(), String> {
+    for k in &plan.kernels {
         for (i, a) in k.bindings.iter().enumerate() {
             if k.bindings[i + 1..].iter().any(|b| (b.buffer, b.offset, b.size) == (a.buffer, a.offset, a.size)) {
                 return Err(format!("kernel '{}' binds buffer {} at {} twice", k.name, a.buffer, a.offset));
             }
         }
     }
-    session.run(&case.inputs).map_err(|e| format!("run: {e}"))
+    Ok(())
+}
+
+/// Compiles a case into a fresh directory and compares its outputs with the case's on every GPU of [`gpus_for`]
+/// (its subgroup modules and its plain ones).
+pub fn compile_and_check(case: &Case, opts: &wgslc::CompileOptions) -> Result<(), String> {
+    let out = tempfile::tempdir().map_err(|e| e.to_string())?;
+    wgslc::compile(&case.model, out.path(), opts).map_err(|e| format!("compile: {e}"))?;
+    let plan = wgslc::artifact::Plan::read(out.path()).map_err(|e| e.to_string())?;
+    bound_once(&plan)?;
+    for (what, gpu) in gpus_for(&plan) {
+        let session = Session::load_with(out.path(), gpu).map_err(|e| format!("{what}load: {e}"))?;
+        let got = session.run(&case.inputs).map_err(|e| format!("{what}run: {e}"))?;
+        compare(&got, &case.expected, case.rtol, case.atol).map_err(|e| format!("{what}{e}"))?;
+    }
+    Ok(())
 }
 
 /// ONNX's comparison: |got - want| <= atol + rtol * |want| elementwise, NaN only where NaN is expected, equal
@@ -230,11 +267,8 @@ pub fn run_suite(suite: &str) {
         // And shaped for a CPU adapter (`--target cpu`): its matrix-vector layouts, attention unfused, weights in
         // their stored layout.
         let cpu = wgslc::CompileOptions { target: wgslc::Target::Cpu, ..case.opts.clone() };
-        let run = |opts: &wgslc::CompileOptions, what: &str| {
-            compile_and_run(case, opts)
-                .and_then(|got| compare(&got, &case.expected, case.rtol, case.atol))
-                .map_err(|e| format!("{what}{e}"))
-        };
+        let run =
+            |opts: &wgslc::CompileOptions, what: &str| compile_and_check(case, opts).map_err(|e| format!("{what}{e}"));
         let r = run(&case.opts, "")
             .and_then(|()| run(&unfused, "--no-fuse: "))
             .and_then(|()| run(&cpu, "--target cpu: "))

@@ -178,7 +178,7 @@ struct Merge {
     buffers: Vec<art::Buffer>,
     roles: HashMap<Role, usize>,
     kernels: Vec<art::Kernel>,
-    wgsl: Vec<String>,
+    wgsl: Vec<wgslc_emit::KernelSource>,
     weights: WeightTensors,
     specs: Vec<art::WeightSpec>,
     /// Per merged weight: the bytes its slot holds from its offset.
@@ -356,6 +356,9 @@ impl Merge {
             let mut k = k.clone();
             let file = k.wgsl.strip_prefix("kernels/").and_then(|f| f.split_once('_')).map_or("kernel.wgsl", |f| f.1);
             k.wgsl = format!("kernels/k{:03}_{file}", base + i);
+            if k.subgroups.is_some() {
+                k.subgroups = Some(k.wgsl.replace(".wgsl", ".subgroups.wgsl"));
+            }
             for bd in &mut k.bindings {
                 if p.buffers[bd.buffer].kind == art::BufferKind::Weight {
                     let w = spec_at(bd.buffer, bd.offset)?;

@@ -298,8 +298,7 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
     opts.progress.stage("write");
     let staged = target.staging()?;
     let written = (|| {
-        let wgsl: Vec<&str> = built.wgsl.iter().map(String::as_str).collect();
-        wgslc_emit::write_files(&staged, &built.plan, &wgsl, &built.weights)?;
+        wgslc_emit::write_files(&staged, &built.plan, &built.wgsl, &built.weights)?;
         let rpath = staged.join("report.json");
         std::fs::write(&rpath, built.report.to_json())
             .map_err(|source| wgslc_emit::EmitError::Io { path: rpath.display().to_string(), source })?;
@@ -315,10 +314,10 @@ pub fn compile(model: &Path, out_dir: &Path, opts: &CompileOptions) -> Result<Su
 }
 
 /// A compile's artifact before it is written: plan.json's plan (written once, by [`compile`]), each of its kernels'
-/// WGSL in `plan.kernels`' order, the weights, the report and the notes.
+/// modules in `plan.kernels`' order, the weights, the report and the notes.
 pub(crate) struct Built {
     pub plan: wgslc_artifact::Plan,
-    pub wgsl: Vec<String>,
+    pub wgsl: Vec<wgslc_emit::KernelSource>,
     pub weights: wgslc_emit::WeightTensors,
     pub report: wgslc_emit::report::Report,
     pub notes: Vec<String>,
@@ -373,7 +372,7 @@ pub(crate) fn build(model: &Path, opts: &CompileOptions, extras: &pipeline::Extr
                 .collect(),
         });
     }
-    let wgsl = kernels.into_iter().map(|k| k.kernel.wgsl).collect();
+    let wgsl = kernels.iter().map(wgslc_emit::KernelSource::of).collect();
     Ok(Built { plan, wgsl, weights: tensors, report, notes: notes(&g), source_nodes })
 }
 

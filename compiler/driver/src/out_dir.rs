@@ -23,7 +23,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CompileError + '_ {
 }
 
 /// The files of the artifact in `dir`, from its plan.json (any version: only the format name and the kernel
-/// files are read); `None` when there is no wgslc plan there. Kernel paths that would leave the directory are
+/// files, modules and subgroup modules, are read); `None` when there is no wgslc plan there. Kernel paths that would leave the directory are
 /// not the artifact's.
 fn artifact_files(dir: &Path) -> Option<HashSet<PathBuf>> {
     let text = std::fs::read_to_string(dir.join("plan.json")).ok()?;
@@ -34,9 +34,17 @@ fn artifact_files(dir: &Path) -> Option<HashSet<PathBuf>> {
     let mut files: HashSet<PathBuf> =
         ["plan.json", "report.json", "weights.safetensors"].iter().map(PathBuf::from).collect();
     for k in plan.get("kernels").and_then(|k| k.as_array()).into_iter().flatten() {
-        let path = PathBuf::from(k.get("wgsl").and_then(|w| w.as_str())?);
-        if path.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
-            files.insert(path);
+        // Its WGSL, and its subgroup module where it has one.
+        let modules = [k.get("wgsl").and_then(|w| w.as_str()), k.get("subgroups").and_then(|w| w.as_str())];
+        for (i, m) in modules.into_iter().enumerate() {
+            let path = PathBuf::from(match m {
+                Some(m) => m,
+                None if i == 0 => return None,
+                None => continue,
+            });
+            if path.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+                files.insert(path);
+            }
         }
     }
     Some(files)

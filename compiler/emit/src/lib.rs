@@ -81,6 +81,8 @@ pub enum EmitError {
     Io { path: String, source: std::io::Error },
     #[error("cannot write weights: {0}")]
     Weights(String),
+    #[error("kernel '{0}': plan.json and its modules disagree (a wgslc bug)")]
+    Modules(String),
 }
 
 /// A kernel whose WGSL naga has validated and whose resources fit the limits.
@@ -99,16 +101,42 @@ pub struct Validated {
 
 /// What kernels may use beyond naga's baseline: core WebGPU's `pack2x16float`/`unpack2x16float` (float16 values
 /// held in 32-bit words, how narrow weights are read), which naga puts behind a capability of its own. Nothing
-/// else: no `shader-f16`, no subgroups.
+/// else: no `shader-f16`; subgroups only in a kernel's second module ([`SUBGROUP_CAPABILITIES`]).
 pub const CAPABILITIES: naga::valid::Capabilities = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
 
-/// Parses and validates one WGSL module with naga, and checks it against the limits.
-pub fn validate(kernel: EmittedKernel, limits: &Limits) -> Result<Validated, EmitError> {
-    let module = naga::front::wgsl::parse_str(&kernel.wgsl)
-        .map_err(|e| EmitError::InvalidWgsl { kernel: kernel.name.clone(), message: e.emit_to_string(&kernel.wgsl) })?;
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), CAPABILITIES)
+/// What a kernel's subgroup module ([`EmittedKernel::subgroups`]) may use: [`CAPABILITIES`] and WebGPU's
+/// `subgroups` feature.
+pub const SUBGROUP_CAPABILITIES: naga::valid::Capabilities = CAPABILITIES.union(naga::valid::Capabilities::SUBGROUP);
+
+/// The fewest invocations a subgroup module's workgroup may have: WebGPU's largest subgroup (128), so that the
+/// workgroup is whole subgroups on every device that offers them.
+pub const SUBGROUP_WORKGROUP: u32 = 128;
+
+/// One module parsed and validated by naga with `caps`.
+fn parse_module(name: &str, wgsl: &str, caps: naga::valid::Capabilities) -> Result<naga::Module, EmitError> {
+    let invalid = |message: String| EmitError::InvalidWgsl { kernel: name.to_string(), message };
+    let wgsl = &art::for_naga(wgsl);
+    let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| invalid(e.emit_to_string(wgsl)))?;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
         .validate(&module)
-        .map_err(|e| EmitError::InvalidWgsl { kernel: kernel.name.clone(), message: e.emit_to_string(&kernel.wgsl) })?;
+        .map_err(|e| invalid(e.emit_to_string(wgsl)))?;
+    Ok(module)
+}
+
+/// Bytes of workgroup memory a module declares.
+fn workgroup_bytes(module: &naga::Module) -> u32 {
+    module
+        .global_variables
+        .iter()
+        .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+        .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
+        .sum()
+}
+
+/// Parses and validates a kernel's modules with naga, and checks them against the limits: its subgroup module,
+/// if any, has the same workgroup size (a multiple of [`SUBGROUP_WORKGROUP`]) and bindings.
+pub fn validate(kernel: EmittedKernel, limits: &Limits) -> Result<Validated, EmitError> {
+    let module = parse_module(&kernel.name, &kernel.wgsl, CAPABILITIES)?;
     let limit = |reason: String| EmitError::Limit { kernel: kernel.name.clone(), reason };
     let ep =
         module.entry_points.iter().find(|e| e.name == "main").ok_or_else(|| limit("no entry point 'main'".into()))?;
@@ -117,12 +145,23 @@ pub fn validate(kernel: EmittedKernel, limits: &Limits) -> Result<Validated, Emi
     if invocations > limits.max_compute_invocations_per_workgroup {
         return Err(limit(format!("{invocations} invocations per workgroup")));
     }
-    let workgroup_memory: u32 = module
-        .global_variables
-        .iter()
-        .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
-        .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
-        .sum();
+    let mut workgroup_memory = workgroup_bytes(&module);
+    let strides = binding_strides(&module, kernel.bindings.len());
+    if let Some(sg) = &kernel.subgroups {
+        let sm = parse_module(&kernel.name, sg, SUBGROUP_CAPABILITIES)?;
+        let same_size = sm.entry_points.iter().any(|e| e.name == "main" && e.workgroup_size == workgroup_size);
+        let storage = |m: &naga::Module| {
+            m.global_variables.iter().filter(|(_, v)| matches!(v.space, naga::AddressSpace::Storage { .. })).count()
+        };
+        let same_bindings = storage(&sm) == storage(&module) && binding_strides(&sm, kernel.bindings.len()) == strides;
+        if !same_size || !invocations.is_multiple_of(SUBGROUP_WORKGROUP) || !same_bindings {
+            return Err(EmitError::InvalidWgsl {
+                kernel: kernel.name.clone(),
+                message: "its subgroup module differs in workgroup size or bindings, or is not whole subgroups".into(),
+            });
+        }
+        workgroup_memory = workgroup_memory.max(workgroup_bytes(&sm));
+    }
     if workgroup_memory > limits.max_compute_workgroup_storage_size {
         return Err(limit(format!("{workgroup_memory} bytes of workgroup memory")));
     }
@@ -137,7 +176,12 @@ pub fn validate(kernel: EmittedKernel, limits: &Limits) -> Result<Validated, Emi
     if let Some(w) = kernel.workgroups.iter().find(|&&w| w > limits.max_workgroups_per_dimension) {
         return Err(limit(format!("{w} workgroups in one dimension")));
     }
-    let mut strides = vec![4; kernel.bindings.len()];
+    Ok(Validated { kernel, workgroup_size, workgroup_memory, strides })
+}
+
+/// The element stride of each of a module's `n` storage bindings, by binding number (4 where it declares none).
+fn binding_strides(module: &naga::Module, n: usize) -> Vec<u32> {
+    let mut strides = vec![4; n];
     for (_, v) in module.global_variables.iter() {
         if let (naga::AddressSpace::Storage { .. }, Some(b)) = (v.space, &v.binding) {
             let stride = match module.types[v.ty].inner {
@@ -149,7 +193,7 @@ pub fn validate(kernel: EmittedKernel, limits: &Limits) -> Result<Validated, Emi
             }
         }
     }
-    Ok(Validated { kernel, workgroup_size, workgroup_memory, strides })
+    strides
 }
 
 /// Emits and validates every kernel of a scheduled, planned graph, in dispatch order.
@@ -297,6 +341,11 @@ pub fn build_plan(g: &Graph, plan: &MemoryPlan, kernels: &[Validated]) -> art::P
         .map(|(i, k)| art::Kernel {
             name: k.kernel.name.clone(),
             wgsl: kernel_path(i, &k.kernel),
+            subgroups: k
+                .kernel
+                .subgroups
+                .as_ref()
+                .map(|_| kernel_path(i, &k.kernel).replace(".wgsl", ".subgroups.wgsl")),
             entry_point: "main".into(),
             scale: None,
             bindings: k
@@ -410,22 +459,49 @@ pub fn write_artifact(
     kernels: &[Validated],
     p: &art::Plan,
 ) -> Result<(), EmitError> {
-    let wgsl: Vec<&str> = kernels.iter().map(|k| k.kernel.wgsl.as_str()).collect();
-    write_files(dir, p, &wgsl, &weight_tensors(g, plan, p)?)
+    let sources: Vec<KernelSource> = kernels.iter().map(KernelSource::of).collect();
+    write_files(dir, p, &sources, &weight_tensors(g, plan, p)?)
 }
 
-/// [`write_artifact`] from its parts: the plan, each of its kernels' WGSL (in `p.kernels`' order) and the
+/// A kernel's modules: its WGSL and, where it has one, its subgroup module ([`art::Kernel::subgroups`]).
+#[derive(Clone, Debug)]
+pub struct KernelSource {
+    pub wgsl: String,
+    pub subgroups: Option<String>,
+}
+
+impl KernelSource {
+    pub fn of(k: &Validated) -> KernelSource {
+        KernelSource { wgsl: k.kernel.wgsl.clone(), subgroups: k.kernel.subgroups.clone() }
+    }
+}
+
+/// [`write_artifact`] from its parts: the plan, each of its kernels' modules (in `p.kernels`' order) and the
 /// weights.
-pub fn write_files(dir: &Path, p: &art::Plan, wgsl: &[&str], weights: &WeightTensors) -> Result<(), EmitError> {
+pub fn write_files(
+    dir: &Path,
+    p: &art::Plan,
+    sources: &[KernelSource],
+    weights: &WeightTensors,
+) -> Result<(), EmitError> {
     let io = |p: &Path| {
         let path = p.display().to_string();
         move |source| EmitError::Io { path: path.clone(), source }
     };
     let kdir = dir.join("kernels");
     std::fs::create_dir_all(&kdir).map_err(io(&kdir))?;
-    for (source, pk) in wgsl.iter().zip(&p.kernels) {
-        let path = dir.join(&pk.wgsl);
-        std::fs::write(&path, source).map_err(io(&path))?;
+    for (source, pk) in sources.iter().zip(&p.kernels) {
+        let modules = [(Some(&pk.wgsl), Some(&source.wgsl)), (pk.subgroups.as_ref(), source.subgroups.as_ref())];
+        for (file, text) in modules {
+            match (file, text) {
+                (Some(file), Some(text)) => {
+                    let path = dir.join(file);
+                    std::fs::write(&path, text).map_err(io(&path))?;
+                }
+                (None, None) => {}
+                _ => return Err(EmitError::Modules(pk.name.clone())),
+            }
+        }
     }
     let views: Vec<(String, safetensors::tensor::TensorView)> = weights
         .iter()

@@ -36,6 +36,22 @@ fn win(k: usize, s: usize, p: usize) -> Window {
     }
 }
 
+/// Compiles a graph (fused) and returns the subgroup modules of the kernels that have one, concatenated.
+fn subgroup_modules(mut g: Graph) -> String {
+    run_pipeline(&mut g, None).unwrap();
+    let sched = schedule(&g, &FuseOptions::default()).unwrap();
+    let plan = plan_memory(&g, &sched).unwrap();
+    let mut all = String::new();
+    for k in emit(&g, &sched, &plan, &Limits::default()).unwrap() {
+        validate(k.kernel.clone(), &Limits::default()).unwrap();
+        if let Some(sg) = &k.kernel.subgroups {
+            all +=
+                &format!("// ---- {} ({:?} workgroups), subgroup module\n{sg}\n", k.kernel.name, k.kernel.workgroups);
+        }
+    }
+    all
+}
+
 /// Compiles a graph (fused) and returns every kernel's WGSL, concatenated.
 fn kernels(g: Graph) -> String {
     kernels_with(g, true)
@@ -346,6 +362,16 @@ fn swiglu_residual(g: &mut Graph, x: wgslc_ir::ValueId, [wg, wu, wd]: [wgslc_ir:
 /// it K-major.
 #[test]
 fn one_row_products_are_matrix_vector_kernels() {
+    let k = kernels(mlp_and_tied_head());
+    assert!(!k.contains("matmul.wgsl"), "every product is one row:\n{k}");
+    assert_eq!(k.matches("fn operand_a(").count(), 1, "SiLU · up inside the down projection:\n{k}");
+    assert!(k.contains("array<vec4<f32>>"), "row-major weights read as vec4s:\n{k}");
+    assert!(k.contains("B's columns are contiguous (K-major)"), "the tied head reads K-major:\n{k}");
+    insta::assert_snapshot!(k);
+}
+
+/// A decode MLP (SwiGLU, a residual add) and a head tied to a `[vocab, hidden]` table.
+fn mlp_and_tied_head() -> Graph {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[1, 1, 16]);
     let (wg, wu, wd) =
@@ -355,11 +381,17 @@ fn one_row_products_are_matrix_vector_kernels() {
     let tt = node(&mut g, Op::Transpose { perm: Some(vec![1, 0]) }, &[table]);
     let logits = node(&mut g, Op::MatMul, &[y, tt]);
     g.outputs.push(logits);
-    let k = kernels(g);
-    assert!(!k.contains("matmul.wgsl"), "every product is one row:\n{k}");
-    assert_eq!(k.matches("fn operand_a(").count(), 1, "SiLU · up inside the down projection:\n{k}");
-    assert!(k.contains("array<vec4<f32>>"), "row-major weights read as vec4s:\n{k}");
-    assert!(k.contains("B's columns are contiguous (K-major)"), "the tied head reads K-major:\n{k}");
+    g
+}
+
+/// The subgroup modules of the one-row products above: each group's lanes (K-major, the head) or each output's
+/// groups (row-major B, read as vec4s) summed by shuffles, invocations numbered by subgroup.
+#[test]
+fn one_row_products_sum_their_lanes_in_subgroups() {
+    let k = subgroup_modules(mlp_and_tied_head());
+    assert_eq!(k.matches("templates/gemv.wgsl").count(), 3, "every product has a subgroup module:\n{k}");
+    assert_eq!(k.matches("enable subgroups;").count(), 3, "{k}");
+    assert!(k.contains("let tid = sid * ssize + slane;") && k.contains("subgroupShuffleXor(total, m)"), "{k}");
     insta::assert_snapshot!(k);
 }
 
@@ -386,6 +418,22 @@ fn residual_sum_normalized_in_a_one_row_product() {
 /// residual input stays float32.
 #[test]
 fn one_row_products_over_narrow_weights() {
+    let k = kernels(narrow_mlp_and_head());
+    assert_eq!(k.matches("templates/gemv_packed.wgsl").count(), 3, "every product packed:\n{k}");
+    assert!(k.contains("array<vec4<u32>>") && k.contains("unpack2x16float(wv.x)"), "units of 4 words:\n{k}");
+    insta::assert_snapshot!(k);
+}
+
+/// Their subgroup modules: the packed kernel's lane sums by shuffles.
+#[test]
+fn narrow_products_sum_their_lanes_in_subgroups() {
+    let k = subgroup_modules(narrow_mlp_and_head());
+    assert_eq!(k.matches("templates/gemv_packed.wgsl").count(), 3, "every product has a subgroup module:\n{k}");
+    assert!(k.contains("subgroupShuffleXor(total0, m)"), "{k}");
+    insta::assert_snapshot!(k);
+}
+
+fn narrow_mlp_and_head() -> Graph {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[1, 1, 64]);
     let q4 = |g: &mut Graph, name: &str, n: usize, k: usize| {
@@ -404,10 +452,7 @@ fn one_row_products_over_narrow_weights() {
     let yh = node(&mut g, Op::Cast { to: DType::F16, saturate: true }, &[y]);
     let logits = node(&mut g, Op::MatMul, &[yh, tt]);
     g.outputs.push(logits);
-    let k = kernels(g);
-    assert_eq!(k.matches("templates/gemv_packed.wgsl").count(), 3, "every product packed:\n{k}");
-    assert!(k.contains("array<vec4<u32>>") && k.contains("unpack2x16float(wv.x)"), "units of 4 words:\n{k}");
-    insta::assert_snapshot!(k);
+    g
 }
 
 /// A one-row product over an LLM head's width of 4-bit codes (135,200 outputs, K = 32): each workgroup computes
@@ -483,6 +528,16 @@ fn a_decode_steps_attention_writes_its_cache() {
     assert!(k.contains("templates/attention_row.wgsl"), "{k}");
     assert!(k.contains("var<storage, read_write> b") && k.contains("var<storage, read_write> v"), "{k}");
     assert!(k.contains("fn operand_k(") && k.contains("fn operand_a("), "K's rows and Q's computed:\n{k}");
+    insta::assert_snapshot!(k);
+}
+
+/// Its subgroup module: the softmax's maximum and sum by `subgroupMax` / `subgroupAdd` and one barrier each, the
+/// slices' p·V sums by shuffles across the slices of a subgroup.
+#[test]
+fn a_decode_steps_attention_reduces_in_subgroups() {
+    let k = subgroup_modules(decode_step(false));
+    assert!(k.contains("templates/attention_row.wgsl"), "{k}");
+    assert!(k.contains("subgroupMax(v)") && k.contains("subgroupShuffleXor(pv, m)"), "{k}");
     insta::assert_snapshot!(k);
 }
 

@@ -311,6 +311,7 @@ mod tests {
         let k = crate::Kernel {
             name: "k".into(),
             wgsl: "kernels/k.wgsl".into(),
+            subgroups: None,
             entry_point: "main".into(),
             bindings: vec![],
             workgroups: [4, 6, 1],

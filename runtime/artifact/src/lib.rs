@@ -12,8 +12,10 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+mod device;
 mod host;
 mod program;
+pub use device::{for_naga, subgroups_usable, DeviceLimits, ENABLE_SUBGROUPS, SUBGROUP_SIZES};
 pub use host::{relayout, HostTensor, RunLayout, TensorData};
 pub use program::{Affine, Buf, Constant, Copy, Instr, Iota, Mask, Place, Program, Values, Vars, Write};
 
@@ -359,6 +361,12 @@ pub struct Kernel {
     pub name: String,
     /// Path of the WGSL module relative to the artifact directory (under `kernels/`).
     pub wgsl: String,
+    /// A second module computing the same with WebGPU's subgroup operations (`enable subgroups;`, the
+    /// `subgroup_id`, `subgroup_invocation_id` and `subgroup_size` builtins), for kernels that gain from them. A
+    /// runtime replays it instead of `wgsl` where [`subgroups_usable`] holds for its device ([`Kernel::module`]); the two have the same
+    /// entry point and bindings and may differ in the last bits of their sums.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subgroups: Option<String>,
     pub entry_point: String,
     /// Bindings of group 0, in binding-number order.
     pub bindings: Vec<Binding>,
@@ -504,9 +512,11 @@ impl Plan {
             loop_inputs.extend(ins.into_iter().chain([history]).flatten().filter_map(|i| self.inputs.get(i)));
         }
         for (ki, k) in self.kernels.iter().enumerate() {
-            let p = Path::new(&k.wgsl);
-            if p.is_absolute() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
-                return bad(format!("kernel '{}' has a path outside the artifact: '{}'", k.name, k.wgsl));
+            for path in std::iter::once(&k.wgsl).chain(&k.subgroups) {
+                let p = Path::new(path);
+                if p.is_absolute() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+                    return bad(format!("kernel '{}' has a path outside the artifact: '{path}'", k.name));
+                }
             }
             if k.workgroups.iter().any(|&w| w > 65535) {
                 return bad(format!("kernel '{}' dispatches {:?} workgroups", k.name, k.workgroups));
@@ -731,6 +741,7 @@ mod tests {
             kernels: vec![Kernel {
                 name: "k".into(),
                 wgsl: "kernels/k.wgsl".into(),
+                subgroups: None,
                 entry_point: "main".into(),
                 bindings: vec![Binding { binding: 0, buffer: 0, offset: 0, size: 16, access: Access::ReadWrite }],
                 workgroups: [1, 1, 1],
@@ -757,6 +768,9 @@ mod tests {
         assert!(p.check().unwrap_err().to_string().contains("outside buffer"));
         let mut p = plan();
         p.kernels[0].wgsl = "../../etc/passwd".into();
+        assert!(p.check().unwrap_err().to_string().contains("outside the artifact"));
+        let mut p = plan();
+        p.kernels[0].subgroups = Some("kernels/../../k.wgsl".into());
         assert!(p.check().unwrap_err().to_string().contains("outside the artifact"));
         let mut p = plan();
         p.version = 99;

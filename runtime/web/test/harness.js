@@ -39,7 +39,12 @@ async function main() {
     await post("/fatal", { error: `Chromium has no WebGPU adapter (navigator.gpu ${navigator.gpu ? "returned none" : "is missing"})` });
     return;
   }
-  await post("/adapter", { info: { vendor: adapter.info?.vendor, architecture: adapter.info?.architecture, description: adapter.info?.description } });
+  const info = adapter.info ?? {};
+  await post("/adapter", {
+    info: { vendor: info.vendor, architecture: info.architecture, description: info.description },
+    subgroups: adapter.features.has("subgroups") && Boolean(navigator.gpu.wgslLanguageFeatures?.has("subgroup_id")),
+    subgroup_sizes: [info.subgroupMinSize, info.subgroupMaxSize],
+  });
   const cases = await (await fetch("/cases.json")).json();
   for (const c of cases) {
     log(`${c.id}: loading`);
@@ -59,7 +64,8 @@ async function main() {
     if (c.generate) {
       // Decoder artifacts: greedy and sampled generations; the server compares the tokens.
       try {
-        const session = await loadSession(`/cases/${c.id}/`);
+        const session = await loadSession(`/cases/${c.dir ?? c.id}/`, { subgroups: c.subgroups ?? true });
+        r.subgroups = session.subgroups;
         r.generations = [];
         for (const g of c.generate) {
           const seen = [];

@@ -80,6 +80,7 @@ pub fn advance(g: &Graph, plan: &MemoryPlan, a: &Advance) -> Result<EmittedKerne
         kind: "advance",
         nodes: vec![],
         wgsl,
+        subgroups: None,
         stored_bytes: None,
         bindings: pairs,
         workgroups: [1, 1, 1],

@@ -372,6 +372,8 @@ pub(super) struct AttentionRowTpl {
     pub(super) cache: Option<CacheRows>,
     /// The keys scored: all `n`, or with the cache writes here, those up to the new row (`key_end`).
     pub(super) keys: String,
+    /// The subgroup form ([`EmittedKernel::subgroups`]).
+    pub(super) sg: bool,
 }
 
 /// A decode step's cache writes in its one-row attention kernel: workgroup 0 writes the new rows of both
@@ -650,7 +652,7 @@ impl Emitter<'_> {
         });
         let (k_unroll, slices, unroll) =
             ([16, 8, 4, 2, 1].into_iter().find(|u| dk4 % u == 0).unwrap_or(1), 256 / lanes, 16);
-        let tpl = AttentionRowTpl {
+        let mut tpl = AttentionRowTpl {
             h,
             helpers,
             fu,
@@ -691,9 +693,12 @@ impl Emitter<'_> {
             batch: attn_batch(&qk, &pv),
             keys: if cache.is_some() { "key_end".into() } else { format!("{n}u") },
             cache,
+            sg: false,
         };
         let name = self.group_name(group);
-        self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg)
+        let k = self.kernel(tail.pv, name, "attention", tpl.render(), &bindings, wg)?;
+        tpl.sg = true;
+        self.with_subgroups(tail.pv, k, tpl.render())
     }
 
     /// The cache writes of a one-row attention group ([`wgslc_passes::Fold::CacheRows`]): which write fills the

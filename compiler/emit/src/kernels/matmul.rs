@@ -154,6 +154,10 @@ pub(super) struct GemvTpl {
     pub(super) beta: String,
     pub(super) has_bias: bool,
     pub(super) bias_sn: usize,
+    /// The subgroup form ([`EmittedKernel::subgroups`]), and whether a group's lanes may span subgroups (more
+    /// lanes than the smallest subgroup WebGPU allows).
+    pub(super) sg: bool,
+    pub(super) wide_groups: bool,
 }
 
 /// An RMSNormalization folded into a product: rows of A are normalized by 1 / sqrt(Σ a² / k + eps).
@@ -480,7 +484,7 @@ impl Emitter<'_> {
                         stage_a: false,
                     });
                 }
-                let tpl = GemvPackedTpl {
+                let mut tpl = GemvPackedTpl {
                     h,
                     helpers,
                     fu,
@@ -516,9 +520,13 @@ impl Emitter<'_> {
                     has_bias: bias.is_some(),
                     bias_ld: bias_ld(),
                     bias_sn,
+                    sg: false,
+                    wide_groups: t.lanes > wgslc_artifact::SUBGROUP_SIZES.0 as usize,
                 };
                 let name = self.group_name(group);
                 let mut kern = self.kernel(n, name, "gemv", tpl.render(), &bindings, [gx as u32, 1, 1])?;
+                tpl.sg = true;
+                kern = self.with_subgroups(n, kern, tpl.render())?;
                 kern.grid[0] = Some(GridAxis { walks: Walks::Cols, extent: nn, tile: t.workgroup_cols() });
                 return Ok(kern);
             }
@@ -541,7 +549,7 @@ impl Emitter<'_> {
             }
             let arms = self.gemv_arms(&blocks, &b_var, &block_values, per);
             let unroll = gemv_unroll();
-            let tpl = GemvTpl {
+            let mut tpl = GemvTpl {
                 h,
                 helpers,
                 fu,
@@ -574,9 +582,13 @@ impl Emitter<'_> {
                 arms,
                 blocks,
                 per,
+                sg: false,
+                wide_groups: t.lanes > wgslc_artifact::SUBGROUP_SIZES.0 as usize,
             };
             let name = self.group_name(group);
             let mut k = self.kernel(n, name, "gemv", tpl.render(), &bindings, [gx as u32, 1, batches as u32])?;
+            tpl.sg = true;
+            k = self.with_subgroups(n, k, tpl.render())?;
             k.grid[0] = Some(GridAxis { walks: Walks::Cols, extent: nn, tile: t.cols });
             return Ok(k);
         }

@@ -38,6 +38,10 @@ pub struct EmittedKernel {
     /// The source nodes.
     pub nodes: Vec<NodeId>,
     pub wgsl: String,
+    /// The same kernel with WebGPU's subgroup operations, where its template has such a form
+    /// ([`wgslc_artifact::Kernel::subgroups`]): a workgroup of whole subgroups, its invocations numbered by
+    /// subgroup, sums across lanes through shuffles instead of workgroup memory and barriers.
+    pub subgroups: Option<String>,
     /// Bytes the kernel stores when that is less than its output binding (its block of a Concat written in
     /// place), for the report.
     pub stored_bytes: Option<u64>,
@@ -544,12 +548,29 @@ impl Emitter<'_> {
             name,
             kind,
             nodes: vec![n],
-            wgsl: with_non_finite(wgsl.map_err(|e| self.err(n, format!("template error: {e}")))?),
+            wgsl: self.module(n, wgsl)?,
+            subgroups: None,
             bindings: bindings.iter().map(|&(v, w, _)| (v, w)).collect(),
             workgroups,
             stored_bytes: None,
             grid: [None; 3],
         })
+    }
+
+    /// A rendered module (a kernel's second one, [`EmittedKernel::subgroups`]), or the template's error.
+    fn module(&self, n: NodeId, wgsl: Result<String, askama::Error>) -> Result<String, EmitError> {
+        Ok(with_non_finite(wgsl.map_err(|e| self.err(n, format!("template error: {e}")))?))
+    }
+
+    /// `k` with its subgroup module ([`EmittedKernel::subgroups`]): its template rendered with `sg` set.
+    fn with_subgroups(
+        &self,
+        n: NodeId,
+        mut k: EmittedKernel,
+        sg: Result<String, askama::Error>,
+    ) -> Result<EmittedKernel, EmitError> {
+        k.subgroups = Some(self.module(n, sg)?);
+        Ok(k)
     }
 
     /// Emits the kernels of one group: a fused elementwise kernel, an anchor with its epilogue, or an anchor alone.

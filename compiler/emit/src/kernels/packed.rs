@@ -234,6 +234,10 @@ pub(super) struct GemvPackedTpl {
     pub(super) has_bias: bool,
     pub(super) bias_ld: Ld,
     pub(super) bias_sn: usize,
+    /// The subgroup form ([`super::EmittedKernel::subgroups`]), and whether a group's lanes may span subgroups
+    /// (more lanes than the smallest subgroup WebGPU allows).
+    pub(super) sg: bool,
+    pub(super) wide_groups: bool,
 }
 
 impl GemvPackedTpl {
