@@ -214,25 +214,12 @@ def main():
     print()
     print("| model | ONNX nodes | dispatches fused / unfused | ratio | wgslc fused ms | --memory-budget 2 ms | --no-reuse ms | --no-fuse ms | ORT ms (its provider) | torch CUDA eager ms | torch.compile ms | rel. L2 vs ORT | planned / lower bound (budget 2) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for r in results:
+    for r in (r for r in results if r["model"] != "chain"):
         print(f"| {r['model']} | {r['onnx_nodes']} | {r.get('fused_dispatches')} / {r.get('no_fuse_dispatches')} | "
               f"{r['dispatch_ratio']:.2f} | {r.get('fused_ms')} | {r.get('fused_split_ms')} | {r.get('fused_no_reuse_ms')} | "
               f"{r.get('no_fuse_ms')} | {r['ort_cuda_ms']:.3f} | {r['torch_cuda_eager_ms']:.3f} | {r.get('torch_compile_ms')} | "
               f"{r.get('fused_rel_l2')} | "
               f"{r.get('fused_memory_ratio')} ({r.get('fused_split_memory_ratio')}) |")
-
-
-def chain_model(d, n):
-    """n Abs ops in a row over 64 floats: n dispatches of one workgroup each when compiled --no-fuse."""
-    from onnx import TensorProto, helper
-    os.makedirs(d, exist_ok=True)
-    nodes = [helper.make_node("Abs", [f"t{i}"], [f"t{i + 1}"]) for i in range(n)]
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [64])],
-                          [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [64])])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(d, "model.onnx"))
-    x = np.linspace(-1, 1, 64, dtype=np.float32)
-    np.save(os.path.join(d, "input_0.npy"), x)
-    np.save(os.path.join(d, "ref_0.npy"), np.abs(x))
 
 
 def dawn(a, results):
@@ -256,8 +243,9 @@ def dawn(a, results):
                            "output": f"{r['model']}/dawn_{mode}.f32"})
             rows[name] = (r, mode)
     if a.chain:
-        d = os.path.join(root, "chain")
-        chain_model(d, a.chain)
+        from web_bench import chain_case
+        d = chain_case(os.path.join(root, "chain"), a.chain)
+        np.save(os.path.join(d, "ref_0.npy"), np.abs(np.load(os.path.join(d, "input_0.npy"))))
         art = os.path.join(d, "art_no_fuse")
         subprocess.run([a.wgslc, "compile", os.path.join(d, "model.onnx"), "-o", art, "--no-fuse"], check=True,
                        capture_output=True)

@@ -12,37 +12,11 @@
 // to keep wgslc.js's kernels on their plain modules}.
 // Prints one JSON line per measurement: tok/s over the decode steps (the prompt's prefill excluded), its tokens.
 import fs from "node:fs";
-import http from "node:http";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
+import { emit, median, setup } from "./node_stack.mjs";
 
-const cfg = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
-const { create, globals } = await import(pathToFileURL(path.join(cfg.webgpu, "index.js")).href);
-Object.assign(globalThis, globals);
-Object.defineProperty(globalThis, "navigator", { value: { gpu: create(cfg.dawn ?? []) }, configurable: true });
-// Python's statistics.median: the middle one, or the mean of the middle two.
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-const emit = (o) => console.log(JSON.stringify(o));
-
-// wgslc.js fetches the artifact over HTTP, as in a browser.
-const server = http.createServer((req, res) => {
-  const file = path.join(cfg.root, decodeURIComponent(new URL(req.url, "http://x").pathname));
-  if (!file.startsWith(cfg.root) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
-    res.writeHead(404).end();
-    return;
-  }
-  res.writeHead(200, { "content-length": fs.statSync(file).size });
-  fs.createReadStream(file).pipe(res);
-});
-await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
-const origin = `http://127.0.0.1:${server.address().port}`;
-
-// wgslc.js as an ES module (Node takes a `.js` file outside a `"type": "module"` package as CommonJS).
-const { loadSession } = await import(pathToFileURL(cfg.wgslc_js).href);
+const { cfg, origin, loadSession, server } = await setup();
 for (const w of cfg.wgslc ?? []) {
   const t = performance.now();
   const s = await loadSession(`${origin}/${w.artifact}/`, { subgroups: cfg.subgroups ?? true });

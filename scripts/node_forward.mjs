@@ -12,32 +12,10 @@
 // or output copies, as `wgslc bench` times; the median of R rounds of N), encode_us_per_dispatch (the CPU time
 // wgslc.js takes to encode and submit, per dispatch), dispatches, and the adapter's description.
 import fs from "node:fs";
-import http from "node:http";
 import path from "node:path";
-import { pathToFileURL } from "node:url";
+import { emit, median, setup } from "./node_stack.mjs";
 
-const cfg = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
-const { create, globals } = await import(pathToFileURL(path.join(cfg.webgpu, "index.js")).href);
-Object.assign(globalThis, globals);
-Object.defineProperty(globalThis, "navigator", { value: { gpu: create(cfg.dawn ?? []) }, configurable: true });
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-const emit = (o) => console.log(JSON.stringify(o));
-
-const server = http.createServer((req, res) => {
-  const file = path.join(cfg.root, decodeURIComponent(new URL(req.url, "http://x").pathname));
-  if (!file.startsWith(cfg.root) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
-    res.writeHead(404).end();
-    return;
-  }
-  res.writeHead(200, { "content-length": fs.statSync(file).size });
-  fs.createReadStream(file).pipe(res);
-});
-await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
-const origin = `http://127.0.0.1:${server.address().port}`;
+const { cfg, origin, loadSession, server } = await setup();
 
 // A .npy file (version 1 or 2, little-endian, C order) as { data, shape } with the typed array its dtype names.
 const NPY_TYPES = { "<f4": Float32Array, "<i8": BigInt64Array, "<i4": Int32Array, "|b1": Uint8Array, "|u1": Uint8Array };
@@ -57,7 +35,6 @@ function readNpy(file) {
   return { data: new T(bytes), shape };
 }
 
-const { loadSession } = await import(pathToFileURL(cfg.wgslc_js).href);
 for (const m of cfg.models) {
   const row = { runtime: "wgslc.js", name: m.name };
   try {

@@ -241,7 +241,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
 {%- endfor %}
     }
-    let mx = reduce_max(tid, tmax);
+    let mx = reduce_max({% if sg %}ssize{% else %}tid{% endif %}, tmax);
     // While every score is -inf, shift by 0 so exp gives 0 rather than NaN.
     let shift = select(mx, 0.0, mx == neg_inf);
     var l = 0.0;
@@ -250,7 +250,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         scores[j] = p;
         l = l + p;
     }
-    let denom = reduce_sum(tid, l);
+    let denom = reduce_sum({% if sg %}ssize{% else %}tid{% endif %}, l);
 {%- for u in pv_keys %}
     var acc{{ u.i }} = vec4<f32>(0.0);
 {%- endfor %}

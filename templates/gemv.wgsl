@@ -129,7 +129,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
         ssq = fma(x, x, ssq);
     }
-    let rinv = 1.0 / sqrt(reduce_sum(tid, ssq) / {{ r.k }}.0 + {{ r.eps }});
+    let rinv = 1.0 / sqrt(reduce_sum({% if sg %}ssize{% else %}tid{% endif %}, ssq) / {{ r.k }}.0 + {{ r.eps }});
 {%- endif %}
 {%- if sg %}
     var total = {% for u in 0..unroll %}{% if u > 0 %} + {% endif %}acc{{ u }}{% endfor %};

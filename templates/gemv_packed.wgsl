@@ -199,7 +199,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if t.tiles > 1 %}
     }
 {%- if let Some(r) = rms %}
-    let rinv = 1.0 / sqrt(reduce_sum(tid, ssq) / {{ r.k }}.0 + {{ r.eps }});
+    let rinv = 1.0 / sqrt(reduce_sum({% if sg %}ssize{% else %}tid{% endif %}, ssq) / {{ r.k }}.0 + {{ r.eps }});
 {%- endif %}
     // A is staged, whole: the workgroup's {{ t.tiles }} tiles of {{ t.cols }} columns one after another, each next tile's
     // loads of B issued before this one's sums and reduction.
@@ -261,7 +261,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if t.tiles == 1 %}
     }
 {%- if let Some(r) = rms %}
-    let rinv = 1.0 / sqrt(reduce_sum(tid, ssq) / {{ r.k }}.0 + {{ r.eps }});
+    let rinv = 1.0 / sqrt(reduce_sum({% if sg %}ssize{% else %}tid{% endif %}, ssq) / {{ r.k }}.0 + {{ r.eps }});
 {%- endif %}
 {%- endif %}
 {%- if sg %}
@@ -287,20 +287,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     workgroupBarrier();
 {%- endif %}
-{%- if t.tiles > 1 %}
-    if (lane == 0u) {
-{%- else %}
-    if (lane != 0u) {
-        return;
-    }
-{%- endif %}
-{%- if wide_groups %}
-    for (var p = 1u; p < {{ t.lanes }}u / ssize; p = p + 1u) {
-{%- for c in cs %}
-        total{{ c.c }} = total{{ c.c }} + sums[{{ c.base }}u + sg_id + p];
-{%- endfor %}
-    }
-{%- endif %}
 {%- else %}
 {%- for c in cs %}
     sums[{{ c.base }}u + tid] = acc{{ c.c }};
@@ -319,6 +305,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
     }
+{%- endif %}
 {%- if t.tiles > 1 %}
     if (lane == 0u) {
 {%- else %}
@@ -326,9 +313,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
 {%- endif %}
+{%- if !sg %}
 {%- for c in cs %}
     let total{{ c.c }} = {% for i in 0..tail %}{% if i > 0 %} + {% endif %}sums[{{ c.base }}u + tid + {{ i }}u]{% endfor %};
 {%- endfor %}
+{%- else if wide_groups %}
+    for (var p = 1u; p < {{ t.lanes }}u / ssize; p = p + 1u) {
+{%- for c in cs %}
+        total{{ c.c }} = total{{ c.c }} + sums[{{ c.base }}u + sg_id + p];
+{%- endfor %}
+    }
 {%- endif %}
 {%- for c in cs %}
     if ({{ self.tile_col0() }} + {{ c.c }}u < {{ n }}u) {

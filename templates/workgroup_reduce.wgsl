@@ -3,10 +3,11 @@
     is twice the most subgroups of 4 or more invocations, `reduce_subgroups`, it can hold). -#}
 {%- if reduce_sg %}
 // Reductions across a workgroup of {{ reduce_threads }} invocations: each subgroup's own first (subgroupMax, subgroupAdd), then
-// its first lane leaves the result in workgroup memory and, after one barrier, every invocation adds up the
-// subgroups' results. Those go to one half of `part` and the next reduction's to the other: a reduction writes
-// before its barrier, while a slower invocation may still read the reduction before (never the one before that,
-// since it passed that reduction's barrier first).
+// its first lane leaves the result in workgroup memory and, after one barrier, each subgroup reduces the
+// subgroups' results, each lane a share of them. Those go to one half of `part` and the next reduction's to the
+// other: a reduction writes before its barrier, while a slower invocation may still read the reduction before
+// (never the one before that, since it passed that reduction's barrier first). The callers pass the
+// `subgroup_size` builtin, which Tint takes as uniform (a private variable it does not).
 var<workgroup> part: array<f32, {{ reduce_parts }}>;
 var<private> part_half: u32;
 
@@ -20,22 +21,28 @@ fn reduce_part(s: f32) -> u32 {
     return at;
 }
 
-fn reduce_max(lid: u32, v: f32) -> f32 {
+fn reduce_max(ssize: u32, v: f32) -> f32 {
     let at = reduce_part(subgroupMax(v));
+    // Lane l takes the results l, l + ssize, …, starting from the first (there is at least one).
+    let n = max({{ reduce_threads }}u / ssize, 1u);
     var r = part[at];
-    for (var i = 1u; i < {{ reduce_threads }}u / sg_size; i = i + 1u) {
-        r = max(r, part[at + i]);
+    for (var i = 0u; i < n; i = i + ssize) {
+        r = max(r, part[at + min(i + sg_lane, n - 1u)]);
     }
-    return r;
+    return subgroupMax(r);
 }
 
-fn reduce_sum(lid: u32, v: f32) -> f32 {
+fn reduce_sum(ssize: u32, v: f32) -> f32 {
     let at = reduce_part(subgroupAdd(v));
-    var r = part[at];
-    for (var i = 1u; i < {{ reduce_threads }}u / sg_size; i = i + 1u) {
-        r = r + part[at + i];
+    // Lane l adds the results l, l + ssize, … (one read where the subgroups are 16 invocations or more).
+    let n = max({{ reduce_threads }}u / ssize, 1u);
+    var r = 0.0;
+    for (var i = 0u; i < n; i = i + ssize) {
+        if (i + sg_lane < n) {
+            r = r + part[at + i + sg_lane];
+        }
     }
-    return r;
+    return subgroupAdd(r);
 }
 {%- else -%}
 // Reductions across a workgroup of {{ reduce_threads }} invocations through workgroup memory; every invocation gets the result.
