@@ -1,3 +1,4 @@
+{% include "subgroups.wgsl" -%}
 {% include "header.wgsl" %}
 {%- include "helpers.wgsl" %}
 {%- include "fused.wgsl" %}
@@ -5,9 +6,9 @@
 {%- let reduce_threads = 64 %}
 {%- let reduce_width = 8 %}
 {%- let reduce_chunks = 8 %}
-{%- let reduce_sg = false %}
-{%- let reduce_subgroups = 0 %}
-{%- let reduce_parts = 0 %}
+{%- let reduce_sg = sg %}
+{%- let reduce_subgroups = 16 %}
+{%- let reduce_parts = 32 %}
 {% include "workgroup_reduce.wgsl" %}
 
 {% include "main_rows.wgsl" %}
@@ -17,12 +18,12 @@
     for (var j = lid; j < {{ n }}u; j = j + 64u) {
         m = max(m, x[base + j * {{ inner }}u]);
     }
-    m = reduce_max(lid, m);
+    m = reduce_max({% if sg %}ssize{% else %}lid{% endif %}, m);
     var s = 0.0;
     for (var j = lid; j < {{ n }}u; j = j + 64u) {
         s = s + exp(x[base + j * {{ inner }}u] - m);
     }
-    s = reduce_sum(lid, s);
+    s = reduce_sum({% if sg %}ssize{% else %}lid{% endif %}, s);
     for (var j = lid; j < {{ n }}u; j = j + 64u) {
         let idx = base + j * {{ inner }}u;
 {%- if log %}

@@ -72,13 +72,21 @@ fn compile_then_run_reproduces_onnxruntime() {
     for f in ["plan.json", "weights.safetensors"] {
         assert!(art.join(f).exists(), "{f} missing");
     }
-    // Gemm+Gelu, LayerNormalization, Gemm: three kernels fused; one per op (four) with --no-fuse.
-    assert_eq!(std::fs::read_dir(art.join("kernels")).unwrap().count(), 3);
+    // Gemm+Gelu, LayerNormalization, Gemm: three kernels fused; one per op (four) with --no-fuse. The
+    // LayerNormalization also comes as a subgroup module.
+    let mut files: Vec<String> = std::fs::read_dir(art.join("kernels"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 4, "{files:?}");
+    assert_eq!(files.iter().filter(|f| f.ends_with(".subgroups.wgsl")).count(), 1, "{files:?}");
+    assert!(files.iter().any(|f| f.ends_with("_layernorm.subgroups.wgsl")), "{files:?}");
     let unfused = tmp.path().join("unfused");
     let o =
         wgslc(&["compile", model.to_str().unwrap(), "-o", unfused.to_str().unwrap(), "--dim", "batch=4", "--no-fuse"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(std::fs::read_dir(unfused.join("kernels")).unwrap().count(), 4);
+    assert_eq!(std::fs::read_dir(unfused.join("kernels")).unwrap().count(), 5);
 
     // Positional input, then the NAME=FILE form: the same outputs.
     let input = case.dir.join("input_0.npy");
@@ -539,7 +547,8 @@ fn compile_never_deletes_or_overwrites_a_users_files() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert!(names.contains(&"my_kernel.cu".to_string()) && names.len() == 4, "{names:?}");
+    // The MLP's three kernels, its LayerNormalization's subgroup module and the user's file.
+    assert!(names.contains(&"my_kernel.cu".to_string()) && names.len() == 5, "{names:?}");
     assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "notes");
     // A failed compile (an unbound dim) leaves the artifact as it was.
     let plan = std::fs::read(dir.join("plan.json")).unwrap();
@@ -581,7 +590,8 @@ fn compile_never_deletes_or_overwrites_a_users_files() {
     assert!(subgroup_files(&sg_dir) > 0);
     let o = wgslc(&["compile", mlp, "-o", sg_out, "--dim", "batch=2"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(subgroup_files(&sg_dir), 0);
+    // The decoder's subgroup modules go; the MLP's LayerNormalization brings its own one.
+    assert_eq!(subgroup_files(&sg_dir), 1);
     // Every artifact file gets the same permissions (the weights were written private to their owner).
     #[cfg(unix)]
     {

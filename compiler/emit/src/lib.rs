@@ -108,9 +108,11 @@ pub const CAPABILITIES: naga::valid::Capabilities = naga::valid::Capabilities::S
 /// `subgroups` feature.
 pub const SUBGROUP_CAPABILITIES: naga::valid::Capabilities = CAPABILITIES.union(naga::valid::Capabilities::SUBGROUP);
 
-/// The fewest invocations a subgroup module's workgroup may have: WebGPU's largest subgroup (128), so that the
-/// workgroup is whole subgroups on every device that offers them.
-pub const SUBGROUP_WORKGROUP: u32 = 128;
+/// What a subgroup module's workgroup is a multiple of: WebGPU's smallest subgroup (4), so that it is whole
+/// subgroups on every device whose subgroups are no larger than it. Where a device's are (a workgroup of 64, a
+/// subgroup of 128), it is one partial subgroup, which the templates' code allows: their butterflies stay within
+/// the workgroup's lanes and their reductions count at least one subgroup.
+pub const SUBGROUP_WORKGROUP: u32 = 4;
 
 /// One module parsed and validated by naga with `caps`.
 fn parse_module(name: &str, wgsl: &str, caps: naga::valid::Capabilities) -> Result<naga::Module, EmitError> {

@@ -173,8 +173,8 @@ fn a_tiled_product_normalizes_its_rows() {
     insta::assert_snapshot!(k);
 }
 
-#[test]
-fn softmax_layernorm_and_reduce() {
+/// A Softmax, a LayerNormalization and a Reduce over the normalized rows.
+fn softmax_layernorm_reduce() -> Graph {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[2, 5, 6]);
     let s = node(&mut g, Op::Softmax { axis: 1, legacy: false, log: false }, &[x]);
@@ -191,7 +191,23 @@ fn softmax_layernorm_and_reduce() {
         &[l],
     );
     g.outputs.push(y);
-    insta::assert_snapshot!(kernels(g));
+    g
+}
+
+#[test]
+fn softmax_layernorm_and_reduce() {
+    insta::assert_snapshot!(kernels(softmax_layernorm_reduce()));
+}
+
+/// The row reductions' subgroup modules: 64 invocations a row, each reduction `subgroupMax` / `subgroupAdd`, one
+/// barrier, and the subgroups' results shared by a subgroup's lanes (one partial subgroup where the device's are
+/// larger than 64).
+#[test]
+fn row_reductions_in_subgroups() {
+    let k = subgroup_modules(softmax_layernorm_reduce());
+    assert!(k.contains("templates/softmax.wgsl") && k.contains("templates/layernorm.wgsl"), "{k}");
+    assert!(k.contains("@workgroup_size(64)") && k.contains("reduce_sum(ssize, s)"), "{k}");
+    insta::assert_snapshot!(k);
 }
 
 #[test]

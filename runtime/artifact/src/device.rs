@@ -16,9 +16,10 @@ pub struct DeviceLimits {
 pub const SUBGROUP_SIZES: (u32, u32) = (4, 128);
 
 /// Whether a device may replay kernels' subgroup modules ([`Kernel::subgroups`]): it offers WebGPU's `subgroups`
-/// feature (wgpu: `Features::SUBGROUP`) with subgroups of [`SUBGROUP_SIZES`], powers of two. A subgroup module's
-/// workgroup is a multiple of 128 invocations, so it is then whole subgroups, which the module numbers its
-/// invocations by (`subgroup_id · subgroup_size + subgroup_invocation_id`), whatever order the device puts them in.
+/// feature (wgpu: `Features::SUBGROUP`) with subgroups of [`SUBGROUP_SIZES`], powers of two. The compiler writes
+/// subgroup modules for every size in that range: a workgroup of 256 is then whole subgroups, which the module
+/// numbers its invocations by (`subgroup_id · subgroup_size + subgroup_invocation_id`) whatever order the device
+/// puts them in, and a smaller one (64: the row reductions) whole subgroups or one partial one.
 /// A browser also needs WGSL's `subgroup_id` builtin (wgslc.js asks `wgslLanguageFeatures`).
 pub fn subgroups_usable(feature: bool, min_size: u32, max_size: u32) -> bool {
     let pow2 = |s: u32| s.is_power_of_two();

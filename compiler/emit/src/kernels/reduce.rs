@@ -37,6 +37,8 @@ pub(super) struct SoftmaxTpl {
     pub(super) n: usize,
     pub(super) inner: usize,
     pub(super) row_span: usize,
+    /// The subgroup form ([`super::EmittedKernel::subgroups`]).
+    pub(super) sg: bool,
 }
 
 #[derive(Template)]
@@ -54,6 +56,8 @@ pub(super) struct LayerNormTpl {
     pub(super) scale_len: usize,
     pub(super) has_bias: bool,
     pub(super) bias_len: usize,
+    /// The subgroup form ([`super::EmittedKernel::subgroups`]).
+    pub(super) sg: bool,
 }
 
 /// The comparison by which an element replaces the best so far in one sequential scan: ties keep the first, or
@@ -314,10 +318,13 @@ impl Emitter<'_> {
         let rows = outer * inner;
         let b = bindings(&reads, &[(out, "out")]);
         let (h, wg, groups_x) = self.launch(n, Some(group), "softmax.wgsl", &b, rows)?;
-        let tpl =
-            SoftmaxTpl { h, helpers, fu, log, groups_x, rows, n: len, inner: inner.max(1), row_span: len * inner };
+        let row_span = len * inner;
+        let mut tpl =
+            SoftmaxTpl { h, helpers, fu, log, groups_x, rows, n: len, inner: inner.max(1), row_span, sg: false };
         let name = self.group_name(group);
-        self.kernel(n, name, "softmax", tpl.render(), &b, wg)
+        let k = self.kernel(n, name, "softmax", tpl.render(), &b, wg)?;
+        tpl.sg = true;
+        self.with_subgroups(n, k, tpl.render())
     }
 
     pub(super) fn layernorm(
@@ -362,7 +369,7 @@ impl Emitter<'_> {
             bindings.push((v, true, "inv_out"));
         }
         let (h, wg, groups_x) = self.launch(n, None, "layernorm.wgsl", &bindings, rows)?;
-        let tpl = LayerNormTpl {
+        let mut tpl = LayerNormTpl {
             h,
             rms,
             has_mean: stats[0].is_some(),
@@ -375,8 +382,11 @@ impl Emitter<'_> {
             scale_len,
             has_bias: bias.is_some(),
             bias_len,
+            sg: false,
         };
-        self.kernel(n, node.name.clone(), "layernorm", tpl.render(), &bindings, wg)
+        let k = self.kernel(n, node.name.clone(), "layernorm", tpl.render(), &bindings, wg)?;
+        tpl.sg = true;
+        self.with_subgroups(n, k, tpl.render())
     }
 
     pub(super) fn argreduce(&self, n: NodeId, max: bool, axis: usize, last: bool) -> Result<EmittedKernel, EmitError> {
