@@ -39,8 +39,9 @@ pub struct EmittedKernel {
     pub nodes: Vec<NodeId>,
     pub wgsl: String,
     /// The same kernel with WebGPU's subgroup operations, where its template has such a form
-    /// ([`wgslc_artifact::Kernel::subgroups`]): a workgroup of whole subgroups, its invocations numbered by
-    /// subgroup, sums across lanes through shuffles instead of workgroup memory and barriers.
+    /// ([`wgslc_artifact::Kernel::subgroups`]): a workgroup of whole subgroups (or, for the 64-invocation row
+    /// reductions, possibly one partial subgroup), its invocations numbered by subgroup where the layout needs
+    /// it, sums across lanes through shuffles instead of workgroup memory and barriers.
     pub subgroups: Option<String>,
     /// Bytes the kernel stores when that is less than its output binding (its block of a Concat written in
     /// place), for the report.
