@@ -17,7 +17,9 @@ the same GPU (scripts/node_forward.mjs; STACK holds `node` and the npm package `
 scripts/web_decode_bench.py's stack does), and a chain of --chain one-workgroup dispatches natively and on Dawn (the
 per-dispatch cost of each replay); `wgslc --shader-checks bench` (wgpu's own bounds checks, as a browser keeps
 them) is timed beside the default. --dawn-flag passes a flag to dawn.node's create() (such as
-`enable-dawn-features=disable_robustness`, to see what Tint's bounds checks cost).
+`enable-dawn-features=disable_robustness`, to see what Tint's bounds checks cost). --dawn-profile P also sets every
+kernel's GPU time on Dawn (the median of P profiled runs) beside `wgslc bench --profile`'s, by kind, with Dawn's
+timestamp quantization off (it rounds timestamps to 65.5 µs, as browsers do, which leaves a kernel 0 or 65.5 µs).
 
 Prints a table and writes OUT_DIR/bench.json. Needs torch, torchvision, transformers, onnx, onnxscript and
 onnxruntime (the GPU machine has them).
@@ -108,6 +110,45 @@ def wgslc_bench(wgslc, art, inputs, iters, checked=False):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def wgslc_profile(wgslc, art, inputs, iters):
+    """`wgslc bench --profile`'s every dispatch in replay order: [[kernel, ms], ...] (GPU timestamps)."""
+    r = subprocess.run([wgslc, "bench", art, "--iterations", str(iters), "--profile"]
+                       + sum([["--input", p] for p in inputs], []), capture_output=True, text=True)
+    if r.returncode:
+        return None
+    lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    return next((line["kernels"] for line in lines if "kernels" in line), None)
+
+
+def kind(name):
+    """A kernel's kind: its name without the numbers that tell a layer's repeats apart (as `wgslc bench` sums)."""
+    return "".join(c for c in name if not c.isdigit())
+
+
+def print_profiles(name, native, dawn):
+    """Dawn's kernel times against native ones, one replay each: the kinds, then the dispatches Dawn loses most on."""
+    if not native or not dawn or len(native) != len(dawn):
+        print(f"{name}: no comparable profiles (native {len(native or [])}, Dawn {len(dawn or [])} dispatches)")
+        return
+    kinds = {}
+    for (k, n), (_, d) in zip(native, dawn):
+        e = kinds.setdefault(kind(k), [0, 0.0, 0.0])
+        e[0] += 1
+        e[1] += n
+        e[2] += d
+    print()
+    print(f"{name}: kernels {sum(n for _, n in native):.3f} ms native, {sum(d for _, d in dawn):.3f} on Dawn (GPU timestamps)")
+    print("| kind | count | native ms | Dawn ms | Dawn − native |")
+    print("| --- | --- | --- | --- | --- |")
+    for k, (c, n, d) in sorted(kinds.items(), key=lambda kv: kv[1][1] - kv[1][2])[:12]:
+        print(f"| {k} | {c} | {n:.4f} | {d:.4f} | {d - n:+.4f} |")
+    print("| dispatch | kernel | native ms | Dawn ms |")
+    print("| --- | --- | --- | --- |")
+    worst = sorted(range(len(native)), key=lambda i: native[i][1] - dawn[i][1])[:10]
+    for i in worst:
+        print(f"| {i} | {native[i][0]} | {native[i][1]:.4f} | {dawn[i][1]:.4f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -125,6 +166,9 @@ def main():
     ap.add_argument("--dawn-flag", action="append", default=[], help="a flag for dawn.node's create() (repeatable)")
     ap.add_argument("--chain", type=int, default=500, help="with --dawn: dispatches in the per-dispatch chain")
     ap.add_argument("--rounds", type=int, default=3, help="with --dawn: rounds of --iterations replays (median)")
+    ap.add_argument("--dawn-profile", type=int, default=0, metavar="P",
+                    help="with --dawn: every kernel's GPU time on Dawn (the median of P profiled wgslc.js runs) beside "
+                         "`wgslc bench --profile`'s, by kind and by the dispatches that differ most")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = not a.torch_fp32_convs
     os.makedirs(a.out, exist_ok=True)
@@ -195,6 +239,8 @@ def main():
             row[f"{mode}_ms"] = b.get("ms_per_inference")
             if a.dawn:
                 row[f"{mode}_checked_ms"] = wgslc_bench(a.wgslc, art, inputs, a.iterations, True).get("ms_per_inference")
+                if a.dawn_profile:
+                    row[f"{mode}_kernels"] = wgslc_profile(a.wgslc, art, inputs, a.iterations)
             row["adapter"] = b.get("adapter", row.get("adapter"))
             if "error" in b:
                 row[f"{mode}_error"] = b["error"]
@@ -259,7 +305,8 @@ def dawn(a, results):
         rows["chain/no_fuse"] = (row, "no_fuse")
     cfg = {"webgpu": os.path.join(os.path.abspath(a.dawn), "webgpu"), "wgslc_js": os.path.join(web, "wgslc.js"),
            "root": root, "models": models, "iterations": a.iterations, "rounds": a.rounds,
-           "dawn": a.dawn_flag}
+           "dawn": a.dawn_flag + (["disable-dawn-features=timestamp_quantization"] if a.dawn_profile else []),
+           "profile": a.dawn_profile}
     path = os.path.join(root, "node_forward.json")
     json.dump(cfg, open(path, "w"))
     node = [os.path.join(a.dawn, "node"), os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_forward.mjs"), path]
@@ -272,7 +319,7 @@ def dawn(a, results):
         j = json.loads(line)
         r, mode = rows[j["name"]]
         for k in ("load_ms", "first_run_ms", "run_ms", "replay_ms", "replay_rounds_ms", "encode_us_per_dispatch", "error",
-                  "adapter"):
+                  "adapter", "kernels"):
             if k in j:
                 r[f"dawn_{mode}_{k}"] = j[k]
         out = os.path.join(root, j["name"].split("/")[0], f"dawn_{mode}.f32")
@@ -292,6 +339,10 @@ def dawn(a, results):
               f"{f(f'dawn_{mode}_replay_ms')} | {f(f'dawn_{mode}_run_ms')} | {f(f'dawn_{mode}_first_run_ms')} | "
               f"{f(f'dawn_{mode}_load_ms')} | {f(f'dawn_{mode}_encode_us_per_dispatch')} | {ratio} | "
               f"{r.get(f'dawn_{mode}_rel_l2')} |")
+    if a.dawn_profile:
+        for name, (r, mode) in rows.items():
+            if r["model"] != "chain":
+                print_profiles(name, r.get(f"{mode}_kernels"), r.get(f"dawn_{mode}_kernels"))
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@
 // "models": [{"name", "artifact": path under root, "inputs": [.npy paths under root], "output": file to write the
 // first output's float32 values to}], "iterations": N, "rounds": R, "dawn": [create() flags]}.
 // Prints one JSON line per model: load_ms, first_run_ms (its first run: inputs written, outputs read back),
-// run_ms (the median of N such runs), replay_ms (Session.timeReplay: one pass, one submit, waited for; no input
+// run_ms (the median of N such runs), replay_ms (Session.timeReplay: the submits of a run, waited for; no input
 // or output copies, as `wgslc bench` times; the median of R rounds of N), encode_us_per_dispatch (the CPU time
-// wgslc.js takes to encode and submit, per dispatch), dispatches, and the adapter's description.
+// wgslc.js takes to encode and submit, per dispatch), dispatches, and the adapter's description; with "profile": P in
+// CONFIG, also kernels: [[name, ms], ...] in replay order, each the median of P profiled runs (wgslc.js's
+// run({ profile: true }): a pass per dispatch with timestamps at its start and end).
 import fs from "node:fs";
 import path from "node:path";
 import { emit, median, setup } from "./node_stack.mjs";
@@ -69,6 +71,16 @@ for (const m of cfg.models) {
     row.replay_ms = median(replays);
     row.replay_rounds_ms = replays;
     row.encode_us_per_dispatch = (1000 * median(encodes)) / row.dispatches;
+    // With "profile": N, N profiled runs (a pass per dispatch, timestamps around each): every dispatch's median.
+    if (cfg.profile > 0) {
+      const each = [];
+      for (let i = 0; i < cfg.profile; i++) {
+        const p = (await s.run(feeds, { profile: true })).profile;
+        if (!p || !p.timestamps) throw new Error("profile: the adapter has no timestamp-query");
+        p.kernels.forEach((k, j) => (each[j] ??= { name: k.name, ms: [] }).ms.push(k.ms));
+      }
+      row.kernels = each.map((k) => [k.name, median(k.ms)]);
+    }
     s.destroy();
   } catch (e) {
     row.error = String(e.message ?? e);

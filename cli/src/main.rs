@@ -188,9 +188,10 @@ enum Cmd {
         /// Untimed replays first.
         #[arg(long, default_value_t = 5)]
         warmup: usize,
-        /// Also print the slowest kinds of kernel (kernels whose names differ only in numbers, as one per layer,
-        /// summed) and the slowest kernels: GPU timestamps around each dispatch of the one-pass replay where the
-        /// adapter has them, else each dispatch submitted and timed on its own (per-submit overhead included).
+        /// Also print every dispatch's time in replay order (one JSON line), the slowest kinds of kernel (kernels
+        /// whose names differ only in numbers, as one per layer, summed) and the slowest kernels: GPU timestamps
+        /// around each dispatch of the one-pass replay where the adapter has them, else each dispatch submitted
+        /// and timed on its own (per-submit overhead included).
         #[arg(long)]
         profile: bool,
         /// Decoder artifacts (`compile --kv-cache`): replay only this step (`decode` or `prefill`); `prefill` with
@@ -662,7 +663,11 @@ fn bench_replay(
         let p = session.profile(iterations.min(50))?;
         let total: f64 = p.kernels.iter().map(|k| k.1).sum();
         let method = if p.timestamps { "gpu timestamps in one pass" } else { "one submit per dispatch" };
-        println!("{}", serde_json::json!({ "profile": method, "kernels_ms": round(total) }));
+        // Every dispatch in replay order (for scripts that set one replay's kernels beside another's), then the
+        // slowest kinds and kernels for a reader.
+        let each: Vec<serde_json::Value> =
+            p.kernels.iter().map(|(name, ms)| serde_json::json!([name, round(*ms)])).collect();
+        println!("{}", serde_json::json!({ "profile": method, "kernels_ms": round(total), "kernels": each }));
         // Kernels of one kind (their names without the numbers that tell layers apart), summed.
         let mut kinds: Vec<(String, usize, f64)> = Vec::new();
         for (name, ms) in &p.kernels {

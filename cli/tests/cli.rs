@@ -449,6 +449,11 @@ fn bench_profile_times_every_dispatch() {
     assert!(!o0.status.success() && stderr(&o0).contains("--iterations"), "{}", stderr(&o0));
     // lavapipe has timestamp queries: one pass, a timestamp around every dispatch.
     assert_eq!(lines[1]["profile"], "gpu timestamps in one pass");
+    // Every dispatch in replay order, named, its times summing to the line's total.
+    let each = lines[1]["kernels"].as_array().unwrap();
+    assert_eq!(each.len(), dispatches);
+    let sum: f64 = each.iter().map(|k| k[1].as_f64().unwrap()).sum();
+    assert!((sum - lines[1]["kernels_ms"].as_f64().unwrap()).abs() < 1e-3 * dispatches as f64, "{sum} {}", lines[1]);
     // The kinds (names without their numbers; the CNN's two Conv+Relu kernels are one kind), then the kernels.
     let kinds: Vec<&serde_json::Value> = lines[2..].iter().take_while(|l| l.get("kind").is_some()).collect();
     let kernels = &lines[2 + kinds.len()..];
@@ -465,6 +470,7 @@ fn bench_profile_times_every_dispatch() {
     let names: Vec<&str> = plan["kernels"].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
     let share: f64 = kernels.iter().map(|k| k["share"].as_f64().unwrap()).sum();
     assert!((share - 1.0).abs() < 0.01, "{share}");
+    assert!(each.iter().all(|k| names.contains(&k[0].as_str().unwrap())), "{each:?}");
     for k in kernels {
         assert!(names.contains(&k["kernel"].as_str().unwrap()), "{k}");
         assert!(k["ms"].as_f64().unwrap() > 0.0, "{k}");
