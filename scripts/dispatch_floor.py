@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """What one dependent dispatch costs on this adapter: chains of N Add nodes (each reads the one before), compiled
-with --no-fuse so that every node is a dispatch of its own, replayed by `wgslc bench` (one pass, one submit):
+with --no-fuse so that every node is a dispatch of its own, replayed by `wgslc bench` (submits of up to 64
+dispatches, a pass each):
 
     python3 scripts/dispatch_floor.py --wgslc .bin/wgslc [--lengths 1,32,128] [--elements 256,1048576]
 

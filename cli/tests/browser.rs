@@ -298,6 +298,15 @@ fn every_case_runs_in_chromium_through_wgslc_js() {
         started.elapsed().as_secs_f64()
     );
 
+    // artifact.js splits a replay into the submits the Rust runtime does.
+    let rust: Vec<Vec<[usize; 2]>> =
+        (0..=300).map(|n| wgslc::artifact::submit_ranges(n).iter().map(|r| [r.start, r.end]).collect()).collect();
+    if results.get("rules__submit_ranges").map(|r| r["ranges"].clone()) != Some(serde_json::json!(rust)) {
+        failures.push(format!(
+            "artifact.js's submitRanges differs from submit_ranges: {:?}",
+            results.get("rules__submit_ranges")
+        ));
+    }
     for (file, expect) in &malformed {
         let id = format!("malformed__{file}");
         match results.get(&id).map(|r| (r["refused"].as_str(), r["error"].as_str())) {

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 /// The wgpu this runtime is built on, for code that uses [`Gpu`]'s device and queue.
 pub use wgpu;
 use wgslc_artifact::{relayout, ArtifactError, BufferKind, DeviceLimits, Plan, Ranges, RunLayout, StorageType};
-use wgslc_artifact::{subgroups_usable, TensorSpec};
+use wgslc_artifact::{subgroups_usable, submit_ranges, TensorSpec};
 pub use wgslc_artifact::{HostTensor, TensorData};
 
 #[derive(Debug, thiserror::Error)]
@@ -449,13 +449,11 @@ impl Session {
             (replay.values, replay.layout) = (vals.clone(), l.clone());
         }
         gpu.scoped("replay", || {
-            let mut enc =
-                gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc replay") });
-            self.encode(&mut enc, None);
-            for (o, rb) in self.plan.outputs.iter().zip(&self.readback) {
-                enc.copy_buffer_to_buffer(&self.buffers[o.buffer], 0, rb, 0, rb.size());
-            }
-            gpu.queue.submit([enc.finish()]);
+            self.submit_replay(|enc| {
+                for (o, rb) in self.plan.outputs.iter().zip(&self.readback) {
+                    enc.copy_buffer_to_buffer(&self.buffers[o.buffer], 0, rb, 0, rb.size());
+                }
+            })
         })?;
         gpu.map_read(&self.readback.iter().collect::<Vec<_>>())?;
         let mut outs = Vec::with_capacity(self.readback.len());
@@ -477,22 +475,50 @@ impl Session {
         Ok(outs)
     }
 
-    /// Records every dispatch into one compute pass, ranged dims at the last run's values; with a query set, a
-    /// timestamp before each dispatch (index i before dispatch i) and one after the last.
-    fn encode(&self, enc: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
+    /// Submits the replay in the submits of [`submit_ranges`] (a compute pass each, ranged dims at the last run's
+    /// values), so the GPU runs the first kernels while the rest are encoded; `last` adds commands after the last
+    /// pass, in its submit.
+    fn submit_replay(&self, last: impl FnOnce(&mut wgpu::CommandEncoder)) {
+        let gpu = &self.gpu;
+        let replay = self.replay.lock().unwrap_or_else(|p| p.into_inner());
+        let ranged = self.plan.ranges.as_ref().map(|_| (replay.values.as_slice(), &replay.layout));
+        let mut ranges = submit_ranges(replay.dispatches.len());
+        if ranges.is_empty() {
+            ranges.push(0..0);
+        }
+        let mut last = Some(last);
+        let end = ranges.len() - 1;
+        for (i, r) in ranges.into_iter().enumerate() {
+            let mut enc =
+                gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc replay") });
+            {
+                let mut pass = enc
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
+                for &d in &replay.dispatches[r] {
+                    self.dispatch(&mut pass, d, ranged);
+                }
+            }
+            if i == end {
+                if let Some(last) = last.take() {
+                    last(&mut enc);
+                }
+            }
+            gpu.queue.submit([enc.finish()]);
+        }
+    }
+
+    /// Records every dispatch into one compute pass, ranged dims at the last run's values, with a timestamp before
+    /// each dispatch (index i before dispatch i) and one after the last: the profile's replay.
+    fn encode_timed(&self, enc: &mut wgpu::CommandEncoder, timestamps: &wgpu::QuerySet) {
         let replay = self.replay.lock().unwrap_or_else(|p| p.into_inner());
         let ranged = self.plan.ranges.as_ref().map(|_| (replay.values.as_slice(), &replay.layout));
         let mut pass =
             enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
         for (i, &d) in replay.dispatches.iter().enumerate() {
-            if let Some(q) = timestamps {
-                pass.write_timestamp(q, i as u32);
-            }
+            pass.write_timestamp(timestamps, i as u32);
             self.dispatch(&mut pass, d, ranged);
         }
-        if let Some(q) = timestamps {
-            pass.write_timestamp(q, replay.dispatches.len() as u32);
-        }
+        pass.write_timestamp(timestamps, replay.dispatches.len() as u32);
     }
 
     /// Kernel `d` into an open compute pass. At ranged dims' values, a kernel that scales with a dim dispatches
@@ -566,7 +592,7 @@ impl Session {
             gpu.scoped("profile", || {
                 let mut enc =
                     gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc profile") });
-                self.encode(&mut enc, Some(&queries));
+                self.encode_timed(&mut enc, &queries);
                 enc.resolve_query_set(&queries, 0..count, &resolve, 0);
                 enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
                 gpu.queue.submit([enc.finish()]);
@@ -600,10 +626,7 @@ impl Session {
         let gpu = &self.gpu;
         let start = std::time::Instant::now();
         for _ in 0..iterations {
-            let mut enc =
-                gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc bench") });
-            self.encode(&mut enc, None);
-            gpu.queue.submit([enc.finish()]);
+            self.submit_replay(|_| {});
             gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
         }
         gpu.check_lost()?;

@@ -662,3 +662,18 @@ export function subgroupsUsable(feature, min, max) {
 export function kernelModule(k, subgroups) {
   return subgroups && k.subgroups ? k.subgroups : k.wgsl;
 }
+
+/**
+ * How a replay of `n` dispatches is split into submits, as wgslc_artifact::submit_ranges: [start, end) ranges of
+ * SUBMIT_FIRST dispatches, then twice as many each time up to SUBMIT_MAX, so the GPU starts on the first few while
+ * the rest are encoded (a submit's commands are recorded for the GPU only when it is submitted).
+ */
+export const SUBMIT_FIRST = 4;
+export const SUBMIT_MAX = 64;
+export function submitRanges(n) {
+  const out = [];
+  for (let at = 0, size = SUBMIT_FIRST; at < n; at += size, size = Math.min(2 * size, SUBMIT_MAX)) {
+    out.push([at, Math.min(at + size, n)]);
+  }
+  return out;
+}

@@ -134,7 +134,10 @@ export declare class Session {
   readonly loadStats: LoadStats;
   /** The profile of the last run with { profile: true }, or null. */
   lastProfile: Profile | null;
-  /** Runs the plan once: one compute pass, one submit. Runs on one session are serialized. */
+  /**
+   * Runs the plan once: a few submits of a compute pass each (artifact.js's submitRanges, as the Rust runtime), the
+   * GPU running the first while the rest are encoded. Runs on one session are serialized.
+   */
   run(inputs: Record<string, Input>, options?: RunOptions): Promise<Record<string, Output>>;
   /**
    * Replays without reading outputs back, each replay waited for; resolves to the wall time per replay and the CPU

@@ -6,11 +6,11 @@
 // Session.generate interprets.
 //
 // Everything is built once in loadSession (buffers, weights, shader modules, pipelines, bind groups, read-back
-// buffers); Session.run writes the inputs, encodes one compute pass with every dispatch, submits once and reads the
-// outputs back. Runs on one session are serialized (they share the plan's buffers). Error messages use the Rust
+// buffers); Session.run writes the inputs, encodes the dispatches in a few submits of a compute pass each
+// (submitRanges: the GPU runs the first while the rest are encoded) and reads the outputs back. Runs on one session are serialized (they share the plan's buffers). Error messages use the Rust
 // runtime's wording, so one search finds both.
 
-import { affine, atValues, checkLimits, dimValues, fmt, inputBytes, kernelModule, layoutOf, neededLimits, outputData, parsePlan, relayout, subgroupsUsable, valuesAt, wordsOf, workgroupsAt } from "./artifact.js";
+import { affine, atValues, checkLimits, dimValues, fmt, inputBytes, kernelModule, layoutOf, neededLimits, outputData, parsePlan, relayout, submitRanges, subgroupsUsable, valuesAt, wordsOf, workgroupsAt } from "./artifact.js";
 
 export { FORMAT, VERSION, parsePlan } from "./artifact.js";
 
@@ -198,12 +198,16 @@ export class Session {
 
     let profile = null;
     await scoped(device, "replay", () => {
+      const copyOut = (enc) => {
+        for (const [i, o] of plan.outputs.entries()) {
+          enc.copyBufferToBuffer(buffers[o.buffer], 0, readback[i], 0, readback[i].size);
+        }
+      };
+      if (!options.profile) return this.#submitReplay(copyOut);
       const enc = device.createCommandEncoder({ label: "wgslc replay" });
-      if (options.profile) profile = this.#encodeProfiled(enc);
-      else this.#encode(enc);
-      for (const [i, o] of plan.outputs.entries()) {
-        enc.copyBufferToBuffer(buffers[o.buffer], 0, readback[i], 0, readback[i].size);
-      }
+      profile = this.#encodeProfiled(enc);
+      if (!profile) this.#encode(enc, this.#replay.dispatches);
+      copyOut(enc);
       device.queue.submit([enc.finish()]);
     });
     if (options.profile && !profile) profile = await this.#profileBySubmit();
@@ -231,11 +235,26 @@ export class Session {
     return out;
   }
 
-  // Every dispatch of the replay in one compute pass, at the last run's ranged dims.
-  #encode(enc) {
+  // Dispatches of the replay in one compute pass, at the last run's ranged dims.
+  #encode(enc, dispatches) {
     const pass = enc.beginComputePass({ label: "wgslc" });
-    this.#dispatch(pass, this.#replay.dispatches, true);
+    this.#dispatch(pass, dispatches, true);
     pass.end();
+  }
+
+  // The replay in submits of a pass each (artifact.js's submitRanges, the Rust runtime's rule): the GPU runs the
+  // first while the next are encoded. `last(enc)` adds commands after the last pass, in its submit.
+  #submitReplay(last) {
+    const { device } = this.#s;
+    const { dispatches } = this.#replay;
+    const ranges = submitRanges(dispatches.length);
+    if (ranges.length === 0) ranges.push([0, 0]);
+    for (const [i, [from, to]] of ranges.entries()) {
+      const enc = device.createCommandEncoder({ label: "wgslc replay" });
+      this.#encode(enc, dispatches.slice(from, to));
+      if (i === ranges.length - 1) last?.(enc);
+      device.queue.submit([enc.finish()]);
+    }
   }
 
   // With timestamp-query: each dispatch in a pass of its own with timestamps at its start and end (WebGPU has no
@@ -308,7 +327,7 @@ export class Session {
   /**
    * Replays the plan `iterations` times without reading outputs back (inputs stay as last written), each replay
    * waited for, and resolves to { ms, encodeMs }: wall time per replay, and the CPU time per replay spent encoding
-   * its pass and submitting (the JavaScript side of the per-dispatch overhead). For benchmarks.
+   * its passes and submitting them (the JavaScript side of the per-dispatch overhead). For benchmarks.
    */
   async timeReplay(iterations) {
     const { device } = this.#s;
@@ -316,9 +335,7 @@ export class Session {
     const start = performance.now();
     for (let i = 0; i < iterations; i++) {
       const t = performance.now();
-      const enc = device.createCommandEncoder();
-      this.#encode(enc);
-      device.queue.submit([enc.finish()]);
+      this.#submitReplay();
       encodeMs += performance.now() - t;
       await device.queue.onSubmittedWorkDone();
     }

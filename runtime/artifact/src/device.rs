@@ -1,5 +1,6 @@
 //! What a plan needs of a device, decided the same way by both runtimes (runtime/web/artifact.js mirrors it): the
-//! limits it must fit and whether its kernels' subgroup modules may replay there.
+//! limits it must fit, whether its kernels' subgroup modules may replay there, and how a replay is split into
+//! submits.
 
 use crate::{Kernel, Plan};
 
@@ -80,9 +81,42 @@ impl Plan {
     }
 }
 
+/// Dispatches in a replay's first submit; see [`submit_ranges`].
+pub const SUBMIT_FIRST: usize = 4;
+/// The most dispatches in one submit of a replay; see [`submit_ranges`].
+pub const SUBMIT_MAX: usize = 64;
+
+/// How a replay of `n` dispatches is split into submits (a compute pass each, in queue order): [`SUBMIT_FIRST`]
+/// dispatches, then twice as many each time up to [`SUBMIT_MAX`]. A submit's commands reach the GPU only when it
+/// is submitted (WebGPU implementations record them for the driver then), so with one submit the GPU waits for the
+/// whole replay to be encoded; split, it runs the first few kernels while the rest are encoded, and the replay
+/// costs a few submits more (queue order keeps every kernel after the ones it reads).
+pub fn submit_ranges(n: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut at, mut size) = (0, SUBMIT_FIRST);
+    while at < n {
+        out.push(at..(at + size).min(n));
+        at += size;
+        size = (2 * size).min(SUBMIT_MAX);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replays_split_into_growing_submits() {
+        assert!(submit_ranges(0).is_empty());
+        assert_eq!(submit_ranges(3), vec![0..3]);
+        assert_eq!(submit_ranges(100), vec![0..4, 4..12, 12..28, 28..60, 60..100]);
+        let r = submit_ranges(1000);
+        assert_eq!(r[..6], [0..4, 4..12, 12..28, 28..60, 60..124, 124..188]);
+        // Contiguous, covering every dispatch once, none larger than SUBMIT_MAX.
+        assert!(r.windows(2).all(|w| w[0].end == w[1].start) && r.last().unwrap().end == 1000);
+        assert!(r.iter().all(|x| !x.is_empty() && x.len() <= SUBMIT_MAX));
+    }
 
     #[test]
     fn subgroup_modules_need_the_feature_and_webgpus_sizes() {

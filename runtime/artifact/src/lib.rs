@@ -15,7 +15,9 @@ use std::path::Path;
 mod device;
 mod host;
 mod program;
-pub use device::{for_naga, subgroups_usable, DeviceLimits, ENABLE_SUBGROUPS, SUBGROUP_SIZES};
+pub use device::{
+    for_naga, subgroups_usable, submit_ranges, DeviceLimits, ENABLE_SUBGROUPS, SUBGROUP_SIZES, SUBMIT_FIRST, SUBMIT_MAX,
+};
 pub use host::{relayout, HostTensor, RunLayout, TensorData};
 pub use program::{Affine, Buf, Constant, Copy, Instr, Iota, Mask, Place, Program, Values, Vars, Write};
 

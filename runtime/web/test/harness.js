@@ -1,6 +1,7 @@
 // Runs every case listed in /cases.json through wgslc.js and posts each one's outputs (or error) to /result, then
 // /done. The server (cli/tests/browser.rs) compares the outputs with the references; nothing is judged here.
 import { loadSession } from "/wgslc.js";
+import { submitRanges } from "/artifact.js";
 
 const post = (path, body) => fetch(path, { method: "POST", body: JSON.stringify(body) });
 const log = (line) => {
@@ -45,6 +46,9 @@ async function main() {
     subgroups: adapter.features.has("subgroups") && Boolean(navigator.gpu.wgslLanguageFeatures?.has("subgroup_id")),
     subgroup_sizes: [info.subgroupMinSize, info.subgroupMaxSize],
   });
+  // The rules both runtimes must apply alike, for the server to set beside the Rust crate's.
+  const ranges = Array.from({ length: 301 }, (_, n) => submitRanges(n));
+  await post("/result", { id: "rules__submit_ranges", ranges });
   const cases = await (await fetch("/cases.json")).json();
   for (const c of cases) {
     log(`${c.id}: loading`);
