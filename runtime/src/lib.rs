@@ -475,40 +475,24 @@ impl Session {
         Ok(outs)
     }
 
-    /// Submits the replay in the submits of [`submit_ranges`] (a compute pass each, ranged dims at the last run's
-    /// values), so the GPU runs the first kernels while the rest are encoded; `last` adds commands after the last
-    /// pass, in its submit.
-    fn submit_replay(&self, last: impl FnOnce(&mut wgpu::CommandEncoder)) {
-        let gpu = &self.gpu;
+    /// Submits the replay in the submits of [`submit_ranges`] (a pass each, ranged dims at the last run's values),
+    /// so the GPU runs the first kernels while the rest are encoded; `last` adds commands to the last submit.
+    fn submit_replay(&self, mut last: impl FnMut(&mut wgpu::CommandEncoder)) {
         let replay = self.replay.lock().unwrap_or_else(|p| p.into_inner());
         let ranged = self.plan.ranges.as_ref().map(|_| (replay.values.as_slice(), &replay.layout));
-        let mut ranges = submit_ranges(replay.dispatches.len());
-        if ranges.is_empty() {
-            ranges.push(0..0);
-        }
-        let mut last = Some(last);
-        let end = ranges.len() - 1;
+        let ranges = submit_ranges(replay.dispatches.len().max(1));
+        let n = ranges.len();
         for (i, r) in ranges.into_iter().enumerate() {
-            let mut enc =
-                gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc replay") });
-            {
-                let mut pass = enc
-                    .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
-                for &d in &replay.dispatches[r] {
-                    self.dispatch(&mut pass, d, ranged);
-                }
-            }
-            if i == end {
-                if let Some(last) = last.take() {
-                    last(&mut enc);
-                }
-            }
-            gpu.queue.submit([enc.finish()]);
+            let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            replay.dispatches.get(r).unwrap_or_default().iter().for_each(|&d| self.dispatch(&mut pass, d, ranged));
+            drop(pass);
+            (i + 1 == n).then(|| last(&mut enc));
+            self.gpu.queue.submit([enc.finish()]);
         }
     }
 
-    /// Records every dispatch into one compute pass, ranged dims at the last run's values, with a timestamp before
-    /// each dispatch (index i before dispatch i) and one after the last: the profile's replay.
+    /// The profile's replay: one pass, a timestamp before each dispatch (index i before dispatch i) and after the last.
     fn encode_timed(&self, enc: &mut wgpu::CommandEncoder, timestamps: &wgpu::QuerySet) {
         let replay = self.replay.lock().unwrap_or_else(|p| p.into_inner());
         let ranged = self.plan.ranges.as_ref().map(|_| (replay.values.as_slice(), &replay.layout));

@@ -10,7 +10,7 @@
 // (submitRanges: the GPU runs the first while the rest are encoded) and reads the outputs back. Runs on one session are serialized (they share the plan's buffers). Error messages use the Rust
 // runtime's wording, so one search finds both.
 
-import { affine, atValues, checkLimits, dimValues, fmt, inputBytes, kernelModule, layoutOf, neededLimits, outputData, parsePlan, relayout, submitRanges, SUBMIT_MAX, subgroupsUsable, valuesAt, wordsOf, workgroupsAt } from "./artifact.js";
+import { affine, atValues, checkLimits, dimValues, fmt, inputBytes, kernelModule, layoutOf, neededLimits, outputData, parsePlan, relayout, submitRanges, subgroupsUsable, valuesAt, wordsOf, workgroupsAt } from "./artifact.js";
 
 export { FORMAT, VERSION, parsePlan } from "./artifact.js";
 
@@ -430,10 +430,7 @@ export class Session {
         device.queue.writeBuffer(input(decode.sample.temperature).buf, 0, wordsOf(input(decode.sample.temperature).spec, [temperature]));
         device.queue.writeBuffer(input(decode.sample.params).buf, 0, Uint32Array.from([topK, folded]));
       }
-      // Whether the GPU has (next to) nothing queued, as the Rust runtime's Interpreter::idle: at the start and after
-      // each wait for it.
-      const gpu = { idle: true };
-      const run = (label, phases) => this.#phase(label, phases, { sampling, prompt, constants, gpu });
+      const run = (label, phases) => this.#phase(label, phases, { sampling, prompt, constants });
 
       // Prefill: the start, then one submit per chunk (the last one with the `last` phase).
       const t0 = performance.now();
@@ -443,7 +440,6 @@ export class Session {
         await run("wgslc prefill", [[d.program.chunk, v], [pos + v.real === len ? d.program.last : [], v]]);
       }
       await device.queue.onSubmittedWorkDone();
-      gpu.idle = true;
       this.#checkLost();
       const prefillMs = performance.now() - t0;
 
@@ -456,7 +452,6 @@ export class Session {
         await readback.mapAsync(GPUMapMode.READ, 0, 4 * count);
         const t = Array.from(new Int32Array(readback.getMappedRange(0, 4 * count).slice(0)));
         readback.unmap();
-        gpu.idle = true;
         return t;
       };
       const watch = eos !== null || onToken !== null;
@@ -501,10 +496,9 @@ export class Session {
     }
   }
 
-  // Runs phases of the decoder's program (each instructions with their variables) as the Rust runtime's
-  // Interpreter::phase does: the writes first, then the commands, consecutive dispatches in one pass, in the
-  // submits of submitRanges on an idle GPU, else in one.
-  #phase(label, phases, { sampling, prompt, constants, gpu }) {
+  // Runs phases of the decoder's program (each instructions with their variables) as one submit, as the Rust
+  // runtime's Interpreter::phase does: the writes first, then the commands, consecutive dispatches in one pass.
+  #phase(label, phases, { sampling, prompt, constants }) {
     const { device, plan, buffers } = this.#s;
     const steps = plan.decoder.steps;
     const out = (i) => buffers[plan.outputs[i].buffer];
@@ -533,30 +527,16 @@ export class Session {
       }
     }
     if (commands.length === 0) return Promise.resolve();
-    // On an idle GPU the dispatches go in the submits of submitRanges (as a replay's), so the GPU starts on the
-    // first while the rest are encoded; behind a phase of SUBMIT_MAX dispatches or more, in one submit (the GPU is
-    // busy meanwhile). Copies and clears stay in order between them.
-    const total = commands.filter((c) => c.dispatch != null).length;
-    const ends = gpu.idle ? submitRanges(total).map((r) => r[1]) : [total];
-    if (total >= SUBMIT_MAX) gpu.idle = false;
     return scoped(device, label, () => {
-      let enc = device.createCommandEncoder({ label });
-      let done = 0;
-      let submit = 0;
+      const enc = device.createCommandEncoder({ label });
       for (let i = 0; i < commands.length;) {
         let j = i;
-        while (j < commands.length && commands[j].dispatch != null && j - i < ends[submit] - done) j++;
+        while (j < commands.length && commands[j].dispatch != null) j++;
         if (j > i) {
           const pass = enc.beginComputePass({ label });
           this.#dispatch(pass, commands.slice(i, j).map((c) => c.dispatch));
           pass.end();
-          done += j - i;
           i = j;
-          if (done === ends[submit] && submit + 1 < ends.length) {
-            device.queue.submit([enc.finish()]);
-            enc = device.createCommandEncoder({ label });
-            submit++;
-          }
           continue;
         }
         const c = commands[i++];
