@@ -7,8 +7,9 @@
 //
 // Everything is built once in loadSession (buffers, weights, shader modules, pipelines, bind groups, read-back
 // buffers); Session.run writes the inputs, encodes the dispatches in a few submits of a compute pass each
-// (submitRanges: the GPU runs the first while the rest are encoded) and reads the outputs back. Runs on one session are serialized (they share the plan's buffers). Error messages use the Rust
-// runtime's wording, so one search finds both.
+// (submitRanges: the GPU runs the first while the rest are encoded) and reads the outputs back. Runs on one session
+// are serialized (they share the plan's buffers). Error messages use the Rust runtime's wording, so one search finds
+// both.
 
 import { affine, atValues, checkLimits, dimValues, fmt, inputBytes, kernelModule, layoutOf, neededLimits, outputData, parsePlan, relayout, submitRanges, subgroupsUsable, valuesAt, wordsOf, workgroupsAt } from "./artifact.js";
 
