@@ -4,7 +4,10 @@
 median tok/s and whether the two builds' tokens are equal. For measuring a decode-speed change in one device run.
 
     python3 scripts/decode_ab.py OUT_DIR MODEL.onnx PROMPT.npy BIN_A BIN_B [--variants fp32,f16,q4] [--rounds 3]
-        [--capacity 512] [--chunk 32] [--new 128] [--steps-per-submit 1[,16]]
+        [--capacity 512] [--chunk 32] [--new 128] [--steps-per-submit 1[,16]] [--eos ID]
+
+With --eos ID each generate also watches for token ID (one the model does not produce keeps every run the same
+length), which reads the tokens back after each batch of steps. The median prefill_ms is printed beside tok/s.
 
 MODEL.onnx and PROMPT.npy as scripts/decode_bench.py writes them (its --out directory).
 """
@@ -31,6 +34,7 @@ def main():
     ap.add_argument("--chunk", type=int, default=32)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--steps-per-submit", default="1", help="comma-separated: each is measured")
+    ap.add_argument("--eos", type=int, help="generate --eos ID (a read-back after each batch of steps)")
     a = ap.parse_args()
     builds = {"A": a.bin_a, "B": a.bin_b}
     variants = [v for v in a.variants.split(",") if v]
@@ -50,23 +54,28 @@ def main():
     submits = [int(x) for x in a.steps_per_submit.split(",") if x]
     runs = [(v, n) for v in variants for n in submits]
     speeds = {(b, v, n): [] for b in builds for v, n in runs}
+    prefill = {(b, v, n): [] for b in builds for v, n in runs}
+    eos = [] if a.eos is None else ["--eos", str(a.eos)]
     tokens = {}
     for _ in range(a.rounds):
         for v, n in runs:
             for b, exe in builds.items():
                 outd = os.path.join(a.out, f"gen_{b}_{v}")
                 r = subprocess.run([exe, "--quiet", "generate", arts[b, v], "--input-ids", a.prompt,
-                                    "--max-new-tokens", str(a.new), "--steps-per-submit", str(n), "-o", outd],
+                                    "--max-new-tokens", str(a.new), "--steps-per-submit", str(n), "-o", outd] + eos,
                                    capture_output=True, text=True)
                 if r.returncode:
                     sys.exit(f"build {b} generate {v} failed: {r.stderr[-2000:]}")
-                speeds[b, v, n].append(json.loads(r.stdout.strip().splitlines()[-1])["tokens_per_s"])
+                line = json.loads(r.stdout.strip().splitlines()[-1])
+                speeds[b, v, n].append(line["tokens_per_s"])
+                prefill[b, v, n].append(line["prefill_ms"])
                 tokens[b, v, n] = np.load(os.path.join(outd, "tokens.npy"))[0].tolist()
     for v, n in runs:
         for b in builds:
             s = speeds[b, v, n]
             print(f"{v:5} {n:2} steps/submit build {b}: {dispatches[b, v]:4} decode dispatches, median "
-                  f"{statistics.median(s):7.1f} tok/s (runs {', '.join(f'{x:.1f}' for x in s)})")
+                  f"{statistics.median(s):7.1f} tok/s (runs {', '.join(f'{x:.1f}' for x in s)}), prefill "
+                  f"{statistics.median(prefill[b, v, n]):.2f} ms")
         same = tokens["A", v, n] == tokens["B", v, n]
         print(f"{v:5} {n:2} steps/submit tokens of A and B {'equal' if same else 'DIFFER'}")
 

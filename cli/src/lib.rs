@@ -11,6 +11,7 @@
 pub mod bandwidth;
 pub mod conformance;
 pub mod npy;
+pub mod profile;
 
 pub use wgslc_artifact as artifact;
 pub use wgslc_driver::{

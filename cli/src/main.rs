@@ -660,7 +660,7 @@ fn bench_replay(
     }
     println!("{line}");
     if profile {
-        let p = session.profile(iterations.min(50))?;
+        let p = wgslc::profile::profile(session, iterations.min(50))?;
         let total: f64 = p.kernels.iter().map(|k| k.1).sum();
         let method = if p.timestamps { "gpu timestamps in one pass" } else { "one submit per dispatch" };
         // Every dispatch in replay order (for scripts that set one replay's kernels beside another's), then the
@@ -744,7 +744,7 @@ fn bench_decode(
     let gbps = wgslc::bandwidth::copy_bandwidth(session.gpu(), 10)?;
     let floor_ms = bytes as f64 / (gbps * 1e9) * 1e3;
     session.replay_step("decode")?;
-    let p = session.profile(20)?;
+    let p = wgslc::profile::profile(&session, 20)?;
     let gpu_ms: f64 = p.kernels.iter().map(|k| k.1).sum();
     let round = |x: f64| (x * 1e4).round() / 1e4;
     println!(

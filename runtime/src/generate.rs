@@ -4,12 +4,14 @@
 //! end-of-sequence token) and nothing of the cache layout or of what the loop's inputs mean.
 //!
 //! **Architecture Invariant:** after the prompt is written, nothing goes through the host per token: a decode
-//! step's program has no writes (`Plan::check` refuses them), so a submit's steps are commands on the GPU alone,
-//! consecutive dispatches in one compute pass. The host reads the token history back only between submits when it
-//! must stop at an end-of-sequence token.
+//! step's program has no writes (`Plan::check` refuses them), so a batch of steps (`steps_per_submit`) is commands
+//! on the GPU alone, consecutive dispatches in one compute pass (queued, where the GPU is idle, in the growing
+//! submits of `wgslc_artifact::submit_ranges`, so it starts on the first while the rest are encoded). The host
+//! reads the token history back only between batches when it must stop at an end-of-sequence token.
 
 use crate::{RuntimeError, Session};
-use wgslc_artifact::{Buf, Decoder, Instr, Vars};
+use std::cell::Cell;
+use wgslc_artifact::{submit_ranges, Buf, Decoder, Instr, Vars, SUBMIT_MAX};
 
 /// How [`Session::generate`] runs.
 #[derive(Clone, Debug)]
@@ -18,9 +20,9 @@ pub struct GenerateOptions {
     pub max_new_tokens: usize,
     /// Stop after this token (it is kept in the output).
     pub eos: Option<i64>,
-    /// Decode steps encoded into one submit (at least 1). Larger amortizes submission; with `eos` the run reads
-    /// the tokens back after each submit, so it overshoots an end-of-sequence token by fewer than this many steps
-    /// (the overshoot is discarded).
+    /// Decode steps encoded together (at least 1), split into submits only where the GPU is idle. Larger amortizes
+    /// submission; with `eos` the run reads the tokens back after each such batch, so it overshoots an
+    /// end-of-sequence token by fewer than this many steps (the overshoot is discarded).
     pub steps_per_submit: usize,
     /// Draw each token instead of taking the most likely one (`None`: greedy).
     pub sampling: Option<Sampling>,
@@ -64,7 +66,7 @@ pub struct Generation {
     pub decode_steps: usize,
     /// Wall time of the decode steps, to the last token read back.
     pub decode_ms: f64,
-    /// Submits of the decode loop.
+    /// Batches of `steps_per_submit` steps the decode loop encoded (each queued in one or more submits).
     pub submits: usize,
     /// Buffer copies the decode loop encoded (what the program copies on the GPU each step: 0 for a step that advances
     /// on the GPU).
@@ -171,7 +173,8 @@ impl Session {
             let seed = (s.seed ^ (s.seed >> 32)) as u32;
             gpu.queue.write_buffer(p.1, 0, &p.0.words([s.top_k as i64, i64::from(seed as i32)]));
         }
-        let run = Interpreter { s: self, d, sampling: opts.sampling.is_some(), prompt, constants: &constants };
+        let idle = Cell::new(true);
+        let run = Interpreter { s: self, d, sampling: opts.sampling.is_some(), prompt, constants: &constants, idle };
 
         // Prefill: the start, then one submit per chunk (the last one with the `last` phase).
         let start = std::time::Instant::now();
@@ -184,6 +187,7 @@ impl Session {
             run.phase("wgslc prefill", &[(&program.chunk, v), (last, v)])?;
         }
         gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
+        run.idle.set(true);
         gpu.check_lost()?;
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
 
@@ -196,6 +200,7 @@ impl Session {
         let mut tokens: Option<Vec<i64>> = None;
         if opts.eos.is_some() {
             tokens = self.read_tokens(history, &readback, produced)?.into();
+            run.idle.set(true);
         }
         let mut host = std::time::Duration::ZERO;
         while produced < total && !stopped(tokens.as_deref(), prompt.len(), opts.eos) {
@@ -211,6 +216,7 @@ impl Session {
             submits += 1;
             if opts.eos.is_some() {
                 tokens = Some(self.read_tokens(history, &readback, produced)?);
+                run.idle.set(true);
             }
         }
         let mut tokens = match tokens {
@@ -257,6 +263,10 @@ struct Interpreter<'a> {
     sampling: bool,
     prompt: &'a [i64],
     constants: &'a [wgpu::Buffer],
+    /// Whether the GPU has (next to) nothing queued: at the start and after each wait for it. A phase submitted
+    /// then is split by `submit_ranges` so the GPU starts on its first dispatches; one submitted behind a phase of
+    /// at least `SUBMIT_MAX` dispatches goes in one submit (the GPU is busy meanwhile; more submits only cost).
+    idle: Cell<bool>,
 }
 
 /// A command of a phase, resolved.
@@ -267,8 +277,9 @@ enum Command<'a> {
 }
 
 impl<'a> Interpreter<'a> {
-    /// Runs phases (instructions with their variables) as one submit: their writes first, then their commands,
-    /// consecutive dispatches in one compute pass. Returns the copies it encoded.
+    /// Runs phases (instructions with their variables): their writes first, then their commands, consecutive
+    /// dispatches in one compute pass, in the submits of `submit_ranges` where the GPU is idle (`idle`), else
+    /// in one. Returns the copies it encoded.
     fn phase(&self, label: &str, phases: &[(&[Instr], Vars)]) -> Result<usize, RuntimeError> {
         let (plan, gpu) = (&self.s.plan, &self.s.gpu);
         let mut commands = Vec::new();
@@ -316,14 +327,26 @@ impl<'a> Interpreter<'a> {
         if commands.is_empty() {
             return Ok(0);
         }
+        // On an idle GPU the dispatches go in the submits of `submit_ranges` (as a replay's), so the GPU starts on
+        // the first while the rest are encoded; copies and clears stay in order between them.
+        let total = commands.iter().filter(|c| matches!(c, Command::Dispatch(_))).count();
+        let ends: Vec<usize> = match self.idle.get() {
+            true => submit_ranges(total).iter().map(|r| r.end).collect(),
+            false => vec![total],
+        };
+        if total >= SUBMIT_MAX {
+            self.idle.set(false);
+        }
         gpu.scoped(label, || {
-            let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
-            let mut copies = 0;
+            let encoder = || gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+            let mut enc = encoder();
+            let (mut copies, mut done, mut submit) = (0, 0, 0);
             let mut rest = &commands[..];
             while let Some(first) = rest.first() {
                 match *first {
                     Command::Dispatch(_) => {
                         let run = rest.iter().take_while(|c| matches!(c, Command::Dispatch(_))).count();
+                        let run = run.min(ends[submit] - done);
                         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                             label: Some(label),
                             timestamp_writes: None,
@@ -333,7 +356,12 @@ impl<'a> Interpreter<'a> {
                                 self.s.dispatch(&mut pass, *k, None);
                             }
                         }
-                        rest = &rest[run..];
+                        drop(pass);
+                        (done, rest) = (done + run, &rest[run..]);
+                        if done == ends[submit] && submit + 1 < ends.len() {
+                            gpu.queue.submit([std::mem::replace(&mut enc, encoder()).finish()]);
+                            submit += 1;
+                        }
                         continue;
                     }
                     Command::Clear(b) => enc.clear_buffer(b, 0, None),

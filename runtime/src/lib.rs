@@ -50,18 +50,9 @@ pub struct Gpu {
     lost: Arc<Mutex<Option<String>>>,
 }
 
-/// GPU timestamps inside a compute pass, which `Session::profile` uses where the adapter has them.
+/// GPU timestamps inside a compute pass, which `wgslc::profile` (the CLI's `bench --profile`) uses where the adapter
+/// has them.
 const TIMING: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
-
-/// Per-kernel GPU times from `Session::profile`.
-#[derive(Clone, Debug)]
-pub struct Profile {
-    /// `true`: GPU timestamps between the dispatches of one pass (they add up to the replay); `false`: each
-    /// dispatch in a submit of its own, per-submit overhead included.
-    pub timestamps: bool,
-    /// (kernel name, milliseconds) in dispatch order.
-    pub kernels: Vec<(String, f64)>,
-}
 
 /// What wgpu adds to an artifact's kernels, as to any untrusted shader: a clamp on every workgroup/private array
 /// index and a counter in every loop. wgslc's kernels need neither (arrays sized for the indices emitted, loops
@@ -137,7 +128,7 @@ impl Gpu {
     }
 
     /// Maps `bufs` for reading and waits until every one is mapped (or the device is lost).
-    fn map_read(&self, bufs: &[&wgpu::Buffer]) -> Result<(), RuntimeError> {
+    pub fn map_read(&self, bufs: &[&wgpu::Buffer]) -> Result<(), RuntimeError> {
         let (tx, rx) = std::sync::mpsc::channel();
         for b in bufs {
             let tx = tx.clone();
@@ -178,12 +169,12 @@ pub struct Session {
     bind_groups: Vec<wgpu::BindGroup>,
     readback: Vec<wgpu::Buffer>,
     run_lock: Mutex<()>,
-    /// What `run`, `profile` and `time_replay` replay.
+    /// What `run`, `time_replay` and `encode_dispatches` replay.
     replay: Mutex<Replay>,
 }
 
 /// A replay's dispatches (the plan's, a decoder step's or the last run's bucket's) and its ranged dims' values (the
-/// last run's, their max before any: what the dims buffer holds and `time_replay` and `profile` dispatch at).
+/// last run's, their max before any: what the dims buffer holds and replays dispatch at).
 struct Replay {
     dispatches: Vec<usize>,
     values: Vec<usize>,
@@ -401,7 +392,7 @@ impl Session {
         self.replay.lock().unwrap_or_else(|p| p.into_inner()).dispatches.len()
     }
 
-    /// Makes `run`, `profile` and `time_replay` replay only one step of a decoder artifact (`decode` or
+    /// Makes `run`, `time_replay` and `encode_dispatches` replay only one step of a decoder artifact (`decode` or
     /// `prefill`), e.g. to time a decode step; `run` still takes and returns every input and output.
     pub fn replay_step(&mut self, name: &str) -> Result<(), RuntimeError> {
         let d = self.plan.decoder.as_ref().ok_or_else(|| {
@@ -475,34 +466,40 @@ impl Session {
         Ok(outs)
     }
 
-    /// Submits the replay in the submits of [`submit_ranges`] (a pass each, ranged dims at the last run's values),
-    /// so the GPU runs the first kernels while the rest are encoded; `last` adds commands to the last submit.
+    /// Submits the replay in the submits of [`submit_ranges`] (a pass each), so the GPU runs the first kernels
+    /// while the rest are encoded; `last` adds commands to the last submit.
     fn submit_replay(&self, mut last: impl FnMut(&mut wgpu::CommandEncoder)) {
-        let replay = self.replay.lock().unwrap_or_else(|p| p.into_inner());
-        let ranged = self.plan.ranges.as_ref().map(|_| (replay.values.as_slice(), &replay.layout));
-        let ranges = submit_ranges(replay.dispatches.len().max(1));
+        let ranges = submit_ranges(self.replayed().max(1));
         let n = ranges.len();
         for (i, r) in ranges.into_iter().enumerate() {
             let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            replay.dispatches.get(r).unwrap_or_default().iter().for_each(|&d| self.dispatch(&mut pass, d, ranged));
-            drop(pass);
+            self.encode_dispatches(&mut enc.begin_compute_pass(&Default::default()), r, |_, _| {});
             (i + 1 == n).then(|| last(&mut enc));
             self.gpu.queue.submit([enc.finish()]);
         }
     }
 
-    /// The profile's replay: one pass, a timestamp before each dispatch (index i before dispatch i) and after the last.
-    fn encode_timed(&self, enc: &mut wgpu::CommandEncoder, timestamps: &wgpu::QuerySet) {
+    /// Encodes the replay's dispatches `range` (ranged dims at the last run's values) into `pass`, calling
+    /// `before(pass, i)` before dispatch `i`: also for tools that time kernels (`wgslc::profile`), whose submits
+    /// are not serialized with runs.
+    pub fn encode_dispatches(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        range: std::ops::Range<usize>,
+        mut before: impl FnMut(&mut wgpu::ComputePass, usize),
+    ) {
         let replay = self.replay.lock().unwrap_or_else(|p| p.into_inner());
         let ranged = self.plan.ranges.as_ref().map(|_| (replay.values.as_slice(), &replay.layout));
-        let mut pass =
-            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("wgslc"), timestamp_writes: None });
-        for (i, &d) in replay.dispatches.iter().enumerate() {
-            pass.write_timestamp(timestamps, i as u32);
-            self.dispatch(&mut pass, d, ranged);
+        for (i, &d) in replay.dispatches.get(range.clone()).unwrap_or_default().iter().enumerate() {
+            before(pass, range.start + i);
+            self.dispatch(pass, d, ranged);
         }
-        pass.write_timestamp(timestamps, replay.dispatches.len() as u32);
+    }
+
+    /// The kernel of each of the replay's dispatches, by name, in order.
+    pub fn dispatch_names(&self) -> Vec<String> {
+        let replay = self.replay.lock().unwrap_or_else(|p| p.into_inner());
+        replay.dispatches.iter().map(|&d| self.plan.kernels[d].name.clone()).collect()
     }
 
     /// Kernel `d` into an open compute pass. At ranged dims' values, a kernel that scales with a dim dispatches
@@ -513,94 +510,6 @@ impl Session {
         pass.set_pipeline(&self.pipelines[d]);
         pass.set_bind_group(0, &self.bind_groups[d], &[]);
         pass.dispatch_workgroups(w[0], w[1], w[2]);
-    }
-
-    /// Milliseconds per dispatch (kernel name, median over `iterations` replays) in dispatch order, and how they
-    /// were measured. With timestamp queries (most native adapters), a timestamp is written before every dispatch
-    /// of the usual one-pass replay and after the last, so each kernel's time is the GPU time from its start to
-    /// the next one's and the times add up to the replay's GPU time. Without them, each dispatch runs in a pass
-    /// and submit of its own, waited for, which adds the per-submit overhead to every kernel (also for plans of
-    /// more dispatches than one query set holds).
-    pub fn profile(&self, iterations: usize) -> Result<Profile, RuntimeError> {
-        let dispatches = self.replay.lock().unwrap_or_else(|p| p.into_inner()).dispatches.clone();
-        let queries = dispatches.len() + 1;
-        if self.gpu.device.features().contains(TIMING) && queries > 1 && queries <= wgpu::QUERY_SET_MAX_QUERIES as usize
-        {
-            return self.profile_timestamps(iterations, &dispatches);
-        }
-        let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let gpu = &self.gpu;
-        let mut out = Vec::with_capacity(dispatches.len());
-        for &d in &dispatches {
-            let start = std::time::Instant::now();
-            for _ in 0..iterations.max(1) {
-                let mut enc = gpu.device.create_command_encoder(&Default::default());
-                self.dispatch(&mut enc.begin_compute_pass(&Default::default()), d, None);
-                gpu.queue.submit([enc.finish()]);
-                gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| RuntimeError::Gpu(e.to_string()))?;
-            }
-            let ms = start.elapsed().as_secs_f64() * 1e3 / iterations.max(1) as f64;
-            out.push((self.plan.kernels[d].name.clone(), ms));
-        }
-        gpu.check_lost()?;
-        Ok(Profile { timestamps: false, kernels: out })
-    }
-
-    fn profile_timestamps(&self, iterations: usize, dispatches: &[usize]) -> Result<Profile, RuntimeError> {
-        let _guard = self.run_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let gpu = &self.gpu;
-        let n = dispatches.len();
-        let count = n as u32 + 1;
-        let bytes = u64::from(count) * wgpu::QUERY_SIZE as u64;
-        let (queries, resolve, read) = gpu.scoped("profile setup", || {
-            let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
-                label: Some("wgslc profile"),
-                ty: wgpu::QueryType::Timestamp,
-                count,
-            });
-            let buffer = |usage| {
-                gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: None,
-                    size: bytes,
-                    usage,
-                    mapped_at_creation: false,
-                })
-            };
-            let resolve = buffer(wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC);
-            let read = buffer(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
-            (queries, resolve, read)
-        })?;
-        let period_ms = f64::from(gpu.queue.get_timestamp_period()) * 1e-6;
-        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); n];
-        for _ in 0..iterations.max(1) {
-            gpu.scoped("profile", || {
-                let mut enc =
-                    gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("wgslc profile") });
-                self.encode_timed(&mut enc, &queries);
-                enc.resolve_query_set(&queries, 0..count, &resolve, 0);
-                enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
-                gpu.queue.submit([enc.finish()]);
-            })?;
-            gpu.map_read(&[&read])?;
-            let ticks: Vec<u64> = read
-                .slice(..)
-                .get_mapped_range()
-                .map(|view| view.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect())
-                .map_err(|e| RuntimeError::Gpu(format!("reading timestamps: {e}")))?;
-            read.unmap();
-            for (i, s) in samples.iter_mut().enumerate() {
-                s.push(ticks[i + 1].saturating_sub(ticks[i]) as f64 * period_ms);
-            }
-        }
-        let kernels = dispatches
-            .iter()
-            .zip(samples)
-            .map(|(&d, mut s)| {
-                s.sort_by(f64::total_cmp);
-                (self.plan.kernels[d].name.clone(), s[s.len() / 2])
-            })
-            .collect();
-        Ok(Profile { timestamps: true, kernels })
     }
 
     /// Replays the plan `iterations` times without reading outputs back (inputs stay as last written) and

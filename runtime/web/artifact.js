@@ -1,7 +1,8 @@
 // artifact.js: the wgslc artifact's contract for wgslc.js, as the Rust crate wgslc-artifact (runtime/artifact) is the
 // wgpu runtime's: plan.json parsed and checked (field lists and enums generated from docs/plan.schema.json), what
 // the decoder program's values are at the loop's variables (program.rs), and host tensors in and out of the plan's
-// storage words, ranged dims included (host.rs). No device, no I/O, no dependencies; wgslc.js imports it.
+// storage words, ranged dims included (host.rs), the weights file's header against the plan. No device, no I/O,
+// no dependencies; wgslc.js imports it.
 
 export const FORMAT = "wgslc-plan";
 export const VERSION = 2;
@@ -676,4 +677,28 @@ export function submitRanges(n) {
     out.push([at, Math.min(at + size, n)]);
   }
   return out;
+}
+
+// Storage types (every one 4 bytes) and the safetensors dtype each is written as.
+const SAFETENSORS_DTYPE = { f32: "F32", i32: "I32", u32: "U32" };
+
+// Each weight the plan names, checked against the weights.safetensors header (dtype, shape, byte length): its
+// data section's byte range and where it goes ({ begin, end, target: null, w }), in file order.
+export function weightCopies(plan, header) {
+  const bad = (m) => new Error(`artifact: ${m}`);
+  const copies = plan.weights.map((w) => {
+    const t = Object.hasOwn(header, w.name) && w.name !== "__metadata__" ? header[w.name] : null;
+    if (!t) throw bad(`weight '${w.name}': tensor not found in weights.safetensors`);
+    const dtype = SAFETENSORS_DTYPE[w.storage];
+    const [begin, end] = t.data_offsets ?? [];
+    const n = w.shape.reduce((a, d) => a * d, 1);
+    if (t.dtype !== dtype || fmt(t.shape ?? []) !== fmt(w.shape)) {
+      throw bad(`weight '${w.name}' is ${t.dtype} ${fmt(t.shape ?? [])} in weights.safetensors, the plan expects ${dtype} ${fmt(w.shape)}`);
+    }
+    if (!(Number.isSafeInteger(begin) && end - begin === 4 * n)) {
+      throw bad(`weights.safetensors: tensor '${w.name}' has data offsets ${fmt([begin, end])} for ${n} elements`);
+    }
+    return { begin, end, target: null, w };
+  });
+  return copies.sort((a, b) => a.begin - b.begin);
 }

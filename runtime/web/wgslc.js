@@ -11,12 +11,9 @@
 // are serialized (they share the plan's buffers). Error messages use the Rust runtime's wording, so one search finds
 // both.
 
-import { affine, atValues, checkLimits, dimValues, fmt, inputBytes, kernelModule, layoutOf, neededLimits, outputData, parsePlan, relayout, submitRanges, subgroupsUsable, valuesAt, wordsOf, workgroupsAt } from "./artifact.js";
+import { affine, atValues, checkLimits, dimValues, inputBytes, kernelModule, layoutOf, neededLimits, outputData, parsePlan, relayout, submitRanges, SUBMIT_MAX, subgroupsUsable, valuesAt, weightCopies, wordsOf, workgroupsAt } from "./artifact.js";
 
 export { FORMAT, VERSION, parsePlan } from "./artifact.js";
-
-// Storage types (every one 4 bytes) and the safetensors dtype each is written as.
-const SAFETENSORS_DTYPE = { f32: "F32", i32: "I32", u32: "U32" };
 
 /** Loads the artifact directory at `url` (a URL ending in a directory, with or without the trailing slash). */
 export async function loadSession(url, options = {}) {
@@ -431,7 +428,10 @@ export class Session {
         device.queue.writeBuffer(input(decode.sample.temperature).buf, 0, wordsOf(input(decode.sample.temperature).spec, [temperature]));
         device.queue.writeBuffer(input(decode.sample.params).buf, 0, Uint32Array.from([topK, folded]));
       }
-      const run = (label, phases) => this.#phase(label, phases, { sampling, prompt, constants });
+      // Whether the GPU has (next to) nothing queued, as the Rust runtime's Interpreter::idle: at the start and after
+      // each wait for it.
+      const gpu = { idle: true };
+      const run = (label, phases) => this.#phase(label, phases, { sampling, prompt, constants, gpu });
 
       // Prefill: the start, then one submit per chunk (the last one with the `last` phase).
       const t0 = performance.now();
@@ -441,6 +441,7 @@ export class Session {
         await run("wgslc prefill", [[d.program.chunk, v], [pos + v.real === len ? d.program.last : [], v]]);
       }
       await device.queue.onSubmittedWorkDone();
+      gpu.idle = true;
       this.#checkLost();
       const prefillMs = performance.now() - t0;
 
@@ -453,6 +454,7 @@ export class Session {
         await readback.mapAsync(GPUMapMode.READ, 0, 4 * count);
         const t = Array.from(new Int32Array(readback.getMappedRange(0, 4 * count).slice(0)));
         readback.unmap();
+        gpu.idle = true;
         return t;
       };
       const watch = eos !== null || onToken !== null;
@@ -497,9 +499,10 @@ export class Session {
     }
   }
 
-  // Runs phases of the decoder's program (each instructions with their variables) as one submit, as the Rust
-  // runtime's Interpreter::phase does: the writes first, then the commands, consecutive dispatches in one pass.
-  #phase(label, phases, { sampling, prompt, constants }) {
+  // Runs phases of the decoder's program (each instructions with their variables) as the Rust runtime's
+  // Interpreter::phase does: the writes first, then the commands, consecutive dispatches in one pass, in the
+  // submits of submitRanges on an idle GPU, else in one.
+  #phase(label, phases, { sampling, prompt, constants, gpu }) {
     const { device, plan, buffers } = this.#s;
     const steps = plan.decoder.steps;
     const out = (i) => buffers[plan.outputs[i].buffer];
@@ -528,16 +531,30 @@ export class Session {
       }
     }
     if (commands.length === 0) return Promise.resolve();
+    // On an idle GPU the dispatches go in the submits of submitRanges (as a replay's), so the GPU starts on the
+    // first while the rest are encoded; behind a phase of SUBMIT_MAX dispatches or more, in one submit (the GPU is
+    // busy meanwhile). Copies and clears stay in order between them.
+    const total = commands.filter((c) => c.dispatch != null).length;
+    const ends = gpu.idle ? submitRanges(total).map((r) => r[1]) : [total];
+    if (total >= SUBMIT_MAX) gpu.idle = false;
     return scoped(device, label, () => {
-      const enc = device.createCommandEncoder({ label });
+      let enc = device.createCommandEncoder({ label });
+      let done = 0;
+      let submit = 0;
       for (let i = 0; i < commands.length;) {
         let j = i;
-        while (j < commands.length && commands[j].dispatch != null) j++;
+        while (j < commands.length && commands[j].dispatch != null && j - i < ends[submit] - done) j++;
         if (j > i) {
           const pass = enc.beginComputePass({ label });
           this.#dispatch(pass, commands.slice(i, j).map((c) => c.dispatch));
           pass.end();
+          done += j - i;
           i = j;
+          if (done === ends[submit] && submit + 1 < ends.length) {
+            device.queue.submit([enc.finish()]);
+            enc = device.createCommandEncoder({ label });
+            submit++;
+          }
           continue;
         }
         const c = commands[i++];
@@ -687,21 +704,7 @@ async function streamWeights(base, plan, buffers, fetchFn) {
     throw bad(`weights.safetensors: the header is not JSON: ${e.message}`);
   }
 
-  const copies = plan.weights.map((w) => {
-    const t = Object.hasOwn(header, w.name) && w.name !== "__metadata__" ? header[w.name] : null;
-    if (!t) throw bad(`weight '${w.name}': tensor not found in weights.safetensors`);
-    const dtype = SAFETENSORS_DTYPE[w.storage];
-    const [begin, end] = t.data_offsets ?? [];
-    const n = w.shape.reduce((a, d) => a * d, 1);
-    if (t.dtype !== dtype || fmt(t.shape ?? []) !== fmt(w.shape)) {
-      throw bad(`weight '${w.name}' is ${t.dtype} ${fmt(t.shape ?? [])} in weights.safetensors, the plan expects ${dtype} ${fmt(w.shape)}`);
-    }
-    if (!(Number.isSafeInteger(begin) && end - begin === 4 * n)) {
-      throw bad(`weights.safetensors: tensor '${w.name}' has data offsets ${fmt([begin, end])} for ${n} elements`);
-    }
-    return { begin, end, target: null, w };
-  });
-  copies.sort((a, b) => a.begin - b.begin);
+  const copies = weightCopies(plan, header);
   const mapped = new Map();
   for (const c of copies) {
     if (!mapped.has(c.w.buffer)) mapped.set(c.w.buffer, new Uint8Array(buffers[c.w.buffer].getMappedRange()));
