@@ -56,9 +56,23 @@ pub(super) struct LayerNormTpl {
     pub(super) scale_len: usize,
     pub(super) has_bias: bool,
     pub(super) bias_len: usize,
+    /// The row's elements each thread holds in registers (rows of at most [`LAYERNORM_HELD`] elements), read
+    /// once; empty: rows read three times (mean, variance, output).
+    pub(super) held: Vec<Held>,
     /// The subgroup form ([`super::EmittedKernel::subgroups`]).
     pub(super) sg: bool,
 }
+
+/// Element `lid + off` of a row, which thread `lid` holds as `v{i}`; `partial`: past the row for some threads.
+pub(super) struct Held {
+    pub(super) i: usize,
+    pub(super) off: usize,
+    pub(super) partial: bool,
+}
+
+/// The longest rows a LayerNormalization holds in registers (32 elements a thread): a row read once instead of
+/// three times (GPT-2's 768 and a 0.5B decoder's 896 included).
+pub(super) const LAYERNORM_HELD: usize = 2048;
 
 /// The comparison by which an element replaces the best so far in one sequential scan: ties keep the first, or
 /// take the last with select_last_index.
@@ -382,6 +396,10 @@ impl Emitter<'_> {
             scale_len,
             has_bias: bias.is_some(),
             bias_len,
+            held: match len <= LAYERNORM_HELD {
+                true => (0..len.div_ceil(64)).map(|i| Held { i, off: 64 * i, partial: 64 * (i + 1) > len }).collect(),
+                false => Vec::new(),
+            },
             sg: false,
         };
         let k = self.kernel(n, node.name.clone(), "layernorm", tpl.render(), &bindings, wg)?;

@@ -6,7 +6,8 @@
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
 // LayerNormalization over rows of 32 contiguous elements; one workgroup of 64 threads per row;
-// mean first, then the variance around it (two passes: no cancellation).
+// mean first, then the variance around it (two passes: no cancellation), over the row read once into
+// registers (thread lid holds elements lid + 64·i).
 // Reductions across a workgroup of 64 invocations through workgroup memory; every invocation gets the result.
 // Two levels and two barriers: invocations 0..8 each reduce 8 values 8 apart (so that their
 // reads fall in distinct banks), all loaded at once, then every invocation reduces those 8 results (a pairwise tree
@@ -58,19 +59,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     let base = row * 32u;
-    var s = 0.0;
-    for (var j = lid; j < 32u; j = j + 64u) {
-        s = s + x[base + j];
+    var v0 = 0.0;
+    if (lid + 0u < 32u) {
+        v0 = x[base + lid + 0u];
     }
+    var s = 0.0;
+    s = s + v0;
     let mean = reduce_sum(lid, s) / 32.0f;
     var q = 0.0;
-    for (var j = lid; j < 32u; j = j + 64u) {
-        let d = x[base + j] - mean;
+    if (lid + 0u < 32u) {
+        let d = v0 - mean;
         q = q + d * d;
     }
     let inv = inverseSqrt(reduce_sum(lid, q) / 32.0f + 1e-5f);
-    for (var j = lid; j < 32u; j = j + 64u) {
-        var y = (x[base + j] - mean) * inv * scale[j % 32u];
+    if (lid + 0u < 32u) {
+        let j = lid + 0u;
+        var y = (v0 - mean) * inv * scale[j % 32u];
         y = y + bias[j % 32u];
         out[base + j] = y;
     }
