@@ -2,7 +2,7 @@
 //! benchmark's tool, not the runtime's: it encodes the replay through `Session::encode_dispatches` and uses only
 //! `Gpu`'s public device and queue.
 
-use wgslc_runtime::{wgpu, RuntimeError, Session};
+use wgslc_runtime::{wgpu, RuntimeError, Session, TIMING};
 
 /// Per-kernel GPU times from [`profile`].
 #[derive(Clone, Debug)]
@@ -13,8 +13,6 @@ pub struct Profile {
     /// (kernel name, milliseconds) in dispatch order.
     pub kernels: Vec<(String, f64)>,
 }
-
-const TIMING: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
 
 /// Milliseconds per dispatch (kernel name, median over `iterations` replays) in dispatch order, and how they were
 /// measured. With timestamp queries (most native adapters), a timestamp is written before every dispatch of the

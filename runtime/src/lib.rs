@@ -50,9 +50,9 @@ pub struct Gpu {
     lost: Arc<Mutex<Option<String>>>,
 }
 
-/// GPU timestamps inside a compute pass, which `wgslc::profile` (the CLI's `bench --profile`) uses where the adapter
-/// has them.
-const TIMING: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
+/// GPU timestamps inside a compute pass: asked for where the adapter has them, for tools that time kernels
+/// (`wgslc::profile`, behind the CLI's `bench --profile`).
+pub const TIMING: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
 
 /// What wgpu adds to an artifact's kernels, as to any untrusted shader: a clamp on every workgroup/private array
 /// index and a counter in every loop. wgslc's kernels need neither (arrays sized for the indices emitted, loops
