@@ -22,7 +22,11 @@ var<workgroup> dv: array<f32, {{ dv_len }}>;
 {%- endif %}
 
 {%- macro stage_x(cb, ind) %}
-{{ ind }}    for (var j = lid; j < {{ xt_len }}u; j = j + 256u) {
+{{ ind }}    for (var it = 0u; it < {{ xt_iters }}u; it = it + 1u) {
+{{ ind }}        if (it * 256u + lid >= {{ xt_len }}u) {
+{{ ind }}            break;
+{{ ind }}        }
+{{ ind }}        let j = min(it * 256u + lid, {{ xt_len - 1 }}u);
 {{ ind }}        let c = {{ cb }} + j / {{ win }}u;
 {{ ind }}        let r = j % {{ win }}u;
 {{ ind }}        let iy = iy0 + i32(r / {{ t.hx }}u);
@@ -71,8 +75,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
         // The expansion over the window, channel-major, four values per thread at a time; taps in the depthwise
         // padding are zero.
-        for (var jb0 = 0u; jb0 < {{ xe_len }}u; jb0 = jb0 + 1024u) {
-            let jb = jb0 + lid;
+        for (var it = 0u; it < {{ xe_iters }}u; it = it + 1u) {
+            let jb = it * 1024u + lid;
 {%- for u in us %}
             let j{{ u.i }} = min(jb + {{ u.off }}u, {{ xe_last }}u);
             let w{{ u.i }} = min(e0 + j{{ u.i }} / {{ win }}u, {{ e_last }}u) * {{ cin }}u;
@@ -80,7 +84,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var v{{ u.i }} = 0.0;
 {%- endfor %}
 {%- if t.x_chunk == cin %}
-            for (var c = 0u; c < {{ cin }}u; c = c + {{ we_step }}u) {
+            for (var cs = 0u; cs < {{ c_steps }}u; cs = cs + 1u) {
+                let c = cs * {{ we_step }}u;
 {%- for u in us %}
 {%- call expand_fma(u, "c", "c") %}{% endcall %}
 {%- endfor %}
@@ -90,7 +95,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 workgroupBarrier();
 {%- call stage_x("cb", "            ") %}{% endcall %}
                 workgroupBarrier();
-                for (var c = 0u; c < {{ t.x_chunk }}u; c = c + {{ we_step }}u) {
+                for (var cs = 0u; cs < {{ c_steps }}u; cs = cs + 1u) {
+                    let c = cs * {{ we_step }}u;
                     let cw = min(cb + c, {{ cw_last }}u);
 {%- for u in us %}
 {%- call expand_fma(u, "c", "cw") %}{% endcall %}
@@ -114,7 +120,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
         // The depthwise outputs of the tile.
-        for (var j = lid; j < {{ dv_len }}u; j = j + 256u) {
+        for (var it = 0u; it < {{ dv_iters }}u; it = it + 1u) {
+            if (it * 256u + lid >= {{ dv_len }}u) {
+                break;
+            }
+            let j = min(it * 256u + lid, {{ dv_len - 1 }}u);
             let el = j / {{ tile_pos }}u;
             let ce = e0 + el;
             let r = j % {{ tile_pos }}u;
@@ -149,7 +159,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // The projection: this thread's channels at its position, summed over the step's expanded channels.
 {%- if p.vec4 %}
         // Four expanded channels at a time: the projection weights are read as vec4 (E = {{ e }} is a multiple of 4).
-        for (var el = 0u; el < {{ t.ec }}u; el = el + 4u) {
+        for (var el4 = 0u; el4 < {{ t.ec / 4 }}u; el4 = el4 + 1u) {
+            let el = el4 * 4u;
 {%- for i in [0, 1, 2, 3] %}
             let d{{ i }} = dv[(el + {{ i }}u) * {{ tile_pos }}u + pos];
 {%- endfor %}

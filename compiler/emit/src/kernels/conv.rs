@@ -66,6 +66,14 @@ pub(super) struct MbconvTpl {
     /// Input channels per expansion weight load: 4 where the weights are read as vec4 (`cin` and the staged
     /// slice are multiples of 4), else 1.
     pub(super) we_step: usize,
+    /// Trip counts of the loops that index workgroup memory, each counted from 0 by 1 to a constant (the staged
+    /// input's 256-thread rounds, the expansion's 1,024-value rounds, its steps over the staged channels, the
+    /// depthwise outputs' rounds): Tint's robustness transform, with the integer range analysis Chrome enables,
+    /// then proves the indices in bounds and clamps none of them.
+    pub(super) xt_iters: usize,
+    pub(super) xe_iters: usize,
+    pub(super) c_steps: usize,
+    pub(super) dv_iters: usize,
 }
 
 /// The projection of a whole inverted-residual block: `qs` numbers each thread's accumulators.
@@ -515,6 +523,10 @@ impl Emitter<'_> {
             e_last4: e.saturating_sub(4),
             cw_last: xs[1].saturating_sub(we_step),
             we_step,
+            xt_iters: (t.x_chunk * t.hy * t.hx).div_ceil(256),
+            xe_iters: (t.ec * t.hy * t.hx).div_ceil(1024),
+            c_steps: t.x_chunk / we_step,
+            dv_iters: (t.ec * t.ty * t.tx).div_ceil(256),
         };
         let name = self.group_name(group);
         self.kernel(anchor, name, "conv", tpl.render(), &bindings, [tiles as u32, chunks as u32, xs[0] as u32])
