@@ -9,7 +9,8 @@ eager) on the same inputs as baselines.
 
 Each model is compiled six ways (or those named by --modes): default (fused), --memory-budget 2 (fused_split),
 --no-reuse (fused_no_reuse), --attention unfused, --inverted-residual unfused, --no-fuse (no_fuse).
---torch-compile also times the model under torch.compile(mode="reduce-overhead") (Inductor + CUDA graphs).
+--torch-compile also times the model under torch.compile(mode="reduce-overhead") (Inductor + CUDA graphs);
+--interleave R then times it and the fused artifact R more times, alternating, and prints the ratio of the medians.
 --torch-profile lists the CUDA kernels of torch.compile's forward (Inductor's default mode: the same kernels without
 the CUDA graph) with their GPU time per inference, to set beside `wgslc bench ART --profile`.
 --dawn STACK also runs every compiled artifact through wgslc.js on Dawn (Chrome's WebGPU implementation) in Node, on
@@ -166,6 +167,10 @@ def main():
     ap.add_argument("--dawn-flag", action="append", default=[], help="a flag for dawn.node's create() (repeatable)")
     ap.add_argument("--chain", type=int, default=500, help="with --dawn: dispatches in the per-dispatch chain")
     ap.add_argument("--rounds", type=int, default=3, help="with --dawn: rounds of --iterations replays (median)")
+    ap.add_argument("--interleave", type=int, default=0, metavar="R",
+                    help="with --torch-compile: R more rounds of torch.compile's timing and the fused artifact's "
+                         "`wgslc bench`, alternating on the same GPU, for a ratio of medians that GPU clock drift "
+                         "between two single timings cannot move")
     ap.add_argument("--dawn-profile", type=int, default=0, metavar="P",
                     help="with --dawn: every kernel's GPU time on Dawn (the median of P profiled wgslc.js runs) beside "
                          "`wgslc bench --profile`'s, by kind and by the dispatches that differ most")
@@ -210,7 +215,6 @@ def main():
                 row["torch_compile_ms"] = cuda_time(lambda: cc(*cargs), a.iterations)
             if a.torch_profile:
                 row["torch_kernels"] = torch_kernels(torch.compile(cm), cargs, a.iterations)
-        cm.cpu()
         # fused_no_reuse: a buffer per value, so every kernel binds its inputs read-only; against "fused" it measures
         # what the arena's read-write input bindings cost.
         # fused_split: two sets of arenas whatever they cost (--memory-budget 2), so inputs are read-only.
@@ -251,6 +255,15 @@ def main():
                 got = np.load(os.path.join(outd, "output_0.npy"))
                 row[f"{mode}_max_abs_err"] = float(np.abs(got - ref[0]).max())
                 row[f"{mode}_rel_l2"] = float(np.linalg.norm(got - ref[0]) / np.linalg.norm(ref[0]))
+        if a.torch_compile and a.interleave and row.get("fused_ms") is not None:
+            art = os.path.join(d, "art_fused")
+            tc, wg = [], []
+            for _ in range(a.interleave):
+                with torch.no_grad():
+                    tc.append(cuda_time(lambda: cc(*cargs), a.iterations))
+                wg.append(wgslc_bench(a.wgslc, art, inputs, a.iterations).get("ms_per_inference"))
+            row["torch_compile_rounds_ms"], row["fused_rounds_ms"] = tc, wg
+        cm.cpu()
         row["dispatch_ratio"] = row.get("fused_dispatches", 0) / max(nodes, 1)
         results.append(row)
         print(json.dumps(row), flush=True)
@@ -266,6 +279,21 @@ def main():
               f"{r.get('no_fuse_ms')} | {r['ort_cuda_ms']:.3f} | {r['torch_cuda_eager_ms']:.3f} | {r.get('torch_compile_ms')} | "
               f"{r.get('fused_rel_l2')} | "
               f"{r.get('fused_memory_ratio')} ({r.get('fused_split_memory_ratio')}) |")
+    interleaved_table(results)
+
+
+def interleaved_table(results):
+    """The --interleave rounds: medians and the ratio of medians, with every round's pair."""
+    rows = [r for r in results if r.get("fused_rounds_ms")]
+    if not rows:
+        return
+    print()
+    print("| model | wgslc fused ms (median) | torch.compile ms (median) | wgslc / torch.compile | rounds, wgslc / torch.compile ms |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in rows:
+        w, t = float(np.median(r["fused_rounds_ms"])), float(np.median(r["torch_compile_rounds_ms"]))
+        pairs = ", ".join(f"{x:.3f} / {y:.3f}" for x, y in zip(r["fused_rounds_ms"], r["torch_compile_rounds_ms"]))
+        print(f"| {r['model']} | {w:.3f} | {t:.3f} | {w / t:.2f} | {pairs} |")
 
 
 def dawn(a, results):
