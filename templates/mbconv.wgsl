@@ -26,7 +26,7 @@ var<workgroup> dv: array<f32, {{ dv_len }}>;
 {{ ind }}        if (it * 256u + lid >= {{ xt_len }}u) {
 {{ ind }}            break;
 {{ ind }}        }
-{{ ind }}        let j = min(it * 256u + lid, {{ xt_len - 1 }}u);
+{{ ind }}        let j = min(it * 256u + lid, {{ xt_last }}u);
 {{ ind }}        let c = {{ cb }} + j / {{ win }}u;
 {{ ind }}        let r = j % {{ win }}u;
 {{ ind }}        let iy = iy0 + i32(r / {{ t.hx }}u);
@@ -124,7 +124,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (it * 256u + lid >= {{ dv_len }}u) {
                 break;
             }
-            let j = min(it * 256u + lid, {{ dv_len - 1 }}u);
+            let j = min(it * 256u + lid, {{ dv_last }}u);
             let el = j / {{ tile_pos }}u;
             let ce = e0 + el;
             let r = j % {{ tile_pos }}u;
@@ -159,7 +159,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // The projection: this thread's channels at its position, summed over the step's expanded channels.
 {%- if p.vec4 %}
         // Four expanded channels at a time: the projection weights are read as vec4 (E = {{ e }} is a multiple of 4).
-        for (var el4 = 0u; el4 < {{ t.ec / 4 }}u; el4 = el4 + 1u) {
+        for (var el4 = 0u; el4 < {{ ec4 }}u; el4 = el4 + 1u) {
             let el = el4 * 4u;
 {%- for i in [0, 1, 2, 3] %}
             let d{{ i }} = dv[(el + {{ i }}u) * {{ tile_pos }}u + pos];

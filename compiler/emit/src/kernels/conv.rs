@@ -74,6 +74,11 @@ pub(super) struct MbconvTpl {
     pub(super) xe_iters: usize,
     pub(super) c_steps: usize,
     pub(super) dv_iters: usize,
+    /// The last index of the staged input and of the depthwise outputs, and the projection's steps of four
+    /// expanded channels (`ec / 4`).
+    pub(super) xt_last: usize,
+    pub(super) dv_last: usize,
+    pub(super) ec4: usize,
 }
 
 /// The projection of a whole inverted-residual block: `qs` numbers each thread's accumulators.
@@ -527,6 +532,9 @@ impl Emitter<'_> {
             xe_iters: (t.ec * t.hy * t.hx).div_ceil(1024),
             c_steps: t.x_chunk / we_step,
             dv_iters: (t.ec * t.ty * t.tx).div_ceil(256),
+            xt_last: (t.x_chunk * t.hy * t.hx).saturating_sub(1),
+            dv_last: (t.ec * t.ty * t.tx).saturating_sub(1),
+            ec4: t.ec / 4,
         };
         let name = self.group_name(group);
         self.kernel(anchor, name, "conv", tpl.render(), &bindings, [tiles as u32, chunks as u32, xs[0] as u32])
