@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Times single fp32 products of a [M, K] input by a constant [K, N] weight (a MatMul node, random std 0.02), with
 GPU timestamps (`wgslc bench --profile`, the product kernel alone), under the scheduler's tiling and under tilings
-forced with the emitter's WGSLC_PRODUCT_TILING knob (TILE,VEC[,SLICES]: TILExTILE tiles, VEC neighbouring outputs
-a side per thread, in one slice of 16x16 threads or four of 8x8 that each take a quarter of K; written here
-TILExVEC[xSLICES]; a `:scalar` suffix, as in `default:scalar`, also sets WGSLC_PRODUCT_LOADS=scalar, the operands
+forced with the emitter's WGSLC_PRODUCT_TILING knob (TILE,VEC[,SLICES[,THREADS]]: TILExTILE tiles, VEC neighbouring
+outputs a side per thread, in one slice of 16x16 threads or four of 8x8 that each take a quarter of K, or with
+THREADS 128 one slice of 8x16 threads that each hold twice the rows; written here TILExVEC[xSLICES[xTHREADS]]; a `:scalar` suffix, as in `default:scalar`, also sets WGSLC_PRODUCT_LOADS=scalar, the operands
 read one element a load instead of four), against `torch.mm` on the same shapes in the same run (fp32, TF32 off, CUDA events around one
 call, median):
 

@@ -1,8 +1,8 @@
 {% include "header.wgsl" %}
 {%- include "helpers.wgsl" %}
 {%- include "fused.wgsl" %}
-// Tiled matrix product: a {{ t.tile }}x{{ t.tile }} output tile per workgroup of 256 threads in {{ t.slices }} slice(s) of
-// {{ t.tg }}x{{ t.tg }}, {{ t.lanes.len() }}x{{ t.lanes.len() }} outputs per thread held in registers (unrolled, so no array is spilled to local
+// Tiled matrix product: a {{ t.tile }}x{{ t.tile }} output tile per workgroup of {{ t.threads }} threads in {{ t.slices }} slice(s) of
+// {{ t.tgy }}x{{ t.tg }}, {{ t.rlanes.len() }}x{{ t.clanes.len() }} outputs per thread held in registers (unrolled, so no array is spilled to local
 // memory), K in steps of {{ t.ks }} through workgroup memory. {% if t.slices > 1 %}Each slice takes its own {{ t.kc }} of K and the
 // slices' partial tiles are summed at the end, so a product with few output tiles still keeps 256 threads busy
 // per tile. {% endif %}A and B are read through strides, so transposes cost nothing{% if a4 && b4 %}, four elements a load along
@@ -167,26 +167,30 @@ fn staged(i: u32) -> f32 {
 var<workgroup> smem: array<f32, {{ t.smem_len }}>;
 {%- endif %}
 
-@compute @workgroup_size(256)
+@compute @workgroup_size({{ t.threads }})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let batch = wid.z;
     let a_base = {{ a_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.a_stride }}u{% endfor %};
     let b_base = {{ b_off }}u{% for d in batch %} + ((batch / {{ d.div }}u) % {{ d.extent }}u) * {{ d.b_stride }}u{% endfor %};
     let row0 = wid.y * {{ t.tile }}u;
     let col0 = wid.x * {{ t.tile }}u;
-    // This thread's slice, its index in the slice, and its place in the slice's {{ t.tg }}x{{ t.tg }} grid.
+    // This thread's slice, its index in the slice, and its place in the slice's {{ t.tgy }}x{{ t.tg }} grid.
     let slice = tid / {{ t.slice_threads }}u;
     let st = tid % {{ t.slice_threads }}u;
     let ly = st / {{ t.tg }}u;
     let lx = st % {{ t.tg }}u;
 {%- if t.vec > 1 %}
-    // Its outputs: {{ t.runs.len() }} run(s) of {{ t.vec }} rows from row {{ t.vec }}·ly and of {{ t.vec }} columns from column {{ t.vec }}·lx{% if t.runs.len() > 1 %}, {{ t.run_stride }} apart{% endif %}.
+{%- if t.rruns == t.cruns %}
+    // Its outputs: {{ t.rruns }} run(s) of {{ t.vec }} rows from row {{ t.vec }}·ly and of {{ t.vec }} columns from column {{ t.vec }}·lx{% if t.rruns > 1 %}, {{ t.rrun_stride }} apart{% endif %}.
+{%- else %}
+    // Its outputs: {{ t.rruns }} run(s) of {{ t.vec }} rows from row {{ t.vec }}·ly{% if t.rruns > 1 %}, {{ t.rrun_stride }} apart{% endif %}, and {{ t.cruns }} of {{ t.vec }} columns from column {{ t.vec }}·lx{% if t.cruns > 1 %}, {{ t.crun_stride }} apart{% endif %}.
+{%- endif %}
 {%- endif %}
     // The slice's A tile ({{ t.tile }} rows x {{ t.ks }} k, k-major) and B tile ({{ t.ks }} k x {{ t.tile }} columns) in workgroup memory.
     let a_at = slice * {{ t.steps_len }}u;
     let b_at = a_at + {{ t.step_len }}u;
     let k_begin = slice * {{ t.kc }}u;
-{%- for r in t.lanes %}{% for c in t.lanes %}
+{%- for r in t.rlanes %}{% for c in t.clanes %}
     var acc{{ r.i }}{{ c.i }} = 0.0;
 {%- endfor %}{% endfor %}
     // Software pipelining: the next k-step's tiles are fetched into registers while this one's are multiplied
@@ -319,19 +323,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         {
             let kk = {{ kk }}u;
 {%- if t.vec > 1 %}
-{%- for r in t.runs %}
-            let ar4_{{ r.i }} = smem[a_at / 4u + kk * {{ t.row_vec4s }}u + ly + {{ r.off }}u];
-            let br4_{{ r.i }} = smem[b_at / 4u + kk * {{ t.row_vec4s }}u + lx + {{ r.off }}u];
+{%- for p in t.run_pairs %}
+{%- if let Some(off) = p.r_off %}
+            let ar4_{{ p.i }} = smem[a_at / 4u + kk * {{ t.row_vec4s }}u + ly + {{ off }}u];
+{%- endif %}
+{%- if let Some(off) = p.c_off %}
+            let br4_{{ p.i }} = smem[b_at / 4u + kk * {{ t.row_vec4s }}u + lx + {{ off }}u];
+{%- endif %}
 {%- endfor %}
-{%- for r in t.lanes %}{% for c in t.lanes %}
+{%- for r in t.rlanes %}{% for c in t.clanes %}
             acc{{ r.i }}{{ c.i }} = fma(ar4_{{ r.run }}.{{ r.comp }}, br4_{{ c.run }}.{{ c.comp }}, acc{{ r.i }}{{ c.i }});
 {%- endfor %}{% endfor %}
 {%- else %}
-{%- for r in t.lanes %}
+{%- for r in t.rlanes %}
             let ar{{ r.i }} = smem[a_at + kk * {{ t.tile }}u + ly + {{ r.off }}u];
-            let br{{ r.i }} = smem[b_at + kk * {{ t.tile }}u + lx + {{ r.off }}u];
+{%- if let Some(off) = r.col_off %}
+            let br{{ r.i }} = smem[b_at + kk * {{ t.tile }}u + lx + {{ off }}u];
+{%- endif %}
 {%- endfor %}
-{%- for r in t.lanes %}{% for c in t.lanes %}
+{%- for r in t.rlanes %}{% for c in t.clanes %}
             acc{{ r.i }}{{ c.i }} = fma(ar{{ r.i }}, br{{ c.i }}, acc{{ r.i }}{{ c.i }});
 {%- endfor %}{% endfor %}
 {%- endif %}
@@ -375,7 +385,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endif %}
     }
     workgroupBarrier();
-{%- for q in t.lanes %}
+{%- for q in t.rlanes %}
 {%- if t.vec > 1 %}
     let rinv{{ q.i }} = staged({{ t.rinv_at }}u + ly * {{ t.vec }}u + {{ q.off }}u);
 {%- else %}
@@ -387,7 +397,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- if t.slices > 1 %}
     // Slices 1.. leave their partial tiles in workgroup memory; slice 0 adds them up and stores.
     if (slice > 0u) {
-{%- for r in t.lanes %}{% for c in t.lanes %}
+{%- for r in t.rlanes %}{% for c in t.clanes %}
 {%- if t.vec > 1 %}
         stage((slice - 1u) * {{ t.tile_len }}u + (ly * {{ t.vec }}u + {{ r.off }}u) * {{ t.tile }}u + lx * {{ t.vec }}u + {{ c.off }}u, acc{{ r.i }}{{ c.i }});
 {%- else %}
@@ -400,7 +410,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     for (var s = 0u; s < {{ t.slices_after }}u; s = s + 1u) {
-{%- for r in t.lanes %}{% for c in t.lanes %}
+{%- for r in t.rlanes %}{% for c in t.clanes %}
 {%- if t.vec > 1 %}
         acc{{ r.i }}{{ c.i }} = acc{{ r.i }}{{ c.i }} + staged(s * {{ t.tile_len }}u + (ly * {{ t.vec }}u + {{ r.off }}u) * {{ t.tile }}u + lx * {{ t.vec }}u + {{ c.off }}u);
 {%- else %}
@@ -409,7 +419,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 {%- endfor %}{% endfor %}
     }
 {%- endif %}
-{%- for r in t.lanes %}{% for c in t.lanes %}
+{%- for r in t.rlanes %}{% for c in t.clanes %}
     {
         let m = row0 + ly{% if t.vec > 1 %} * {{ t.vec }}u{% endif %} + {{ r.off }}u;
         let n = col0 + lx{% if t.vec > 1 %} * {{ t.vec }}u{% endif %} + {{ c.off }}u;

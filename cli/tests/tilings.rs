@@ -9,8 +9,9 @@ mod common;
 
 use std::path::Path;
 
-/// TILE,VEC,SLICES: every layout `ProductTiling::of` accepts.
-const TILINGS: [&str; 8] = ["16,1,1", "32,1,1", "64,1,1", "64,4,1", "128,4,1", "16,1,4", "32,1,4", "32,4,4"];
+/// TILE,VEC,SLICES[,THREADS]: every layout `ProductTiling::of_threads` accepts.
+const TILINGS: [&str; 10] =
+    ["16,1,1", "32,1,1", "64,1,1", "64,4,1", "128,4,1", "16,1,4", "32,1,4", "32,4,4", "64,4,1,128", "64,1,1,128"];
 
 /// The WGSL of an artifact's product kernels (those from templates/matmul.wgsl).
 fn products(art: &Path) -> Vec<String> {
@@ -60,11 +61,15 @@ fn product_tilings_match_onnxruntime() {
             std::env::set_var("WGSLC_PRODUCT_LOADS", "scalar");
         }
         let v: Vec<usize> = tiling.split(',').map(|x| x.parse().unwrap()).collect();
-        let (tile, vec, slices) = (v[0], v[1], v[2]);
+        let (tile, vec, slices, threads) = (v[0], v[1], v[2], v.get(3).copied().unwrap_or(256));
         for (case, opts) in &cases {
             let r = compile_run(case, opts).and_then(|(w, got)| {
                 // The knob took: the layout's own text is there.
-                let marks = [format!("a {tile}x{tile} output tile"), format!("in {slices} slice(s)")];
+                let marks = [
+                    format!("a {tile}x{tile} output tile"),
+                    format!("of {threads} threads in {slices} slice(s)"),
+                    format!("@workgroup_size({threads})"),
+                ];
                 let laid = |w: &String| {
                     marks.iter().all(|m| w.contains(m.as_str()))
                         && w.contains("var<workgroup> smem: array<vec4<f32>") == (vec == 4)
@@ -93,7 +98,7 @@ fn product_tilings_match_onnxruntime() {
     for bad in ["128,x,4", "7,4", "64"] {
         std::env::set_var("WGSLC_PRODUCT_TILING", bad);
         let e = compile_run(&cases[0].0, &cases[0].1).expect_err(bad);
-        assert!(e.contains("is not a tiling TILE,VEC[,SLICES]"), "{bad}: {e}");
+        assert!(e.contains("is not a tiling TILE,VEC[,SLICES[,THREADS]]"), "{bad}: {e}");
     }
     std::env::remove_var("WGSLC_PRODUCT_TILING");
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));

@@ -56,9 +56,12 @@ pub fn concat_placement(g: &Graph, c: NodeId, slot: usize) -> Option<StorePlacem
 pub struct ProductTiling {
     /// Output tile side.
     pub tile: usize,
-    /// Threads per side of a slice's grid.
+    /// Columns of a slice's grid of threads.
     pub tg: usize,
-    /// Slices of 256 / tg² threads, each taking `kc` of K.
+    /// Rows of a slice's grid of threads: `tg`, or half of it (a workgroup of 128 threads, each with twice the rows
+    /// of outputs).
+    pub tgy: usize,
+    /// Slices of `tg · tgy` threads, each taking `kc` of K.
     pub slices: usize,
     pub kc: usize,
     /// K per step through workgroup memory.
@@ -87,14 +90,29 @@ impl ProductTiling {
     /// [`product_tiling`], and by the emitter's `WGSLC_PRODUCT_TILING` knob (for measuring, and for the tests
     /// that run every layout).
     pub fn of(tile: usize, vec: usize, slices: usize, k: usize) -> Option<ProductTiling> {
-        let tg = match slices {
-            1 => 16,
-            4 => 8,
+        ProductTiling::of_threads(tile, vec, slices, 256, k)
+    }
+
+    /// [`ProductTiling::of`] in workgroups of `threads`: 256, or 128 in one slice of 8x16 threads (each thread
+    /// twice the rows of outputs, K half as far a step).
+    pub fn of_threads(tile: usize, vec: usize, slices: usize, threads: usize, k: usize) -> Option<ProductTiling> {
+        let (tg, tgy) = match (slices, threads) {
+            (1, 256) => (16, 16),
+            (1, 128) => (16, 8),
+            (4, 256) => (8, 8),
             _ => return None,
         };
-        let ok = matches!(vec, 1 | 4) && matches!(tile, 16 | 32 | 64 | 128) && tile.is_multiple_of(tg * vec);
-        let ks = (MAX_LOADS_PER_STEP * tg * tg / tile).min(16);
-        ok.then(|| ProductTiling { tile, tg, slices, kc: k.div_ceil(slices).div_ceil(ks) * ks, ks, vec })
+        let ok = matches!(vec, 1 | 4)
+            && matches!(tile, 16 | 32 | 64 | 128)
+            && tile.is_multiple_of(tg * vec)
+            && tile.is_multiple_of(tgy * vec);
+        let ks = (MAX_LOADS_PER_STEP * tg * tgy / tile).min(16);
+        ok.then(|| ProductTiling { tile, tg, tgy, slices, kc: k.div_ceil(slices).div_ceil(ks) * ks, ks, vec })
+    }
+
+    /// Threads of a workgroup.
+    pub fn threads(&self) -> usize {
+        self.slices * self.tg * self.tgy
     }
 }
 

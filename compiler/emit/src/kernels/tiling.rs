@@ -15,21 +15,30 @@ pub(super) struct Tiling {
     /// Tile elements each thread loads per k-step (A and B each), for unrolled loops: `off` is the element's
     /// offset from the thread's first (a slice's `tg²` threads apart).
     pub(super) load_lanes: Vec<Lane>,
-    /// A thread's outputs along a side: `off` from its first (`ly · vec`, `lx · vec`).
-    pub(super) lanes: Vec<OutLane>,
-    /// Neighbouring outputs a thread holds along a side (1 or 4), its runs of them along a side (`off` in `vec4`s
-    /// from the thread's first), and the floats of one staged k-row.
+    /// A thread's outputs down its rows and along its columns: `off` from its first (`ly · vec`, `lx · vec`).
+    pub(super) rlanes: Vec<OutLane>,
+    pub(super) clanes: Vec<OutLane>,
+    /// Neighbouring outputs a thread holds along a side (1 or 4), its runs of them down its rows and along its
+    /// columns (`off` in `vec4`s from the thread's first), and the floats of one staged k-row.
     pub(super) vec: usize,
-    pub(super) runs: Vec<Lane>,
+    pub(super) rruns: usize,
+    pub(super) cruns: usize,
+    /// Both sides' runs by index, a row run's read next to the column run's of the same index.
+    pub(super) run_pairs: Vec<RunPair>,
     pub(super) row_len: usize,
     /// The vec4s of a tile's side and of a k-step (`tile / 4`, `ks / 4`), for operands loaded four at a time.
     pub(super) tile4: usize,
     pub(super) ks4: usize,
-    /// With `vec4` reads: `vec4`s of workgroup memory, of one staged k-row, and the outputs between a thread's runs.
+    /// With `vec4` reads: `vec4`s of workgroup memory, of one staged k-row, and the outputs between a thread's runs
+    /// down its rows and along its columns.
     pub(super) smem_vec4s: usize,
     pub(super) row_vec4s: usize,
-    pub(super) run_stride: usize,
-    /// Threads of a slice (`tg²`); floats of a k-step's A tile (`tile · ks`) and of A's and B's (twice that).
+    pub(super) rrun_stride: usize,
+    pub(super) crun_stride: usize,
+    /// Rows of a slice's grid of threads (`tg` its columns), and threads of a workgroup.
+    pub(super) tgy: usize,
+    pub(super) threads: usize,
+    /// Threads of a slice (`tg · tgy`); floats of a k-step's A tile (`tile · ks`) and of A's and B's (twice that).
     pub(super) slice_threads: usize,
     pub(super) step_len: usize,
     pub(super) steps_len: usize,
@@ -45,7 +54,20 @@ impl From<wgslc_passes::ProductTiling> for Tiling {
     fn from(t: wgslc_passes::ProductTiling) -> Tiling {
         // A thread's load lanes are `tg²` elements apart, so all of them load the same k of a step (the folded
         // RMSNorm's weights are read once a step for all).
-        debug_assert!((t.tg * t.tg).is_multiple_of(t.ks));
+        let slice_threads = t.tg * t.tgy;
+        debug_assert!(slice_threads.is_multiple_of(t.ks));
+        // A thread's outputs along a side whose grid has `tg` threads.
+        let lanes = |tg: usize| -> Vec<OutLane> {
+            (0..t.tile / tg)
+                .map(|i| OutLane {
+                    i,
+                    off: i % t.vec + (i / t.vec) * tg * t.vec,
+                    run: i / t.vec,
+                    comp: ["x", "y", "z", "w"][i % t.vec],
+                    col_off: None,
+                })
+                .collect()
+        };
         Tiling {
             tile: t.tile,
             tg: t.tg,
@@ -53,24 +75,33 @@ impl From<wgslc_passes::ProductTiling> for Tiling {
             kc: t.kc,
             ks: t.ks,
             smem_len: t.smem_len(),
-            load_lanes: unrolled(t.tile * t.ks / (t.tg * t.tg), t.tg * t.tg),
-            lanes: (0..t.tile / t.tg)
-                .map(|i| OutLane {
+            load_lanes: unrolled(t.tile * t.ks / slice_threads, slice_threads),
+            rlanes: lanes(t.tgy)
+                .into_iter()
+                .zip((0..).map(|i| lanes(t.tg).get(i).map(|c| c.off)))
+                .map(|(r, c)| OutLane { col_off: c, ..r })
+                .collect(),
+            clanes: lanes(t.tg),
+            vec: t.vec,
+            rruns: t.tile / t.tgy / t.vec,
+            cruns: t.tile / t.tg / t.vec,
+            run_pairs: (0..(t.tile / t.tgy / t.vec).max(t.tile / t.tg / t.vec))
+                .map(|i| RunPair {
                     i,
-                    off: i % t.vec + (i / t.vec) * t.tg * t.vec,
-                    run: i / t.vec,
-                    comp: ["x", "y", "z", "w"][i % t.vec],
+                    r_off: (i < t.tile / t.tgy / t.vec).then_some(i * t.tgy),
+                    c_off: (i < t.tile / t.tg / t.vec).then_some(i * t.tg),
                 })
                 .collect(),
-            vec: t.vec,
-            runs: unrolled(t.tile / t.tg / t.vec, t.tg),
             row_len: t.row_len(),
             tile4: t.tile / 4,
             ks4: t.ks / 4,
             smem_vec4s: t.smem_len().div_ceil(4),
             row_vec4s: t.row_len() / 4,
-            run_stride: t.vec * t.tg,
-            slice_threads: t.tg * t.tg,
+            rrun_stride: t.vec * t.tgy,
+            crun_stride: t.vec * t.tg,
+            tgy: t.tgy,
+            threads: t.threads(),
+            slice_threads,
             step_len: t.row_len() * t.ks,
             steps_len: t.row_len() * t.ks * 2,
             tile_len: t.tile * t.tile,
@@ -81,6 +112,14 @@ impl From<wgslc_passes::ProductTiling> for Tiling {
     }
 }
 
+/// Run `i` of a thread's outputs down its rows and along its columns, each where the side has that many: its
+/// offset in `vec4`s from the thread's first.
+pub(super) struct RunPair {
+    pub(super) i: usize,
+    pub(super) r_off: Option<usize>,
+    pub(super) c_off: Option<usize>,
+}
+
 /// One of a thread's outputs along a side of a product's tile: `off` from the thread's first, and where it is
 /// read from workgroup memory when the tiling reads `vec4`s: component `comp` of run `run`.
 pub(super) struct OutLane {
@@ -88,12 +127,15 @@ pub(super) struct OutLane {
     pub(super) off: usize,
     pub(super) run: usize,
     pub(super) comp: &'static str,
+    /// A row lane's: the offset of the column lane of the same index, where the thread has one (its reads of A's
+    /// and B's staged elements interleave).
+    pub(super) col_off: Option<usize>,
 }
 
 impl Emitter<'_> {
-    /// The product tiling the scheduler chose for `group` (K = `k`), or, where `WGSLC_PRODUCT_TILING=TILE,VEC[,SLICES]`
-    /// is set (for measuring, and for the tests that run every layout), that tiling instead
-    /// ([`wgslc_passes::ProductTiling::of`]).
+    /// The product tiling the scheduler chose for `group` (K = `k`), or, where
+    /// `WGSLC_PRODUCT_TILING=TILE,VEC[,SLICES[,THREADS]]` is set (for measuring, and for the tests that run every layout), that tiling instead
+    /// ([`wgslc_passes::ProductTiling::of_threads`]).
     pub(super) fn product_tiling(&self, group: &KernelGroup, n: NodeId, k: usize) -> Result<Tiling, EmitError> {
         let t = group.recipe.product.ok_or_else(|| self.err(n, "a product without its tiling (a scheduler bug)"))?;
         if let Ok(knob) = std::env::var("WGSLC_PRODUCT_TILING") {
@@ -103,10 +145,11 @@ impl Emitter<'_> {
             let forced = match v[..] {
                 [tile, vec] => wgslc_passes::ProductTiling::of(tile, vec, 1, k),
                 [tile, vec, slices] => wgslc_passes::ProductTiling::of(tile, vec, slices, k),
+                [tile, vec, slices, threads] => wgslc_passes::ProductTiling::of_threads(tile, vec, slices, threads, k),
                 _ => None,
             };
             return forced.map(Tiling::from).ok_or_else(|| {
-                self.err(n, format!("WGSLC_PRODUCT_TILING={knob:?} is not a tiling TILE,VEC[,SLICES]"))
+                self.err(n, format!("WGSLC_PRODUCT_TILING={knob:?} is not a tiling TILE,VEC[,SLICES[,THREADS]]"))
             });
         }
         Ok(t.into())
