@@ -13,7 +13,7 @@ pub(super) struct Tiling {
     pub(super) ks: usize,
     pub(super) smem_len: usize,
     /// Tile elements each thread loads per k-step (A and B each), for unrolled loops: `off` is the element's
-    /// offset from the thread's first (a slice's `tg²` threads apart).
+    /// offset from the thread's first (a slice's `tg · tgy` threads apart).
     pub(super) load_lanes: Vec<Lane>,
     /// A thread's outputs down its rows and along its columns: `off` from its first (`ly · vec`, `lx · vec`).
     pub(super) rlanes: Vec<OutLane>,
@@ -52,7 +52,7 @@ pub(super) struct Tiling {
 
 impl From<wgslc_passes::ProductTiling> for Tiling {
     fn from(t: wgslc_passes::ProductTiling) -> Tiling {
-        // A thread's load lanes are `tg²` elements apart, so all of them load the same k of a step (the folded
+        // A thread's load lanes are `tg · tgy` elements apart, so all of them load the same k of a step (the folded
         // RMSNorm's weights are read once a step for all).
         let slice_threads = t.tg * t.tgy;
         debug_assert!(slice_threads.is_multiple_of(t.ks));
@@ -68,6 +68,8 @@ impl From<wgslc_passes::ProductTiling> for Tiling {
                 })
                 .collect()
         };
+        let clanes = lanes(t.tg);
+        let (rruns, cruns) = (t.tile / t.tgy / t.vec, t.tile / t.tg / t.vec);
         Tiling {
             tile: t.tile,
             tg: t.tg,
@@ -78,19 +80,14 @@ impl From<wgslc_passes::ProductTiling> for Tiling {
             load_lanes: unrolled(t.tile * t.ks / slice_threads, slice_threads),
             rlanes: lanes(t.tgy)
                 .into_iter()
-                .zip((0..).map(|i| lanes(t.tg).get(i).map(|c| c.off)))
-                .map(|(r, c)| OutLane { col_off: c, ..r })
+                .map(|r| OutLane { col_off: clanes.get(r.i).map(|c| c.off), ..r })
                 .collect(),
-            clanes: lanes(t.tg),
+            clanes,
             vec: t.vec,
-            rruns: t.tile / t.tgy / t.vec,
-            cruns: t.tile / t.tg / t.vec,
-            run_pairs: (0..(t.tile / t.tgy / t.vec).max(t.tile / t.tg / t.vec))
-                .map(|i| RunPair {
-                    i,
-                    r_off: (i < t.tile / t.tgy / t.vec).then_some(i * t.tgy),
-                    c_off: (i < t.tile / t.tg / t.vec).then_some(i * t.tg),
-                })
+            rruns,
+            cruns,
+            run_pairs: (0..rruns.max(cruns))
+                .map(|i| RunPair { i, r_off: (i < rruns).then_some(i * t.tgy), c_off: (i < cruns).then_some(i * t.tg) })
                 .collect(),
             row_len: t.row_len(),
             tile4: t.tile / 4,
@@ -134,8 +131,8 @@ pub(super) struct OutLane {
 
 impl Emitter<'_> {
     /// The product tiling the scheduler chose for `group` (K = `k`), or, where
-    /// `WGSLC_PRODUCT_TILING=TILE,VEC[,SLICES[,THREADS]]` is set (for measuring, and for the tests that run every layout), that tiling instead
-    /// ([`wgslc_passes::ProductTiling::of_threads`]).
+    /// `WGSLC_PRODUCT_TILING=TILE,VEC[,SLICES[,THREADS]]` is set (for measuring, and for the tests that run every
+    /// layout), that tiling instead ([`wgslc_passes::ProductTiling::of_threads`]).
     pub(super) fn product_tiling(&self, group: &KernelGroup, n: NodeId, k: usize) -> Result<Tiling, EmitError> {
         let t = group.recipe.product.ok_or_else(|| self.err(n, "a product without its tiling (a scheduler bug)"))?;
         if let Ok(knob) = std::env::var("WGSLC_PRODUCT_TILING") {
